@@ -1,0 +1,61 @@
+"""The algorithm registry: one file per algorithm, each registered here by its name."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..errors import ConfigError
+from ..spec import parse_spec
+from .base import Algorithm, Communication, RoundContext, State
+from .fedavg import FedAvg
+from .focus import Focus, SGFocus
+
+ALGORITHMS: dict[str, type[Algorithm]] = {
+    cls.name: cls
+    for cls in (
+        Focus,
+        SGFocus,
+        FedAvg,
+    )
+}
+
+
+def available_algorithms() -> list[str]:
+    return list(ALGORITHMS)
+
+
+def make_algorithm(spec: str | dict, **overrides: Any) -> Algorithm:
+    """Build an algorithm from ``"fedavg:weighting=all"`` (or a describe() dict) plus keyword
+    overrides such as ``lr`` and ``local_steps`` from the command line."""
+    name, params = parse_spec(spec)
+    if name not in ALGORITHMS:
+        raise ConfigError(f"unknown algorithm {name!r} (known: {', '.join(ALGORITHMS)})")
+    cls = ALGORITHMS[name]
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    params = {**params, **{k: v for k, v in overrides.items() if v is not None}}
+    unknown = sorted(set(params) - set(fields))
+    if unknown:
+        raise ConfigError(f"algorithm {name!r}: unknown key {unknown[0]!r} (known: {', '.join(fields)})")
+    for key, value in params.items():
+        if isinstance(value, list):
+            params[key] = tuple(value)
+        default = fields[key].default
+        if isinstance(default, bool) and value in (0, 1):
+            params[key] = bool(value)
+        elif isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+            params[key] = float(value)
+    try:
+        return cls(**params)
+    except TypeError as exc:  # wrong value types reach here
+        raise ConfigError(f"algorithm {name!r}: {exc}") from None
+
+
+__all__ = [
+    "Algorithm",
+    "ALGORITHMS",
+    "Communication",
+    "RoundContext",
+    "State",
+    "available_algorithms",
+    "make_algorithm",
+]

@@ -1,0 +1,129 @@
+"""The Algorithm protocol (DEVELOPERS.md, "The house").
+
+An algorithm is a small immutable object: hyperparameters are validated dataclass fields, and
+the update rule is a set of pure functions over explicit state:
+
+- ``init(x0, num_clients) -> State``: server state and per-client state (every client-state
+  tensor has a leading dimension N).
+- ``client_round(server, clients, oracle, ctx) -> (clients', message)``: runs the local work of
+  ALL active clients at once; ``clients`` holds the active clients' rows only ([n, ...]) and
+  every message field is [n, ...].
+- ``server_round(server, message, ctx) -> server'``: aggregates the stacked messages.
+- ``client_finish(server', clients, ctx) -> clients'``: optional; what active clients do with
+  the new server state at the end of the round (FedAWE receives the new model then).
+
+No state lives in Python variables: engines gather the active rows, call these functions and
+scatter the rows back, so the same object runs in the vectorized engine, the per-client
+reference loop and a distributed adapter.
+"""
+from __future__ import annotations
+
+import abc
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar, NamedTuple
+
+import torch
+
+from ..errors import ConfigError
+from ..problems.base import GradientFn
+
+
+class State(NamedTuple):
+    """Whole-federation state: ``server`` (NamedTuple of tensors) and ``clients`` (NamedTuple of
+    tensors with leading dimension N)."""
+
+    server: Any
+    clients: Any
+
+
+class RoundContext(NamedTuple):
+    """What a round knows besides state: its index, the active clients and the population."""
+
+    round: int
+    active: torch.Tensor  # int64 [n], sorted client indices of S_r
+    num_clients: int
+
+
+class Communication(NamedTuple):
+    """Vectors (each d floats) sent per participating client, and persistent memory."""
+
+    down: float  # server -> client, per participating client
+    up: float  # client -> server, per participating client
+    server_memory: float  # vectors kept by the server
+    client_memory: float  # vectors kept by each client between rounds
+
+
+@dataclass(frozen=True)
+class Algorithm(abc.ABC):
+    """Base class: the hyperparameters every local-update algorithm shares."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str] = ""
+    # Set by aliases that exist for naming only (e.g. SG-FOCUS is FOCUS fed stochastic
+    # gradients); figures that show every algorithm skip them.
+    alias_of: ClassVar[str | None] = None
+
+    lr: float = 1e-3
+    local_steps: int = 1
+
+    def __post_init__(self) -> None:
+        self._check_positive("lr", self.lr)
+        if not isinstance(self.local_steps, int) or self.local_steps < 1:
+            raise ConfigError(f"{self.name}: local_steps must be an integer >= 1, got {self.local_steps}")
+        self.validate()
+
+    def validate(self) -> None:
+        """Subclasses check their own fields here (raise ConfigError)."""
+
+    def _check_positive(self, field: str, value: float) -> None:
+        if not (isinstance(value, (int, float)) and value > 0 and value == value and value != float("inf")):
+            raise ConfigError(f"{self.name}: {field} must be a positive number, got {value!r}")
+
+    # -- protocol ----------------------------------------------------------------------------
+    def prepare(self, problem: Any, participation: Any) -> "Algorithm":
+        """Resolve hyperparameters that depend on the run (e.g. known participation rates).
+
+        Returns a new object; the default has nothing to resolve."""
+        return self
+
+    @abc.abstractmethod
+    def init(self, x0: torch.Tensor, num_clients: int) -> State:
+        """Initial state for the model x0 [d] and N clients."""
+
+    @abc.abstractmethod
+    def client_round(
+        self, server: Any, clients: Any, oracle: GradientFn, ctx: RoundContext
+    ) -> tuple[Any, Any]:
+        """Local work of the active clients (stacked): returns (new client rows, message)."""
+
+    @abc.abstractmethod
+    def server_round(self, server: Any, message: Any, ctx: RoundContext) -> Any:
+        """Aggregate the stacked messages of the active clients into the new server state."""
+
+    def client_finish(self, server: Any, clients: Any, ctx: RoundContext) -> Any:
+        """Active clients' rows after the server step; default: unchanged."""
+        return clients
+
+    def model(self, state: State) -> torch.Tensor:
+        """The server model that is evaluated (default: ``state.server.x``)."""
+        return state.server.x
+
+    @abc.abstractmethod
+    def communication(self) -> Communication:
+        """Vectors per participating client and persistent memory of this algorithm."""
+
+    # -- helpers -----------------------------------------------------------------------------
+    def hyperparameters(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def describe(self) -> dict[str, Any]:
+        params = {}
+        for key, value in self.hyperparameters().items():
+            params[key] = list(value) if isinstance(value, tuple) else value
+        return {"name": self.name, **params}
+
+
+def broadcast(vector: torch.Tensor, n: int) -> torch.Tensor:
+    """The server vector [d] as a stack of n client copies [n, d] (a view, no copy)."""
+    return vector.expand(n, *vector.shape)

@@ -1,0 +1,112 @@
+"""FedAvg with local SGD and a server step size (McMahan et al., 2017).
+
+As written in ALGORITHMS.md section 2 (FOCUS paper, section 3): every active client pulls x_r
+and takes tau steps z = z - eta * grad f_i(z); the server moves along the average update
+    x_{r+1} = x_r + gamma * sum_{i in S_r} w_i (z_i - x_r)
+with weights
+    "active":  w_i = 1/|S_r|         (plain model averaging when gamma = 1)
+    "all":     w_i = 1/N
+    "known_p": w_i = 1/(N p_i)       (unbiased when the participation rates p_i are known)
+An empty round leaves x unchanged. Under non-uniform participation the "active" weighting
+drives x towards argmin sum_i q_i f_i with q_i = E[1{i in S}/|S|] instead of the minimizer of
+F (FOCUS paper, Theorem 3), and local steps add client drift.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+
+from ..errors import ConfigError
+from .base import Algorithm, Communication, RoundContext, State, broadcast
+
+WEIGHTINGS = ("active", "all", "known_p")
+
+
+class ModelServer(NamedTuple):
+    x: torch.Tensor  # [d]
+
+
+class NoClientState(NamedTuple):
+    """FedAvg clients keep nothing between rounds (an empty [N, 0] placeholder)."""
+
+    empty: torch.Tensor
+
+
+class ModelDelta(NamedTuple):
+    delta: torch.Tensor  # [n, d] z_i - x_r
+
+
+def local_sgd(x: torch.Tensor, n: int, oracle, lr: float, steps: int) -> torch.Tensor:
+    """tau plain local gradient steps from x for n clients at once: returns z [n, d]."""
+    z = broadcast(x, n)
+    for step in range(steps):
+        z = z - lr * oracle(z, step)
+    return z
+
+
+def no_client_state(x0: torch.Tensor, num_clients: int) -> NoClientState:
+    return NoClientState(empty=x0.new_zeros((num_clients, 0)))
+
+
+@dataclass(frozen=True)
+class FedAvg(Algorithm):
+    name = "fedavg"
+    summary = "local SGD + model averaging; biased under non-uniform participation"
+
+    server_lr: float = 1.0
+    weighting: str = "active"
+    # Participation rates for weighting="known_p"; filled from the participation process's
+    # nominal rates by prepare() when not given.
+    p: tuple[float, ...] | None = None
+
+    def validate(self) -> None:
+        self._check_positive("server_lr", self.server_lr)
+        if self.weighting not in WEIGHTINGS:
+            raise ConfigError(
+                f"fedavg: weighting must be one of {', '.join(WEIGHTINGS)}, got {self.weighting!r}"
+            )
+        if self.p is not None:
+            if any(not 0 < float(v) <= 1 for v in self.p):
+                raise ConfigError("fedavg: every p must be in (0, 1]")
+            object.__setattr__(self, "p", tuple(float(v) for v in self.p))
+
+    def prepare(self, problem, participation) -> "FedAvg":
+        if self.weighting != "known_p":
+            return self
+        p = self.p
+        if p is None:
+            nominal = participation.nominal_p() if participation is not None else None
+            if nominal is None:
+                raise ConfigError("fedavg: weighting=known_p needs p, and the participation process has no nominal rates")
+            p = tuple(float(v) for v in nominal)
+        if len(p) != problem.num_clients:
+            raise ConfigError(f"fedavg: p has {len(p)} entries for {problem.num_clients} clients")
+        return FedAvg(**{**self.hyperparameters(), "p": p})
+
+    def init(self, x0, num_clients):
+        return State(ModelServer(x=x0.clone()), no_client_state(x0, num_clients))
+
+    def client_round(self, server, clients, oracle, ctx):
+        z = local_sgd(server.x, ctx.active.numel(), oracle, self.lr, self.local_steps)
+        return clients, ModelDelta(delta=z - server.x)
+
+    def _weights(self, ctx: RoundContext, like: torch.Tensor) -> torch.Tensor:
+        n = ctx.active.numel()
+        if self.weighting == "active":
+            return like.new_full((n,), 1.0 / n)
+        if self.weighting == "all":
+            return like.new_full((n,), 1.0 / ctx.num_clients)
+        p = like.new_tensor(self.p).index_select(0, ctx.active)
+        return 1.0 / (ctx.num_clients * p)
+
+    def server_round(self, server, message, ctx):
+        if ctx.active.numel() == 0:
+            return server
+        weights = self._weights(ctx, message.delta)
+        step = (weights[:, None] * message.delta).sum(0)
+        return ModelServer(x=server.x + self.server_lr * step)
+
+    def communication(self):
+        return Communication(down=1, up=1, server_memory=1, client_memory=0)

@@ -1,0 +1,45 @@
+"""The per-client reference loop: one client at a time, in plain Python.
+
+It runs the same algorithm object as the vectorized engine but never batches clients: each
+active client gets its own one-row state, its own gradient oracle and its own call of the
+client round, and the messages are stacked only for the server. Tests compare the two engines
+(they must agree to rounding error) and benchmarks use this loop as the baseline.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..algorithms.base import Algorithm, RoundContext, State
+from ..problems.base import Problem
+from .tree import concat_rows, gather_rows, scatter_rows
+
+
+def reference_round(
+    algorithm: Algorithm, state: State, problem: Problem, active: torch.Tensor, round_: int, seed: int
+) -> State:
+    ctx = RoundContext(round=round_, active=active, num_clients=problem.num_clients)
+    if active.numel() == 0:
+        # Nobody computes; the server still gets an (empty) message of the right shape.
+        _, message = algorithm.client_round(
+            state.server, gather_rows(state.clients, active), problem.oracle(active, seed=seed, round=round_), ctx
+        )
+        server = algorithm.server_round(state.server, message, ctx)
+        return State(server, state.clients)
+
+    client_rows, messages = [], []
+    for client in active.tolist():
+        one = torch.tensor([client], device=active.device)
+        one_ctx = RoundContext(round=round_, active=one, num_clients=problem.num_clients)
+        oracle = problem.oracle(one, seed=seed, round=round_)
+        rows, message = algorithm.client_round(state.server, gather_rows(state.clients, one), oracle, one_ctx)
+        client_rows.append(rows)
+        messages.append(message)
+    server = algorithm.server_round(state.server, concat_rows(messages), ctx)
+
+    clients = state.clients
+    for client, rows in zip(active.tolist(), client_rows):
+        one = torch.tensor([client], device=active.device)
+        one_ctx = RoundContext(round=round_, active=one, num_clients=problem.num_clients)
+        rows = algorithm.client_finish(server, rows, one_ctx)
+        clients = scatter_rows(clients, one, rows)
+    return State(server, clients)

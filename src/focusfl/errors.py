@@ -1,0 +1,17 @@
+"""Domain exceptions: each carries a one-line reason that the CLI prints without a traceback."""
+
+
+class FocusflError(Exception):
+    """Base class of every error focusfl raises on purpose."""
+
+
+class ConfigError(FocusflError, ValueError):
+    """A name, key or value given by the user is not valid."""
+
+
+class DataError(FocusflError):
+    """Input data (a trace, a dataset file) is missing or unreadable."""
+
+
+class DivergenceError(FocusflError):
+    """A run produced NaN or Inf."""

@@ -1,0 +1,139 @@
+"""One experiment run: a resolved configuration, built objects, and its output folder."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import __version__
+from ..algorithms import make_algorithm
+from ..engine import RunResult, simulate
+from ..errors import ConfigError
+from ..participation import make_participation
+from ..problems import make_problem
+from .outputs import output_folder, write_csv, write_json
+from .plots import plot_curve
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+@dataclass
+class RunConfig:
+    """Everything a run needs; ``resolved()`` is what config.json stores for a rerun."""
+
+    algorithm: str | dict
+    problem: str | dict = "ridge"
+    participation: str | dict = "full"
+    rounds: int = 100
+    local_steps: int | None = None
+    lr: float | None = None
+    seed: int = 0
+    dtype: str = "float64"
+    device: str = "cpu"
+    engine: str = "vectorized"
+    eval_every: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class BuiltRun:
+    config: RunConfig
+    algorithm: Any
+    problem: Any
+    participation: Any
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device 'cuda' asked for, but torch sees no CUDA device")
+    try:
+        return torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"unknown device {name!r} (use cpu or cuda)") from None
+
+
+def build(config: RunConfig) -> BuiltRun:
+    """Validate and construct everything before anything runs or is written."""
+    if config.dtype not in DTYPES:
+        raise ConfigError(f"dtype must be float32 or float64, got {config.dtype!r}")
+    if config.rounds < 1:
+        raise ConfigError(f"rounds must be >= 1, got {config.rounds}")
+    if config.eval_every < 1:
+        raise ConfigError(f"eval_every must be >= 1, got {config.eval_every}")
+    device = resolve_device(config.device)
+    problem = make_problem(config.problem, dtype=DTYPES[config.dtype], device=str(device))
+    algorithm = make_algorithm(config.algorithm, lr=config.lr, local_steps=config.local_steps)
+    participation = make_participation(config.participation, problem.num_clients, seed=config.seed)
+    return BuiltRun(config, algorithm, problem, participation)
+
+
+def resolved_config(built: BuiltRun) -> dict[str, Any]:
+    """config.json: resolved defaults of every part, the seed and the version."""
+    cfg = built.config
+    return {
+        "focusfl_version": __version__,
+        "algorithm": built.algorithm.describe(),
+        "problem": built.problem.describe(),
+        "participation": built.participation.describe(),
+        "rounds": cfg.rounds,
+        "seed": cfg.seed,
+        "dtype": cfg.dtype,
+        "device": cfg.device,
+        "engine": cfg.engine,
+        "eval_every": cfg.eval_every,
+    }
+
+
+def config_from_json(data: dict[str, Any]) -> RunConfig:
+    keys = ("algorithm", "problem", "participation", "rounds", "seed", "dtype", "device", "engine", "eval_every")
+    missing = [k for k in keys if k not in data]
+    if missing:
+        raise ConfigError(f"config file lacks {missing[0]!r}")
+    return RunConfig(**{k: data[k] for k in keys})
+
+
+def execute(built: BuiltRun, *, progress: bool = False) -> RunResult:
+    cfg = built.config
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=cfg.rounds, desc=built.algorithm.name, unit="round", disable=None, leave=False)
+
+    def show(row: dict) -> None:
+        if bar is not None:
+            key = "rel_error" if "rel_error" in row else "loss"
+            bar.set_postfix({key: f"{row[key]:.3e}"}, refresh=False)
+
+    try:
+        return simulate(
+            built.algorithm,
+            built.problem,
+            built.participation,
+            cfg.rounds,
+            seed=cfg.seed,
+            engine=cfg.engine,
+            eval_every=cfg.eval_every,
+            on_row=show,
+            progress=bar,
+        )
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def run_to_folder(config: RunConfig, out: str | Path, *, progress: bool = False) -> RunResult:
+    """Build, run and write metrics.csv, config.json and curve.png into ``out``."""
+    built = build(config)
+    with output_folder(out) as scratch:
+        result = execute(built, progress=progress)
+        write_csv(scratch / "metrics.csv", result.rows)
+        info = resolved_config(built)
+        if result.diverged_at is not None:
+            info["diverged_at_round"] = result.diverged_at
+        write_json(scratch / "config.json", info)
+        title = f"{built.algorithm.name} on {built.problem.name}, {built.participation.name} participation"
+        plot_curve(result.rows, scratch / "curve.png", title)
+    return result

@@ -1,0 +1,32 @@
+"""Problems: convex benchmarks with known optima, and (see nn.py) neural networks."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..errors import ConfigError
+from ..spec import parse_spec, take_params
+from .base import Problem, relative_error
+from .linear import Logistic, Ridge
+
+PROBLEMS: dict[str, type] = {"ridge": Ridge, "logistic": Logistic}
+
+
+def available_problems() -> list[str]:
+    return sorted(PROBLEMS)
+
+
+def make_problem(
+    spec: str | dict, *, dtype: torch.dtype = torch.float64, device: str = "cpu"
+) -> Problem:
+    """Build a problem from ``"ridge:dim=50,clients=16"`` or its describe() dict."""
+    name, params = parse_spec(spec)
+    if name not in PROBLEMS:
+        raise ConfigError(f"unknown problem {name!r} (known: {', '.join(available_problems())})")
+    cls = PROBLEMS[name]
+    params = take_params(f"problem {name!r}", params, cls.defaults)
+    return cls(dtype=dtype, device=device, **params)
+
+
+__all__ = ["Problem", "PROBLEMS", "make_problem", "available_problems", "relative_error"]

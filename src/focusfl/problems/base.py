@@ -1,0 +1,96 @@
+"""The Problem protocol: what an algorithm needs from an optimization problem.
+
+A problem owns the model structure and the clients' data. Algorithms see only flat
+parameter vectors: a stack ``[n, d]`` of points, one row per active client.
+
+Objective (ALGORITHMS.md section 0): F(x) = (1/N) sum_i f_i(x), clients weighted equally.
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
+
+import torch
+
+GradientFn = Callable[[torch.Tensor, int], torch.Tensor]
+"""``oracle(z, step) -> grads``: gradients of the bound clients at the stack ``z`` [n, d].
+
+``step`` indexes the local step inside the round; stochastic problems key the minibatch on
+(seed, round, client, step), so the same call gives the same draw in every engine."""
+
+
+class Problem(abc.ABC):
+    """A federated objective with per-client gradients for stacks of points."""
+
+    name: ClassVar[str]
+    num_clients: int
+    dim: int
+    dtype: torch.dtype
+    device: torch.device
+    batch: int | None = None  # minibatch size; None = exact (full-batch) gradients
+
+    @abc.abstractmethod
+    def client_gradients(
+        self, x: torch.Tensor, clients: torch.Tensor, *, seed: int, round: int, step: int
+    ) -> torch.Tensor:
+        """Gradients of f_{clients[k]} at x[k]: ``[n, d]`` for ``x`` [n, d] and ``clients`` [n]."""
+
+    def oracle(self, clients: torch.Tensor, *, seed: int, round: int) -> GradientFn:
+        """Gradient function bound to one round's active clients.
+
+        Subclasses may gather per-client data once here instead of at every local step.
+        """
+
+        def gradients(z: torch.Tensor, step: int) -> torch.Tensor:
+            return self.client_gradients(z, clients, seed=seed, round=round, step=step)
+
+        return gradients
+
+    @abc.abstractmethod
+    def loss(self, x: torch.Tensor) -> torch.Tensor:
+        """Global objective F(x) for one point ``x`` [d] (a 0-d tensor)."""
+
+    @abc.abstractmethod
+    def gradient(self, x: torch.Tensor) -> torch.Tensor:
+        """Exact global gradient of F at ``x`` [d]."""
+
+    @property
+    def x_star(self) -> torch.Tensor | None:
+        """The exact minimizer of F when known, else None."""
+        return None
+
+    def initial_point(self) -> torch.Tensor:
+        """The common starting model x_0 (zeros unless a problem says otherwise)."""
+        return torch.zeros(self.dim, dtype=self.dtype, device=self.device)
+
+    def metrics(self, x: torch.Tensor) -> dict[str, float]:
+        """The evaluation row for the server model x: loss, grad_norm, rel_error (if x* known)."""
+        row = {
+            "loss": float(self.loss(x)),
+            "grad_norm": float(torch.linalg.vector_norm(self.gradient(x))),
+        }
+        x_star = self.x_star
+        if x_star is not None:
+            row["rel_error"] = relative_error(x, x_star)
+        return row
+
+    @abc.abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """``{"name": ..., **parameters}``: enough to rebuild the problem (JSON-serialisable)."""
+
+
+def relative_error(x: torch.Tensor, x_star: torch.Tensor) -> float:
+    """||x - x*|| / ||x*|| (absolute error when x* = 0)."""
+    scale = float(torch.linalg.vector_norm(x_star))
+    err = float(torch.linalg.vector_norm(x - x_star))
+    return err / scale if scale > 0 else err
+
+
+@dataclass(frozen=True)
+class ClientData:
+    """Per-client samples stacked with padding: features [N, m, d], targets [N, m], sizes [N]."""
+
+    features: torch.Tensor
+    targets: torch.Tensor
+    sizes: torch.Tensor
