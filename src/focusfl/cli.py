@@ -45,6 +45,8 @@ def _add_run(sub) -> None:
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--engine", choices=["vectorized", "reference"], default="vectorized")
     p.add_argument("--eval-every", type=_positive_int, default=1, help="evaluate every E rounds")
+    p.add_argument("--schedule", choices=["constant", "sqrt"], default="constant",
+                   help="step-size schedule: constant, or sqrt = eta/sqrt(r/10+1)")
     p.add_argument("--config", help="rerun from a config.json written by an earlier run")
     p.add_argument("--out", help="output folder (default runs/ALGORITHM)")
     p.set_defaults(handler=_cmd_run)
@@ -67,6 +69,7 @@ def _cmd_run(args) -> int:
             algorithm=args.algorithm, problem=args.problem, participation=args.participation,
             rounds=args.rounds, local_steps=args.local_steps, lr=args.lr, seed=args.seed,
             dtype=args.dtype, device=args.device, engine=args.engine, eval_every=args.eval_every,
+            schedule=args.schedule,
         )
     out = args.out or f"runs/{str(config.algorithm).split(':')[0] if isinstance(config.algorithm, str) else config.algorithm['name']}"
     result = run_to_folder(config, out, progress=True)

@@ -43,6 +43,9 @@ class RoundContext(NamedTuple):
     round: int
     active: torch.Tensor  # int64 [n], sorted client indices of S_r
     num_clients: int
+    # Multiplies every step size of this round (1.0 = constant steps); engines set it from a
+    # step-size schedule such as eta_r = eta / sqrt(r/10 + 1).
+    lr_scale: float = 1.0
 
 
 class Communication(NamedTuple):

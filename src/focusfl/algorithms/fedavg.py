@@ -89,7 +89,7 @@ class FedAvg(Algorithm):
         return State(ModelServer(x=x0.clone()), no_client_state(x0, num_clients))
 
     def client_round(self, server, clients, oracle, ctx):
-        z = local_sgd(server.x, ctx.active.numel(), oracle, self.lr, self.local_steps)
+        z = local_sgd(server.x, ctx.active.numel(), oracle, self.lr * ctx.lr_scale, self.local_steps)
         return clients, ModelDelta(delta=z - server.x)
 
     def _weights(self, ctx: RoundContext, like: torch.Tensor) -> torch.Tensor:

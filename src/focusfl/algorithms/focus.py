@@ -62,19 +62,20 @@ class Focus(Algorithm):
         z = broadcast(server.x, n)
         u = torch.zeros_like(z)
         g_prev = clients.g_prev
+        lr = self.lr * ctx.lr_scale
         for step in range(self.local_steps):
             grad = oracle(z, step)
             u = u + grad - g_prev
             g_prev = grad
             if step < self.local_steps - 1:
-                z = z - self.lr * u
+                z = z - lr * u
         return FocusClients(g_prev=g_prev), FocusMessage(u=u)
 
     def server_round(self, server: FocusServer, message: FocusMessage, ctx: RoundContext):
         if self.skip_empty and ctx.active.numel() == 0:
             return server
         y = server.y + message.u.sum(0)
-        return FocusServer(x=server.x - self.lr * y, y=y)
+        return FocusServer(x=server.x - self.lr * ctx.lr_scale * y, y=y)
 
     def communication(self) -> Communication:
         return Communication(down=1, up=1, server_memory=2, client_memory=1)

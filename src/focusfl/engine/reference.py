@@ -15,9 +15,15 @@ from .tree import concat_rows, gather_rows, scatter_rows
 
 
 def reference_round(
-    algorithm: Algorithm, state: State, problem: Problem, active: torch.Tensor, round_: int, seed: int
+    algorithm: Algorithm,
+    state: State,
+    problem: Problem,
+    active: torch.Tensor,
+    round_: int,
+    seed: int,
+    lr_scale: float = 1.0,
 ) -> State:
-    ctx = RoundContext(round=round_, active=active, num_clients=problem.num_clients)
+    ctx = RoundContext(round=round_, active=active, num_clients=problem.num_clients, lr_scale=lr_scale)
     if active.numel() == 0:
         # Nobody computes; the server still gets an (empty) message of the right shape.
         _, message = algorithm.client_round(
@@ -29,7 +35,7 @@ def reference_round(
     client_rows, messages = [], []
     for client in active.tolist():
         one = torch.tensor([client], device=active.device)
-        one_ctx = RoundContext(round=round_, active=one, num_clients=problem.num_clients)
+        one_ctx = RoundContext(round=round_, active=one, num_clients=problem.num_clients, lr_scale=lr_scale)
         oracle = problem.oracle(one, seed=seed, round=round_)
         rows, message = algorithm.client_round(state.server, gather_rows(state.clients, one), oracle, one_ctx)
         client_rows.append(rows)
@@ -39,7 +45,7 @@ def reference_round(
     clients = state.clients
     for client, rows in zip(active.tolist(), client_rows):
         one = torch.tensor([client], device=active.device)
-        one_ctx = RoundContext(round=round_, active=one, num_clients=problem.num_clients)
+        one_ctx = RoundContext(round=round_, active=one, num_clients=problem.num_clients, lr_scale=lr_scale)
         rows = algorithm.client_finish(server, rows, one_ctx)
         clients = scatter_rows(clients, one, rows)
     return State(server, clients)

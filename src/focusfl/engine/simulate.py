@@ -17,6 +17,18 @@ from .vectorized import vectorized_round
 ENGINES: dict[str, Callable] = {"vectorized": vectorized_round, "reference": reference_round}
 
 
+def constant_schedule(round_: int) -> float:
+    return 1.0
+
+
+def sqrt_decay_schedule(round_: int) -> float:
+    """eta_r = eta / sqrt(r/10 + 1), the decaying schedule of the FOCUS paper's experiments."""
+    return 1.0 / math.sqrt(round_ / 10 + 1)
+
+
+SCHEDULES: dict[str, Callable[[int], float]] = {"constant": constant_schedule, "sqrt": sqrt_decay_schedule}
+
+
 @dataclass
 class RunResult:
     """Evaluated rows (one dict per evaluated round), the final state, and how it ended."""
@@ -45,6 +57,7 @@ def simulate(
     start_round: int = 0,
     on_row: Callable[[dict], None] | None = None,
     progress=None,
+    schedule: str | Callable[[int], float] = "constant",
 ) -> RunResult:
     """Simulate ``rounds`` rounds and evaluate the server model every ``eval_every`` rounds.
 
@@ -53,6 +66,7 @@ def simulate(
     continues exactly as the uninterrupted run would. Rows carry ``round`` (rounds completed),
     ``active`` (participants of the last round), cumulative ``comm_down``/``comm_up`` (floats
     sent per direction) and the problem's metrics. A non-finite model stops the run.
+    ``schedule`` maps the round to a factor on every step size ("constant" or "sqrt").
     """
     if engine not in ENGINES:
         raise ConfigError(f"unknown engine {engine!r} (known: {', '.join(ENGINES)})")
@@ -63,6 +77,10 @@ def simulate(
     if rounds < 0 or eval_every < 1:
         raise ConfigError("rounds must be >= 0 and eval_every >= 1")
     step_round = ENGINES[engine]
+    if isinstance(schedule, str):
+        if schedule not in SCHEDULES:
+            raise ConfigError(f"unknown step-size schedule {schedule!r} (known: {', '.join(SCHEDULES)})")
+        schedule = SCHEDULES[schedule]
     algorithm = algorithm.prepare(problem, participation)
     if state is None:
         state = algorithm.init(problem.initial_point(), problem.num_clients)
@@ -96,7 +114,7 @@ def simulate(
         return result
     for offset, active in enumerate(actives):
         r = start_round + offset
-        result.state = step_round(algorithm, result.state, problem, active, r, seed)
+        result.state = step_round(algorithm, result.state, problem, active, r, seed, schedule(r))
         result.rounds_done = r + 1
         floats_down += active.numel() * comm.down * problem.dim
         floats_up += active.numel() * comm.up * problem.dim

@@ -14,9 +14,15 @@ from .tree import gather_rows, scatter_rows
 
 
 def vectorized_round(
-    algorithm: Algorithm, state: State, problem: Problem, active: torch.Tensor, round_: int, seed: int
+    algorithm: Algorithm,
+    state: State,
+    problem: Problem,
+    active: torch.Tensor,
+    round_: int,
+    seed: int,
+    lr_scale: float = 1.0,
 ) -> State:
-    ctx = RoundContext(round=round_, active=active, num_clients=problem.num_clients)
+    ctx = RoundContext(round=round_, active=active, num_clients=problem.num_clients, lr_scale=lr_scale)
     oracle = problem.oracle(active, seed=seed, round=round_)
     rows = gather_rows(state.clients, active)
     rows, message = algorithm.client_round(state.server, rows, oracle, ctx)

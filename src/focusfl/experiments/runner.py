@@ -34,6 +34,7 @@ class RunConfig:
     device: str = "cpu"
     engine: str = "vectorized"
     eval_every: int = 1
+    schedule: str = "constant"
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -83,6 +84,7 @@ def resolved_config(built: BuiltRun) -> dict[str, Any]:
         "device": cfg.device,
         "engine": cfg.engine,
         "eval_every": cfg.eval_every,
+        "schedule": cfg.schedule,
     }
 
 
@@ -91,7 +93,8 @@ def config_from_json(data: dict[str, Any]) -> RunConfig:
     missing = [k for k in keys if k not in data]
     if missing:
         raise ConfigError(f"config file lacks {missing[0]!r}")
-    return RunConfig(**{k: data[k] for k in keys})
+    optional = {k: data[k] for k in ("schedule",) if k in data}
+    return RunConfig(**{k: data[k] for k in keys}, **optional)
 
 
 def execute(built: BuiltRun, *, progress: bool = False) -> RunResult:
@@ -118,6 +121,7 @@ def execute(built: BuiltRun, *, progress: bool = False) -> RunResult:
             eval_every=cfg.eval_every,
             on_row=show,
             progress=bar,
+            schedule=cfg.schedule,
         )
     finally:
         if bar is not None:
