@@ -1,0 +1,223 @@
+"""The participation-process protocol, its row cache, and the parameter checks shared by processes.
+
+A process answers "which clients take part in round r" (the set S_r) deterministically from a seed.
+Runs are resumed and replayed by round index, so ``mask(R)[:R0]`` must equal ``mask(R0)``: every
+process here draws round r from its own random stream (or, for the Markov chain, computes forward
+from round 0), never from a generator whose state depends on how many rounds were asked before.
+"""
+from __future__ import annotations
+
+import abc
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..errors import ConfigError
+
+# Stream of the per-client parameters (p_i, q_i, rho_i). Shared by every process on purpose:
+# bernoulli, sine and markov built with the same seed get the same default p_i, so they differ
+# only in how the coins are correlated over time, not in their marginals.
+PARAM_STREAM = 7_000
+
+# Number of rounds computed ahead when a single round is asked for; keeps ``active(r)`` in a
+# round loop amortised O(1) instead of re-growing the cache one row at a time.
+_CHUNK = 256
+
+
+def round_rng(seed: int, stream: int, r: int, *extra: int) -> np.random.Generator:
+    """Generator of round ``r``: independent of every other round, so rounds can be drawn in any order."""
+    return np.random.default_rng(np.random.SeedSequence([seed, stream, r, *extra]))
+
+
+def param_rng(seed: int, *sub: int) -> np.random.Generator:
+    """Generator of the per-client parameters; separate from the round streams.
+
+    ``sub`` picks an independent sub-stream, for parameters that must not be tied to the rate
+    preset drawn from the main one (weighted's q).
+    """
+    return np.random.default_rng(np.random.SeedSequence([seed, PARAM_STREAM, *sub]))
+
+
+class ParticipationProcess(abc.ABC):
+    """A random (or fixed) sequence of active client sets S_0, S_1, ...
+
+    Subclasses implement :meth:`_rows` (rows ``start..stop-1`` of the mask, always asked in order,
+    contiguous with what is cached), :meth:`nominal_p` and :meth:`_params`. The base class caches the
+    longest mask computed so far, which is what makes sequential processes (Markov) cheap to query
+    round by round.
+    """
+
+    name: ClassVar[str]
+
+    def __init__(self, num_clients: int, seed: int = 0) -> None:
+        self.num_clients = check_num_clients(num_clients)
+        self.seed = check_seed(seed)
+        self._buf = np.zeros((0, self.num_clients), dtype=bool)
+        self._len = 0
+
+    # -- protocol ---------------------------------------------------------------------------
+    def mask(self, rounds: int) -> np.ndarray:
+        """Bool array ``[rounds, num_clients]``; row r is the indicator of S_r (a fresh copy)."""
+        rounds = _check_rounds(rounds)
+        self._ensure(rounds)
+        return self._buf[:rounds].copy()
+
+    def active(self, r: int) -> np.ndarray:
+        """Sorted int64 indices of the clients in S_r."""
+        r = _check_round(r)
+        if r >= self._len:
+            self._ensure(max(r + 1, self._len + _CHUNK))
+        return np.flatnonzero(self._buf[r]).astype(np.int64)
+
+    @abc.abstractmethod
+    def nominal_p(self) -> np.ndarray | None:
+        """Long-run marginal P(i in S) per client (float64 ``[N]``), or None when unknown."""
+
+    def describe(self) -> dict[str, Any]:
+        """``{"name": ..., **resolved params}``; feeding it to ``make_participation`` rebuilds the process."""
+        return {"name": self.name, **self._params()}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(num_clients={self.num_clients}, seed={self.seed})"
+
+    # -- for subclasses ---------------------------------------------------------------------
+    @abc.abstractmethod
+    def _rows(self, start: int, stop: int) -> np.ndarray:
+        """Bool rows ``start..stop-1`` of the mask; ``start`` equals the number of cached rows."""
+
+    @abc.abstractmethod
+    def _params(self) -> dict[str, Any]:
+        """Resolved, JSON-serialisable parameters (lists, not arrays)."""
+
+    def _last_row(self) -> np.ndarray | None:
+        """Last cached row (None before round 0); what a sequential process continues from."""
+        return self._buf[self._len - 1] if self._len else None
+
+    # -- cache ------------------------------------------------------------------------------
+    def _ensure(self, rounds: int) -> None:
+        """Make sure rows ``0..rounds-1`` are cached, growing the buffer geometrically."""
+        if rounds <= self._len:
+            return
+        rows = np.asarray(self._rows(self._len, rounds), dtype=bool)
+        if rows.shape != (rounds - self._len, self.num_clients):
+            raise AssertionError(f"{self.name}: _rows returned shape {rows.shape}")
+        if rounds > self._buf.shape[0]:
+            grown = np.zeros((max(rounds, 2 * self._buf.shape[0]), self.num_clients), dtype=bool)
+            grown[: self._len] = self._buf[: self._len]
+            self._buf = grown
+        self._buf[self._len : rounds] = rows
+        self._len = rounds
+
+
+class MemorylessProcess(ParticipationProcess):
+    """A process whose round r depends only on (seed, r): each round has its own random stream."""
+
+    STREAM: ClassVar[int]
+
+    def _rows(self, start: int, stop: int) -> np.ndarray:
+        out = np.zeros((stop - start, self.num_clients), dtype=bool)
+        for k, r in enumerate(range(start, stop)):
+            out[k] = self._draw_round(r)
+        return out
+
+    @abc.abstractmethod
+    def _draw_round(self, r: int) -> np.ndarray:
+        """Bool row of round ``r``, drawn from ``round_rng(seed, STREAM, r)``."""
+
+
+# -- parameter checks (one-line ConfigErrors) -------------------------------------------------
+def check_num_clients(n: Any) -> int:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ConfigError(f"number of clients must be a positive integer, got {n!r}")
+    return int(n)
+
+
+def check_seed(seed: Any) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
+    return int(seed)
+
+
+def _check_rounds(rounds: Any) -> int:
+    if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)) or rounds < 0:
+        raise ConfigError(f"rounds must be a non-negative integer, got {rounds!r}")
+    return int(rounds)
+
+
+def _check_round(r: Any) -> int:
+    if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or r < 0:
+        raise ConfigError(f"round index must be a non-negative integer, got {r!r}")
+    return int(r)
+
+
+def check_int(where: str, key: str, value: Any, lo: int, hi: int | None = None) -> int:
+    """An integer in ``[lo, hi]`` (floats that are whole numbers are accepted, as from a CLI)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ConfigError(f"{where}: {key}={value!r} is not an integer")
+    if value < lo or (hi is not None and value > hi):
+        bound = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise ConfigError(f"{where}: {key}={value} must be {bound}")
+    return int(value)
+
+
+def check_real(where: str, key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ConfigError(f"{where}: {key}={value!r} is not a number")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ConfigError(f"{where}: {key}={value} is not finite")
+    return value
+
+
+def per_client(where: str, key: str, value: Any, n: int) -> np.ndarray:
+    """A scalar broadcast to all clients, or a list of exactly ``n`` numbers, as float64 ``[n]``."""
+    if isinstance(value, (list, tuple, np.ndarray)):
+        values = [check_real(where, key, v) for v in np.asarray(value, dtype=object).ravel()]
+        if len(values) != n:
+            raise ConfigError(f"{where}: {key} has {len(values)} values, expected 1 or {n} (one per client)")
+        return np.array(values, dtype=np.float64)
+    return np.full(n, check_real(where, key, value), dtype=np.float64)
+
+
+def check_probabilities(where: str, key: str, p: np.ndarray) -> np.ndarray:
+    """Every p_i in (0, 1]: a client with p_i = 0 would never be seen, which no method can handle."""
+    bad = np.flatnonzero(~((p > 0) & (p <= 1)))
+    if bad.size:
+        i = int(bad[0])
+        raise ConfigError(f"{where}: {key}[{i}]={p[i]:g} is outside (0, 1]")
+    return p
+
+
+def to_list(a: np.ndarray) -> list:
+    """Python floats for JSON (``ndarray.tolist`` already gives Python scalars)."""
+    return np.asarray(a, dtype=np.float64).tolist()
+
+
+def default_rate_preset(seed: int, n: int) -> np.ndarray:
+    """FOCUS reference p_i: U(0.1, 0.3) for 90% of clients, U(0.1, 0.9) for the other 10%.
+
+    The 10% (``round(0.1 * n)``, half rounding up) are chosen at random. All draws are made every
+    time, in a fixed order, so that later parameters from the same stream (Markov's rho) do not
+    depend on whether p was given by the user.
+    """
+    rng = param_rng(seed)
+    return rate_preset(rng, n)
+
+
+def rate_preset(rng: np.random.Generator, n: int) -> np.ndarray:
+    low = rng.uniform(0.1, 0.3, size=n)
+    high = rng.uniform(0.1, 0.9, size=n)
+    chosen = rng.permutation(n)[: int(math.floor(0.1 * n + 0.5))]
+    p = low.copy()
+    p[chosen] = high[chosen]
+    return p
+
+
+def resolve_rates(where: str, seed: int, n: int, p: Any) -> np.ndarray:
+    """p from the user (scalar or list, checked in (0, 1]) or, when unset, the FOCUS preset."""
+    if p is None:
+        return default_rate_preset(seed, n)
+    return check_probabilities(where, "p", per_client(where, "p", p, n))

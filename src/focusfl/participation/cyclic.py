@@ -1,0 +1,89 @@
+"""Cyclic participation (FedSUM cases 3 and 4): clients in E groups, one group per round.
+
+Every client is seen exactly once per epoch of E rounds, so delays are bounded (tau(r) = E - 1
+once every client has been seen for the fixed order) while the set is never a random sample:
+the opposite extreme to independent coins.
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..errors import ConfigError
+from .base import ParticipationProcess, check_int, round_rng
+
+
+def group_labels(order: np.ndarray, groups: int) -> np.ndarray:
+    """Group of each client when ``order`` is cut into ``groups`` contiguous near-equal pieces.
+
+    Sizes follow ``np.array_split``: the first ``N mod E`` groups have one client more.
+    """
+    n = order.size
+    sizes = np.full(groups, n // groups)
+    sizes[: n % groups] += 1
+    labels = np.empty(n, dtype=np.int64)
+    labels[order] = np.repeat(np.arange(groups), sizes)
+    return labels
+
+
+def _check_groups(where: str, groups: Any, n: int) -> int:
+    if isinstance(groups, (int, np.integer)) and not isinstance(groups, bool) and groups > n:
+        raise ConfigError(f"{where}: groups={groups} is more than the {n} clients (a group would be empty)")
+    return check_int(where, "groups", groups, 1, n)
+
+
+class CyclicParticipation(ParticipationProcess):
+    """Clients 0..N-1 split into E contiguous groups; round r activates group r mod E."""
+
+    name: ClassVar[str] = "cyclic"
+    DEFAULTS: ClassVar[dict[str, Any]] = {"groups": 4}
+
+    def __init__(self, num_clients: int, seed: int = 0, groups: int = 4) -> None:
+        super().__init__(num_clients, seed)
+        self.groups = _check_groups(f"participation {self.name}", groups, self.num_clients)
+        self.labels = group_labels(np.arange(self.num_clients), self.groups)
+
+    def _rows(self, start: int, stop: int) -> np.ndarray:
+        return self.labels[None, :] == (np.arange(start, stop) % self.groups)[:, None]
+
+    def nominal_p(self) -> np.ndarray:
+        return np.full(self.num_clients, 1.0 / self.groups)
+
+    def _params(self) -> dict[str, Any]:
+        return {"groups": self.groups}
+
+
+class ReshuffledCyclicParticipation(ParticipationProcess):
+    """Like cyclic, but epoch e = r // E cuts a fresh random permutation (stream of epoch e) into groups.
+
+    Still once per epoch per client, but the gap between two visits varies from 1 to 2E - 1 rounds.
+    """
+
+    name: ClassVar[str] = "reshuffled_cyclic"
+    STREAM: ClassVar[int] = 7
+    DEFAULTS: ClassVar[dict[str, Any]] = {"groups": 4}
+
+    def __init__(self, num_clients: int, seed: int = 0, groups: int = 4) -> None:
+        super().__init__(num_clients, seed)
+        self.groups = _check_groups(f"participation {self.name}", groups, self.num_clients)
+
+    def epoch_labels(self, epoch: int) -> np.ndarray:
+        """Group of each client in ``epoch``."""
+        order = round_rng(self.seed, self.STREAM, epoch).permutation(self.num_clients)
+        return group_labels(order, self.groups)
+
+    def _rows(self, start: int, stop: int) -> np.ndarray:
+        out = np.empty((stop - start, self.num_clients), dtype=bool)
+        for epoch in range(start // self.groups, (stop - 1) // self.groups + 1):
+            lo = max(start, epoch * self.groups)
+            hi = min(stop, (epoch + 1) * self.groups)
+            group = np.arange(lo, hi) % self.groups
+            out[lo - start : hi - start] = self.epoch_labels(epoch)[None, :] == group[:, None]
+        return out
+
+    def nominal_p(self) -> np.ndarray:
+        return np.full(self.num_clients, 1.0 / self.groups)
+
+    def _params(self) -> dict[str, Any]:
+        return {"groups": self.groups}

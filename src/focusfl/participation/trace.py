@@ -1,0 +1,120 @@
+"""Replay of a recorded availability matrix (rows = rounds, columns = clients, entries 0/1).
+
+Formats: ``.npy`` (any 2-D numeric or bool array) or ``.csv`` (comma separated; a first line that
+is not numeric is taken as a header and skipped; blank lines are ignored). When more rounds are
+asked for than were recorded, the trace wraps around: round r replays row ``r mod T``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..errors import ConfigError, DataError
+from .base import ParticipationProcess
+
+
+def load_trace(path: str | Path) -> np.ndarray:
+    """Read a trace file into a bool matrix ``[T, N]``; DataError with a one-line reason if unusable."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"participation trace: file {str(path)!r} not found")
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        data = _read_npy(path)
+    elif suffix == ".csv":
+        data = _read_csv(path)
+    else:
+        raise ConfigError(f"participation trace: {path.name!r} must end in .csv or .npy")
+    return _as_mask(path, data)
+
+
+def _read_npy(path: Path) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        reason = _first_line(exc)
+        raise DataError(f"participation trace: cannot read {path.name!r} as .npy ({reason})") from None
+
+
+def _read_csv(path: Path) -> np.ndarray:
+    try:
+        lines = [line.strip() for line in path.read_text().splitlines()]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"participation trace: cannot read {path.name!r} ({_first_line(exc)})") from None
+    lines = [line for line in lines if line]
+    if lines and not _is_numeric_row(lines[0]):
+        lines = lines[1:]  # header
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            rows.append([float(cell) for cell in line.split(",")])
+        except ValueError:
+            where = f"participation trace: {path.name!r} data line {number}"
+            raise DataError(f"{where} is not numeric: {line[:60]!r}") from None
+    widths = {len(row) for row in rows}
+    if len(widths) > 1:
+        raise DataError(f"participation trace: {path.name!r} has rows of different lengths {sorted(widths)}")
+    return np.array(rows, dtype=np.float64).reshape(len(rows), widths.pop() if widths else 0)
+
+
+def _is_numeric_row(line: str) -> bool:
+    try:
+        [float(cell) for cell in line.split(",")]
+    except ValueError:
+        return False
+    return True
+
+
+def _as_mask(path: Path, data: np.ndarray) -> np.ndarray:
+    if data.ndim != 2 or data.shape[0] == 0 or data.shape[1] == 0:
+        raise DataError(
+            f"participation trace: {path.name!r} must be a non-empty 2-D matrix, got shape {data.shape}"
+        )
+    if data.dtype == bool:
+        return data.copy()
+    if not np.issubdtype(data.dtype, np.number) or not np.isin(data, (0, 1)).all():
+        raise DataError(f"participation trace: {path.name!r} must contain only 0 and 1")
+    return data.astype(bool)
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+class TraceParticipation(ParticipationProcess):
+    """Replays a recorded 0/1 matrix; wraps around past its last row. The seed is ignored."""
+
+    name: ClassVar[str] = "trace"
+    DEFAULTS: ClassVar[dict[str, Any]] = {"path": None}
+
+    def __init__(self, num_clients: int, seed: int = 0, path: str | Path | None = None) -> None:
+        super().__init__(num_clients, seed)
+        if path is None or (isinstance(path, str) and not path.strip()):
+            raise ConfigError("participation trace: needs path=FILE (.csv or .npy)")
+        if not isinstance(path, (str, Path)):
+            raise ConfigError(f"participation trace: path={path!r} is not a file name")
+        # Absolute, so that describe() rebuilds the same trace from another working directory.
+        self.path = Path(path).expanduser().resolve()
+        self.data = load_trace(self.path)
+        if self.data.shape[1] != self.num_clients:
+            raise DataError(
+                f"participation trace: {self.path.name!r} has {self.data.shape[1]} columns,"
+                f" expected {self.num_clients} (one per client)"
+            )
+
+    @property
+    def recorded_rounds(self) -> int:
+        """Number of rounds in the file (the wrap-around period)."""
+        return int(self.data.shape[0])
+
+    def _rows(self, start: int, stop: int) -> np.ndarray:
+        return self.data[np.arange(start, stop) % self.recorded_rounds]
+
+    def nominal_p(self) -> None:
+        """Unknown: a recording has no model behind it (``empirical_p`` of the data is the estimate)."""
+        return None
+
+    def _params(self) -> dict[str, Any]:
+        return {"path": str(self.path)}
