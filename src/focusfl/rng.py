@@ -67,7 +67,9 @@ def minibatch_indices(
     ``batch`` must not exceed ``sizes.min()``.
     """
     device = clients.device
-    max_size = int(sizes.max()) if sizes.numel() else 0
+    if clients.numel() == 0:  # a round with no participant draws nothing
+        return torch.empty((0, batch), dtype=torch.int64, device=device)
+    max_size = int(sizes.max())
     positions = torch.arange(max_size, device=device)
     keys = uniform(
         seed, round_, clients[:, None], step, positions[None, :], device=device

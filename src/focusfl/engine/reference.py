@@ -42,10 +42,11 @@ def reference_round(
         messages.append(message)
     server = algorithm.server_round(state.server, concat_rows(messages), ctx)
 
-    clients = state.clients
+    finished = []
     for client, rows in zip(active.tolist(), client_rows):
         one = torch.tensor([client], device=active.device)
         one_ctx = RoundContext(round=round_, active=one, num_clients=problem.num_clients, lr_scale=lr_scale)
-        rows = algorithm.client_finish(server, rows, one_ctx)
-        clients = scatter_rows(clients, one, rows)
-    return State(server, clients)
+        finished.append(algorithm.client_finish(server, rows, one_ctx))
+    # One write-back for the round: a per-client out-of-place scatter would copy all N rows
+    # per client and make this baseline slower than a plain loop needs to be.
+    return State(server, scatter_rows(state.clients, active, concat_rows(finished)))

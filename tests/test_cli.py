@@ -1,0 +1,117 @@
+"""The command line as a user meets it: outputs, reruns, and one-line errors with exit code 2."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from focusfl.cli import main
+from focusfl.experiments.outputs import read_csv
+
+RUN = ["run", "--algorithm", "focus", "--problem", "ridge:dim=20,clients=8,samples=30",
+       "--participation", "bernoulli", "--rounds", "30", "--local-steps", "3", "--lr", "5e-4"]
+
+
+def test_run_writes_metrics_config_and_curve(tmp_path):
+    out = tmp_path / "a"
+    assert main(RUN + ["--out", str(out)]) == 0
+    rows = read_csv(out / "metrics.csv")
+    assert {"round", "loss", "grad_norm", "rel_error", "comm_up", "comm_down"} <= set(rows[0])
+    assert [int(r["round"]) for r in rows] == list(range(31))
+    config = json.loads((out / "config.json").read_text())
+    assert config["seed"] == 0 and config["focusfl_version"]
+    assert config["problem"]["dim"] == 20 and config["problem"]["reg"] == 0.01  # defaults resolved
+    assert len(config["participation"]["p"]) == 8
+    assert (out / "curve.png").stat().st_size > 1000
+
+
+def test_same_seed_gives_identical_metrics_and_config_reruns_it(tmp_path):
+    assert main(RUN + ["--out", str(tmp_path / "a")]) == 0
+    assert main(RUN + ["--out", str(tmp_path / "b")]) == 0
+    assert main(["run", "--config", str(tmp_path / "a" / "config.json"), "--out", str(tmp_path / "c")]) == 0
+    first = (tmp_path / "a" / "metrics.csv").read_text()
+    assert first == (tmp_path / "b" / "metrics.csv").read_text()
+    assert first == (tmp_path / "c" / "metrics.csv").read_text()
+    assert main(RUN + ["--seed", "1", "--out", str(tmp_path / "d")]) == 0
+    assert first != (tmp_path / "d" / "metrics.csv").read_text()
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--algorithm", "nope"], "unknown algorithm 'nope'"),
+        (["--algorithm", "focus", "--problem", "ridge:foo=1"], "unknown key 'foo'"),
+        (["--algorithm", "focus", "--participation", "uniform:m=20"], "m=20"),
+        (["--algorithm", "focus", "--participation", "bernoulli:p=1.5"], "p"),
+        (["--algorithm", "focus", "--participation", "trace:path=/nonexistent.csv"], "nonexistent"),
+        (["--algorithm", "focus", "--participation", "warp"], "unknown participation"),
+        (["--algorithm", "fedavg:weighting=median"], "weighting"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_no_folder(tmp_path, capsys, args, message):
+    out = tmp_path / "never"
+    assert main(["run", *args, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("focusfl: error:") and "\n" not in err and message in err
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("flag", [["--lr", "-1"], ["--lr", "0"], ["--rounds", "0"], ["--local-steps", "0"]])
+def test_bad_numbers_exit_2_without_traceback(tmp_path, flag):
+    proc = subprocess.run(
+        [sys.executable, "-m", "focusfl.cli", "run", "--algorithm", "focus", *flag, "--out", str(tmp_path / "x")],
+        capture_output=True, text=True,
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_existing_foreign_folder_is_not_overwritten(tmp_path, capsys):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "thesis.tex").write_text("precious")
+    assert main(RUN + ["--out", str(tmp_path / "mine")]) == 2
+    assert (tmp_path / "mine" / "thesis.tex").read_text() == "precious"
+
+
+def test_divergence_keeps_what_was_written(tmp_path, capsys):
+    out = tmp_path / "boom"
+    code = main(["run", "--algorithm", "fedavg", "--problem", "ridge:dim=10,clients=4,samples=20",
+                 "--rounds", "200", "--lr", "0.5", "--out", str(out)])
+    assert code == 1
+    assert "diverged" in capsys.readouterr().err
+    rows = read_csv(out / "metrics.csv")
+    assert 1 < len(rows) < 202
+    assert json.loads((out / "config.json").read_text())["diverged_at_round"] == int(rows[-1]["round"])
+
+
+def test_participation_command_prints_statistics_and_plots(tmp_path, capsys):
+    plot = tmp_path / "raster.png"
+    assert main(["participation", "markov", "--clients", "6", "--rounds", "500", "--plot", str(plot)]) == 0
+    text = capsys.readouterr().out
+    assert "tau_max" in text and "q (empirical)" in text
+    assert len([line for line in text.splitlines() if line.strip()[:1].isdigit()]) == 6
+    assert plot.stat().st_size > 1000
+
+
+def test_participation_command_rejects_bad_spec(capsys):
+    assert main(["participation", "uniform:m=9", "--clients", "4"]) == 2
+
+
+def test_algorithms_lists_the_registry(capsys):
+    from focusfl.algorithms import ALGORITHMS
+
+    assert main(["algorithms"]) == 0
+    text = capsys.readouterr().out
+    for name in ALGORITHMS:
+        assert name in text
+
+
+def test_reproduce_ridge_small(tmp_path, capsys):
+    out = tmp_path / "fig4"
+    assert main(["reproduce", "ridge", "--rounds", "40", "--out", str(out)]) == 0
+    summary = read_csv(out / "summary.csv")
+    assert {row["scenario"] for row in summary} == {"full", "uniform:m=4", "weighted:m=4"}
+    assert {"focus", "fedavg"} <= {row["algorithm"] for row in summary}
+    assert (out / "figure.png").exists() and (out / "figure.pdf").exists()
+    assert "first round < 1e-8" in capsys.readouterr().out
