@@ -1,0 +1,232 @@
+"""Participation-bias diagnostics: q_i, E[matrices], the weighted target and delta_q^2.
+
+FOCUS paper, Assumption 1, eq. (5), appendix D (Theorem 3):
+- p_i = P(i in S) and q_i = E[1{i in S} / |S|] (empty rounds contribute 0, so sum_i q_i =
+  P(S non-empty)). q is FedAvg's expected averaging weight.
+- E[W_k] of FedAvg's condensed form (eq. 45) has every row (P(S empty), q_1, ..., q_N): FedAvg
+  with a small step follows the expected gradient sum_i q_i grad f_i and settles near the
+  participation-weighted target argmin sum_i q_i f_i instead of x* = argmin sum_i f_i.
+- delta_q^2(x) = || sum_i (q_i - 1/N) grad f_i(x) ||^2 (eq. 37), the sampling-bias term of
+  Theorem 3. The paper bounds it over all x; for a quadratic that supremum is infinite unless the
+  Hessians line up, so we report it at x*, where it is exactly what moves the target:
+  x_q - x* = -(sum_i q_i H_i)^{-1} sum_i q_i grad f_i(x*).
+Eq. (5) writes q_i in the first column of E[R(S)]; the expectation of the indicator there is p_i,
+which is what :func:`expected_matrices` returns.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from ..algorithms.fedavg import FedAvg
+from ..algorithms.focus import Focus
+from ..engine.simulate import active_sets
+from ..engine.vectorized import vectorized_round
+from ..errors import ConfigError
+from ..participation import (
+    BandedParticipation,
+    BernoulliParticipation,
+    CyclicParticipation,
+    FullParticipation,
+    MarkovParticipation,
+    ReshuffledCyclicParticipation,
+    SineParticipation,
+    TraceParticipation,
+    UniformParticipation,
+    WeightedParticipation,
+)
+from ..participation.statistics import empirical_p, empirical_q
+from ..problems.base import Problem
+
+MONTE_CARLO_ROUNDS = 20_000
+
+
+class ParticipationWeights(NamedTuple):
+    p: np.ndarray  # [N] P(i in S)
+    q: np.ndarray  # [N] E[1{i in S} / |S|]
+    p_empty: float  # P(S empty)
+    method: str  # how they were obtained
+
+
+# -- q_i ----------------------------------------------------------------------------------------
+def independent_coin_weights(p: np.ndarray) -> tuple[np.ndarray, float]:
+    """(q, P(empty)) when client i joins independently with probability p_i.
+
+    q_i = p_i E[1 / (1 + K_i)], K_i = number of OTHER active clients, and
+    E[1/(1+K)] = int_0^1 E[t^K] dt = int_0^1 prod_{j != i} (1 - p_j + p_j t) dt: a polynomial of
+    degree N-1, integrated exactly by Gauss-Legendre with N//2 + 2 nodes.
+    """
+    p = np.asarray(p, dtype=np.float64)
+    nodes, weights = np.polynomial.legendre.leggauss(p.size // 2 + 2)
+    t = 0.5 * (nodes + 1.0)  # on (0, 1): every factor 1 - p_j + p_j t >= t > 0
+    factors = 1.0 - p[None, :] + p[None, :] * t[:, None]  # [nodes, N]
+    log_all = np.log(factors).sum(axis=1)
+    others = np.exp(log_all[:, None] - np.log(factors))  # prod over j != i
+    q = p * ((0.5 * weights) @ others)
+    return q, float(np.prod(1.0 - p))
+
+
+def _coins(p: np.ndarray, method: str) -> ParticipationWeights:
+    q, p_empty = independent_coin_weights(p)
+    return ParticipationWeights(np.asarray(p, dtype=np.float64), q, p_empty, method)
+
+
+def monte_carlo_weights(process, rounds: int = MONTE_CARLO_ROUNDS) -> ParticipationWeights:
+    mask = process.mask(rounds)
+    return ParticipationWeights(
+        empirical_p(mask), empirical_q(mask), float(np.mean(~mask.any(axis=1))), f"monte carlo ({rounds} rounds)"
+    )
+
+
+def participation_weights(process, mc_rounds: int = MONTE_CARLO_ROUNDS) -> ParticipationWeights:
+    """p, q and P(empty) of a process: closed form where one exists, Monte Carlo otherwise."""
+    n = process.num_clients
+    if isinstance(process, FullParticipation):
+        return ParticipationWeights(np.ones(n), np.full(n, 1.0 / n), 0.0, "closed form")
+    if isinstance(process, UniformParticipation):
+        return ParticipationWeights(np.full(n, process.m / n), np.full(n, 1.0 / n), 0.0, "closed form")
+    if isinstance(process, BernoulliParticipation):
+        w = _coins(process.p, "closed form")
+        if not process.redraw:
+            return w
+        nonempty = 1.0 - w.p_empty  # conditioning on S non-empty rescales both
+        return ParticipationWeights(w.p / nonempty, w.q / nonempty, 0.0, "closed form")
+    if isinstance(process, (BandedParticipation, MarkovParticipation)):
+        # Markov chains start stationary and are independent across clients, so every round's
+        # set has the bernoulli(p) law: q is the same as bernoulli's.
+        return _coins(process.p, "closed form")
+    if isinstance(process, SineParticipation):
+        per_phase = [_coins(row, "") for row in process.rates(np.arange(process.period))]
+        return ParticipationWeights(
+            np.mean([w.p for w in per_phase], axis=0), np.mean([w.q for w in per_phase], axis=0),
+            float(np.mean([w.p_empty for w in per_phase])), "closed form (mean over one period)",
+        )
+    if isinstance(process, CyclicParticipation):
+        sizes = np.bincount(process.labels, minlength=process.groups)
+        q = 1.0 / (process.groups * sizes[process.labels])
+        return ParticipationWeights(np.full(n, 1.0 / process.groups), q, 0.0, "closed form")
+    if isinstance(process, ReshuffledCyclicParticipation):
+        return ParticipationWeights(np.full(n, 1.0 / process.groups), np.full(n, 1.0 / n), 0.0, "closed form")
+    if isinstance(process, WeightedParticipation):
+        if process.m in (1, n):
+            p = process.q.copy() if process.m == 1 else np.ones(n)
+            return ParticipationWeights(p, p / process.m, 0.0, "closed form")
+        p = process.nominal_p()  # Monte Carlo inside the process; |S| = m always, so q = p / m
+        return ParticipationWeights(p, p / process.m, 0.0, "q = p/m, p by monte carlo")
+    if isinstance(process, TraceParticipation):
+        return monte_carlo_weights(process, process.recorded_rounds)._replace(method="exact over the trace")
+    return monte_carlo_weights(process, mc_rounds)
+
+
+class ExpectedMatrices(NamedTuple):
+    R: np.ndarray
+    A: np.ndarray
+    C: np.ndarray
+    W: np.ndarray  # doubly stochastic W(S) with the text's weight 1/|S|
+    W_fedavg: np.ndarray  # FedAvg's mixing matrix of eq. (8)
+
+
+def expected_matrices(weights: ParticipationWeights) -> ExpectedMatrices:
+    """E over S of R(S), A(S), C(S), W(S) and W_mix(S), in closed form from p, q and P(empty)."""
+    p, q, p0 = weights.p, weights.q, weights.p_empty
+    n = p.size
+    r = np.eye(n + 1)
+    r[1:, 0] = p
+    r[1:, 1:] = np.diag(1.0 - p)
+    a = np.eye(n + 1)
+    a[0] = np.concatenate([[p0], q])
+    w = np.zeros((n + 1, n + 1))
+    w[0] = w[:, 0] = np.concatenate([[p0], q])
+    w[1:, 1:] = np.diag(1.0 - q)
+    mix = np.tile(np.concatenate([[p0], q]), (n + 1, 1))
+    return ExpectedMatrices(r, a, r.T.copy(), w, mix)
+
+
+# -- quadratic problems -------------------------------------------------------------------------
+class Quadratic(NamedTuple):
+    """grad f_i(x) = H_i x - b_i for every client."""
+
+    hessians: torch.Tensor  # [N, d, d]
+    linear: torch.Tensor  # [N, d]
+
+    def gradients(self, x: torch.Tensor) -> torch.Tensor:
+        """grad f_i(x) for all clients at one point x [d]: [N, d]."""
+        return self.hessians @ x - self.linear
+
+
+def client_quadratics(problem: Problem) -> Quadratic:
+    """Read H_i and b_i off the gradient oracle (d + 1 points per client) and check at a random
+    point that the gradients are affine; ConfigError for non-quadratic or minibatch problems."""
+    if getattr(problem, "batch", None):
+        raise ConfigError("bias needs exact gradients: use a problem with batch=0")
+    n, d = problem.num_clients, problem.dim
+    dtype, device = problem.dtype, problem.device
+    points = torch.cat([torch.zeros(1, d, dtype=dtype, device=device), torch.eye(d, dtype=dtype, device=device)])
+    clients = torch.arange(n, device=device).repeat_interleave(d + 1)
+    grads = problem.client_gradients(points.repeat(n, 1), clients, seed=0, round=0, step=0).reshape(n, d + 1, d)
+    linear = -grads[:, 0]
+    hessians = (grads[:, 1:] + linear[:, None, :]).transpose(1, 2)  # column j = H e_j
+    hessians = 0.5 * (hessians + hessians.transpose(1, 2))
+    quad = Quadratic(hessians, linear)
+    probe = torch.randn(d, generator=torch.Generator().manual_seed(1), dtype=dtype).to(device)
+    actual = problem.client_gradients(probe.expand(n, d), torch.arange(n, device=device), seed=0, round=0, step=0)
+    expected = quad.gradients(probe)
+    if not torch.allclose(actual, expected, rtol=1e-8, atol=1e-8 * float(expected.abs().max() + 1)):
+        raise ConfigError(f"problem {problem.describe()['name']!r} is not quadratic: bias needs ridge-like problems")
+    return quad
+
+
+def weighted_target(quad: Quadratic, q) -> torch.Tensor:
+    """argmin sum_i q_i f_i, the point FedAvg (tau = 1, small step) is pulled to."""
+    qt = torch.as_tensor(np.asarray(q), dtype=quad.hessians.dtype, device=quad.hessians.device)
+    lhs = torch.einsum("i,ide->de", qt, quad.hessians)
+    return torch.linalg.solve(lhs, qt @ quad.linear)
+
+
+def sampling_bias(quad: Quadratic, q, x: torch.Tensor) -> float:
+    """delta_q^2(x) = || sum_i (q_i - 1/N) grad f_i(x) ||^2 (eq. 37 at the point x)."""
+    n = quad.linear.shape[0]
+    qt = torch.as_tensor(np.asarray(q), dtype=x.dtype, device=x.device)
+    return float(torch.linalg.vector_norm((qt - 1.0 / n) @ quad.gradients(x)) ** 2)
+
+
+def heterogeneity(quad: Quadratic, x: torch.Tensor) -> float:
+    """sigma_G^2(x) = max_i || grad f_i(x) - grad F(x) ||^2 (Assumption 5 at the point x)."""
+    grads = quad.gradients(x)
+    return float((torch.linalg.vector_norm(grads - grads.mean(0), dim=1) ** 2).max())
+
+
+def smoothness(quad: Quadratic) -> float:
+    """L = max_i lambda_max(H_i)."""
+    return float(torch.linalg.eigvalsh(quad.hessians).max())
+
+
+# -- limit points -------------------------------------------------------------------------------
+class LimitPoints(NamedTuple):
+    fedavg_average: torch.Tensor  # FedAvg's server model averaged over the second half of rounds
+    fedavg_last: torch.Tensor
+    focus_last: torch.Tensor
+
+
+def server_trajectory(algorithm, problem: Problem, mask: np.ndarray, seed: int = 0) -> torch.Tensor:
+    """Server models x_0..x_R [R+1, d] of the per-client algorithm (vectorized engine)."""
+    algorithm = algorithm.prepare(problem, None)
+    state = algorithm.init(problem.initial_point(), problem.num_clients)
+    models = [algorithm.model(state)]
+    for r, active in enumerate(active_sets(mask, problem.device)):
+        state = vectorized_round(algorithm, state, problem, active, r, seed)
+        models.append(algorithm.model(state))
+    return torch.stack(models)
+
+
+def limit_points(
+    problem: Problem, process, *, rounds: int, fedavg_lr: float, focus_lr: float,
+    local_steps: int = 1, seed: int = 0,
+) -> LimitPoints:
+    """FedAvg and FOCUS run for ``rounds`` rounds on the same participation sequence."""
+    mask = process.mask(rounds)
+    fedavg = server_trajectory(FedAvg(lr=fedavg_lr, local_steps=local_steps), problem, mask, seed)
+    focus = server_trajectory(Focus(lr=focus_lr, local_steps=local_steps), problem, mask, seed)
+    return LimitPoints(fedavg[rounds // 2 :].mean(0), fedavg[-1], focus[-1])

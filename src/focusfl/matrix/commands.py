@@ -1,0 +1,138 @@
+"""Command-line handlers of ``focusfl bias`` and ``focusfl matrices`` (wired in focusfl.cli)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from .. import __version__
+from ..errors import ConfigError
+
+DEFAULT_BIAS_PROBLEM = "ridge:dim=10,samples=50,hetero=1"
+# Default step sizes, as fractions of 1/L (FedAvg) and 1/(N L) (FOCUS, whose y is a sum).
+FEDAVG_STEP = 0.05
+FOCUS_STEP = 0.5
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+# -- bias ---------------------------------------------------------------------------------------
+def add_bias_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--problem", default=DEFAULT_BIAS_PROBLEM,
+                   help=f"quadratic problem SPEC (default {DEFAULT_BIAS_PROBLEM})")
+    p.add_argument("--participation", default="bernoulli", help="participation SPEC (default bernoulli)")
+    p.add_argument("--rounds", type=_positive_int, default=3000, help="rounds of FedAvg and FOCUS (default 3000)")
+    p.add_argument("--fedavg-lr", type=_positive_float, default=None,
+                   help=f"FedAvg step size (default {FEDAVG_STEP}/L, L = max_i lambda_max of f_i's Hessian)")
+    p.add_argument("--focus-lr", type=_positive_float, default=None,
+                   help=f"FOCUS step size (default {FOCUS_STEP}/(N L))")
+    p.add_argument("--local-steps", type=_positive_int, default=1, help="local steps tau of both (default 1)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--mc-rounds", type=_positive_int, default=20_000,
+                   help="rounds of the Monte Carlo estimate of q where no closed form exists")
+
+
+def run_bias(args) -> int:
+    from ..participation import make_participation
+    from ..problems import make_problem
+    from . import bias
+
+    if args.seed < 0:
+        raise ConfigError(f"seed must be >= 0, got {args.seed}")
+    problem = make_problem(args.problem)
+    process = make_participation(args.participation, problem.num_clients, seed=args.seed)
+    quad = bias.client_quadratics(problem)
+    n = problem.num_clients
+    weights = bias.participation_weights(process, args.mc_rounds)
+    if weights.q.min() <= 0:
+        raise ConfigError("some client never takes part (q_i = 0): the weighted target is undefined")
+    lipschitz = bias.smoothness(quad)
+    fedavg_lr = args.fedavg_lr or FEDAVG_STEP / lipschitz
+    focus_lr = args.focus_lr or FOCUS_STEP / (n * lipschitz)
+    x_star = problem.x_star
+    target = bias.weighted_target(quad, weights.q)
+
+    print(f"problem {args.problem} ({n} clients, d = {problem.dim}); participation {args.participation}, seed {args.seed}")
+    print(f"p, q by {weights.method}; P(S empty) = {weights.p_empty:.4g}, sum q = {weights.q.sum():.4g}")
+    print(f"{'client':>6} {'p':>9} {'q':>9} {'q - 1/N':>10}")
+    for i in range(n):
+        print(f"{i:>6} {weights.p[i]:>9.4f} {weights.q[i]:>9.4f} {weights.q[i] - 1.0 / n:>+10.4f}")
+    print("E[W_k] of FedAvg (eq. 45): every row = (P(S empty), q_1, ..., q_N)")
+    print(f"delta_q^2 at x* = {bias.sampling_bias(quad, weights.q, x_star):.6g}   "
+          f"sigma_G^2 at x* = {bias.heterogeneity(quad, x_star):.6g}")
+    scale = float(np.linalg.norm(x_star.cpu().numpy()))
+    gap = _distance(target, x_star)
+    print(f"||x*|| = {scale:.6g}; weighted target argmin sum q_i f_i: ||x_q - x*|| = {gap:.6g}")
+
+    limits = bias.limit_points(
+        problem, process, rounds=args.rounds, fedavg_lr=fedavg_lr, focus_lr=focus_lr,
+        local_steps=args.local_steps, seed=args.seed,
+    )
+    print(f"L = {lipschitz:.6g}; {args.rounds} rounds, tau = {args.local_steps}; "
+          f"FedAvg lr = {fedavg_lr:.4g}, FOCUS lr = {focus_lr:.4g}")
+    fedavg = _distance(limits.fedavg_average, x_star)
+    ratio = f" = {fedavg / gap:.4f} x ||x_q - x*||" if gap > 0 else ""
+    print(f"FedAvg (mean over rounds {args.rounds // 2}..{args.rounds}): ||x - x*|| = {fedavg:.6g}{ratio}, "
+          f"||x - x_q|| = {_distance(limits.fedavg_average, target):.6g}")
+    print(f"FedAvg (last round):                  ||x - x*|| = {_distance(limits.fedavg_last, x_star):.6g}")
+    print(f"FOCUS  (last round):                  ||x - x*|| = {_distance(limits.focus_last, x_star):.6g}, "
+          f"||x - x_q|| = {_distance(limits.focus_last, target):.6g}")
+    return 0
+
+
+def _distance(a, b) -> float:
+    return float((a - b).norm())
+
+
+# -- matrices -----------------------------------------------------------------------------------
+def add_matrices_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--clients", type=_positive_int, default=4, help="number of clients N (default 4)")
+    p.add_argument("--active", default="1,3", help="active clients S as node labels 1..N, comma separated (default 1,3)")
+    p.add_argument("--out", default="runs/matrices", help="output folder (default runs/matrices)")
+
+
+def parse_active(text: str) -> list[int]:
+    """``"1,3"`` -> [1, 3]; an empty string is the empty set."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    try:
+        return [int(item) for item in items]
+    except ValueError:
+        raise ConfigError(f"--active must be comma-separated client numbers like 1,3, got {text!r}") from None
+
+
+def run_matrices(args) -> int:
+    from ..experiments.outputs import output_folder, write_json
+    from .pictures import figure1_panels, render_all
+    from .stochastic import active_nodes
+
+    nodes = active_nodes(parse_active(args.active), args.clients)
+    with output_folder(args.out) as folder:
+        written = render_all(folder, nodes, args.clients)
+        matrices = {p.name: p.matrix.tolist() for p in figure1_panels(nodes, args.clients)}
+        write_json(folder / "matrices.json", matrices)
+        write_json(folder / "config.json", {
+            "focusfl_version": __version__, "command": "matrices", "clients": args.clients, "active": nodes,
+        })
+    for path in written:
+        print(f"wrote {Path(args.out) / path.name}")
+    print(f"wrote {Path(args.out) / 'matrices.json'}, config.json")
+    return 0
