@@ -47,7 +47,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float64")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch intra-op threads for both engines (default 1: on a small shared "
+                             "machine, spinning OpenMP threads slow these small batched ops down)")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
 
     dtype = getattr(torch, args.dtype)
     algorithm = make_algorithm("focus", lr=2e-4, local_steps=5)

@@ -30,6 +30,17 @@ class Problem(abc.ABC):
     device: torch.device
     batch: int | None = None  # minibatch size; None = exact (full-batch) gradients
 
+    @property
+    def client_chunk(self) -> int | None:
+        """How many active clients the vectorized engine batches at once (None = all).
+
+        On a CPU, batched per-client mat-vecs are memory-bound: a chunk of clients whose data
+        stays in cache through all local steps runs faster than one batch of every client,
+        which streams all their data from memory at every step. Problems that know their
+        per-client footprint override this; the result is the same for any chunk size.
+        """
+        return None
+
     @abc.abstractmethod
     def client_gradients(
         self, x: torch.Tensor, clients: torch.Tensor, *, seed: int, round: int, step: int
