@@ -148,12 +148,41 @@ def _cmd_algorithms(args) -> int:
     print(f"{'name':<14} {'down':>5} {'up':>5} {'server mem':>11} {'client mem':>11}  what it is")
     for name, cls in ALGORITHMS.items():
         comm = cls().communication()
+        server = f"{comm.server_memory:g}"
+        if comm.server_memory_per_client:  # N-row tables (MIFA, FedVARP)
+            server += f"+{comm.server_memory_per_client:g}N".replace("+1N", "+N")
         print(
-            f"{name:<14} {comm.down:>5g} {comm.up:>5g} {comm.server_memory:>11g} {comm.client_memory:>11g}  {cls.summary}"
+            f"{name:<14} {comm.down:>5g} {comm.up:>5g} {server:>11} {comm.client_memory:>11g}  {cls.summary}"
         )
     print("\ndown/up: vectors of d floats per participating client per round; memory in vectors (server: N d")
     print("tables count as N vectors); client memory is kept by every client between rounds.")
     return 0
+
+
+# -- tune ----------------------------------------------------------------------------------------
+def _add_tune(sub) -> None:
+    from .experiments.tune import add_arguments, run
+
+    p = sub.add_parser("tune", help="grid-search the step size of one or more algorithms")
+    add_arguments(p)
+    p.set_defaults(handler=run)
+
+
+# -- bias and matrices (focusfl.matrix) ----------------------------------------------------------
+def _add_bias(sub) -> None:
+    from .matrix.commands import add_bias_arguments, run_bias
+
+    p = sub.add_parser("bias", help="participation bias: q_i, delta_q^2, FedAvg's and FOCUS's limit points")
+    add_bias_arguments(p)
+    p.set_defaults(handler=run_bias)
+
+
+def _add_matrices(sub) -> None:
+    from .matrix.commands import add_matrices_arguments, run_matrices
+
+    p = sub.add_parser("matrices", help="draw the paper's Figures 1-3: stochastic matrices and round patterns")
+    add_matrices_arguments(p)
+    p.set_defaults(handler=run_matrices)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -166,6 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_reproduce(sub)
     _add_participation(sub)
     _add_algorithms(sub)
+    _add_tune(sub)
+    _add_bias(sub)
+    _add_matrices(sub)
     return parser
 
 

@@ -7,8 +7,20 @@ from typing import Any
 from ..errors import ConfigError
 from ..spec import parse_spec
 from .base import Algorithm, Communication, RoundContext, State
+from .fedau import FedAU
 from .fedavg import FedAvg
+from .fedavg_variants import FedAvgAll, FedAvgKnownP
+from .fedawe import FedAWE
+from .fedsum import FedSum
+from .fedsum_b import FedSumB
+from .fedsum_cr import FedSumCR
+from .fedvarp import FedVarp
 from .focus import Focus, SGFocus
+from .mifa import Mifa
+from .proxskip import ProxSkip
+from .pushsum import PushSum
+from .pushsum_tracking import PushSumTracking
+from .scaffold import Scaffold
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
     cls.name: cls
@@ -16,6 +28,19 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
         Focus,
         SGFocus,
         FedAvg,
+        FedAvgAll,
+        FedAvgKnownP,
+        FedSumB,
+        FedSum,
+        FedSumCR,
+        Scaffold,
+        Mifa,
+        FedVarp,
+        FedAU,
+        FedAWE,
+        ProxSkip,
+        PushSum,
+        PushSumTracking,
     )
 }
 

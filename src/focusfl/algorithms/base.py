@@ -55,6 +55,9 @@ class Communication(NamedTuple):
     up: float  # client -> server, per participating client
     server_memory: float  # vectors kept by the server
     client_memory: float  # vectors kept by each client between rounds
+    # Vectors the server keeps PER CLIENT (MIFA's and FedVARP's N-row tables): the server's
+    # total is server_memory + server_memory_per_client * N vectors.
+    server_memory_per_client: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,9 @@ class Algorithm(abc.ABC):
     # Set by aliases that exist for naming only (e.g. SG-FOCUS is FOCUS fed stochastic
     # gradients); figures that show every algorithm skip them.
     alias_of: ClassVar[str | None] = None
+    # Algorithms derived here without a published analysis (push-sum); paper reproductions
+    # leave them out.
+    experimental: ClassVar[bool] = False
 
     lr: float = 1e-3
     local_steps: int = 1

@@ -24,6 +24,7 @@ def register(preset: Preset) -> Preset:
 
 def load_presets() -> dict[str, Preset]:
     """Import the preset modules (each calls register)."""
+    from . import reproduce_delays  # noqa: F401
     from . import reproduce_ridge  # noqa: F401
 
     return PRESETS

@@ -13,6 +13,12 @@ from .linear import Logistic, Ridge
 PROBLEMS: dict[str, type] = {"ridge": Ridge, "logistic": Logistic}
 
 
+def default_dtype(spec: str | dict) -> str:
+    """The dtype a problem runs in unless told otherwise: float32 for neural networks, else float64."""
+    name, _ = parse_spec(spec)
+    return getattr(PROBLEMS.get(name), "default_dtype", "float64")
+
+
 def available_problems() -> list[str]:
     return sorted(PROBLEMS)
 
@@ -29,4 +35,4 @@ def make_problem(
     return cls(dtype=dtype, device=device, **params)
 
 
-__all__ = ["Problem", "PROBLEMS", "make_problem", "available_problems", "relative_error"]
+__all__ = ["Problem", "PROBLEMS", "make_problem", "available_problems", "default_dtype", "relative_error"]

@@ -1,0 +1,124 @@
+"""ProxSkip / Scaffnew, mapped onto communication rounds and partial participation.
+
+Paper: Mishchenko, Malinovsky, Stich and Richtarik, "ProxSkip: Yes! Local Gradient Steps
+Provably Lead to Communication Acceleration! Finally!" (ICML 2022), Algorithm 2 (Scaffnew,
+ProxSkip applied to consensus); as written in ALGORITHMS.md section 4.
+
+Scaffnew, every iteration, every client: xh_i = x_i - gamma * (g_i(x_i) - h_i); with
+probability p (one coin shared by all) communicate: x_i = mean_j (xh_j - (gamma/p) h_j),
+otherwise x_i = xh_i; then h_i += (p/gamma) (x_i - xh_i). h_i changes only when the coin says
+communicate, so the iterations between two communications are plain corrected local steps.
+
+Our round structure: ONE ROUND = ONE COMMUNICATION. Round r, every active client i
+    z = x_i (its copy of the last average it took part in; x_0 at first)
+    T_r times: z = z - gamma * (grad f_i(z) - h_i)          (xh_i = z at the end)
+    push w_i = xh_i - (gamma/p) h_i                          (1 vector up)
+Server:  x_{r+1} = mean over S_r of w_i                      (an empty round keeps x)
+Active clients then receive x_{r+1} (1 vector down) and set h_i += (p/gamma)(x_{r+1} - xh_i),
+x_i = x_{r+1}. Absent clients do nothing and keep (x_i, h_i), as for every baseline here.
+
+- p = 1/local_steps. By default T_r = local_steps in every round (communication every 1/p
+  iterations, as the FOCUS authors' notebook runs it). With ``random_steps`` T_r is the
+  geometric number of iterations until Scaffnew's coin says communicate (mean 1/p), drawn
+  from focusfl.rng keyed by (coin seed, round), so every engine and client sees the same T_r.
+  The coin seed defaults to the run's seed (taken from the participation process).
+- ``pull``: active clients start from the current server model instead of their own copy
+  (2 vectors down: the pull and the new average).
+Under full participation this is Scaffnew (exact linear convergence). Under partial
+participation sum_{j in S_r} h_j is not 0, the average is biased by -(gamma/p) mean_{S_r} h_j
+and the method can stall or diverge, which the FOCUS paper observed (its Figure 4).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+
+from ..errors import ConfigError
+from ..rng import uniform
+from .base import Algorithm, Communication, RoundContext, State
+from .fedavg import ModelServer
+
+# Third coordinate of the coin's hash: keeps the coin apart from every other keyed draw.
+_COIN_STREAM = 0x50534B50
+
+
+class ProxClients(NamedTuple):
+    x: torch.Tensor  # [N, d] x_i: the last average received (xh_i between round and finish)
+    h: torch.Tensor  # [N, d] control variates h_i (sum over clients 0 under full participation)
+
+
+class ProxMessage(NamedTuple):
+    shifted: torch.Tensor  # [n, d] xh_i - (gamma/p) h_i
+
+
+@dataclass(frozen=True)
+class ProxSkip(Algorithm):
+    """Scaffnew: ``lr`` is gamma, p = 1/``local_steps``."""
+
+    name = "proxskip"
+    summary = "ProxSkip/Scaffnew: control variates h_i, one communication per round (p = 1/tau)"
+
+    random_steps: bool = False
+    pull: bool = False
+    coin_seed: int | None = None
+
+    def validate(self) -> None:
+        for field in ("random_steps", "pull"):
+            if not isinstance(getattr(self, field), bool):
+                raise ConfigError(f"proxskip: {field} must be true or false, got {getattr(self, field)!r}")
+        seed = self.coin_seed
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+            raise ConfigError(f"proxskip: coin_seed must be a non-negative integer, got {seed!r}")
+
+    @property
+    def p(self) -> float:
+        """Communication probability of Scaffnew's coin."""
+        return 1.0 / self.local_steps
+
+    def prepare(self, problem, participation) -> "ProxSkip":
+        if self.coin_seed is not None:
+            return self
+        seed = int(getattr(participation, "seed", 0) or 0)
+        return dataclasses.replace(self, coin_seed=seed)
+
+    def steps_this_round(self, round_: int) -> int:
+        """T_r: local iterations until the coin says communicate (inclusive)."""
+        if not self.random_steps or self.local_steps == 1:
+            return self.local_steps
+        u = float(uniform(self.coin_seed or 0, round_, _COIN_STREAM))
+        # Inverse CDF of the geometric law on {1, 2, ...} with success probability p.
+        return 1 + int(math.floor(math.log1p(-u) / math.log1p(-self.p)))
+
+    def init(self, x0: torch.Tensor, num_clients: int) -> State:
+        clients = ProxClients(
+            x=x0.expand(num_clients, *x0.shape).clone(),
+            h=torch.zeros_like(x0).expand(num_clients, *x0.shape).clone(),
+        )
+        return State(ModelServer(x=x0.clone()), clients)
+
+    def client_round(self, server: ModelServer, clients: ProxClients, oracle, ctx: RoundContext):
+        lr = self.lr * ctx.lr_scale
+        z = server.x.expand_as(clients.x) if self.pull else clients.x
+        for step in range(self.steps_this_round(ctx.round)):
+            z = z - lr * (oracle(z, step) - clients.h)
+        # Rows hold xh_i until client_finish, which needs it for the h update.
+        return ProxClients(x=z, h=clients.h), ProxMessage(shifted=z - (lr / self.p) * clients.h)
+
+    def server_round(self, server: ModelServer, message: ProxMessage, ctx: RoundContext) -> ModelServer:
+        n = ctx.active.numel()
+        if n == 0:
+            return server
+        return ModelServer(x=message.shifted.sum(0) / n)
+
+    def client_finish(self, server: ModelServer, clients: ProxClients, ctx: RoundContext) -> ProxClients:
+        lr = self.lr * ctx.lr_scale
+        average = server.x.expand_as(clients.x)
+        h = clients.h + (self.p / lr) * (average - clients.x)
+        return ProxClients(x=average.clone(), h=h)
+
+    def communication(self) -> Communication:
+        return Communication(down=2 if self.pull else 1, up=1, server_memory=1, client_memory=2)

@@ -1,0 +1,77 @@
+"""SCAFFOLD, option II, with a global step size.
+
+Paper: Karimireddy et al., "SCAFFOLD: Stochastic Controlled Averaging for Federated Learning"
+(ICML 2020), Algorithm 1 with the control-variate update of option II (their eq. (4)); as
+written in ALGORITHMS.md section 4.
+
+Server keeps x and c, client i keeps c_i (all start at 0). Round r, every active client
+receives (x_r, c) (2 vectors down) and runs
+    z = x_r;  for t = 1..tau:  z = z - eta * (grad f_i(z) - c_i + c)
+    c_i_new = c_i - c + (x_r - z) / (tau * eta)        (option II: = mean local gradient)
+    push (z - x_r, c_i_new - c_i) (2 vectors up);  c_i = c_i_new
+Server:  x_{r+1} = x_r + gamma * (1/|S_r|) sum_{S_r} (z_i - x_r)
+         c       = c + (1/N) sum_{S_r} (c_i_new - c_i)       (so c = mean_j c_j always)
+An empty round changes nothing. Under full participation SCAFFOLD is FedSUM (and FedSUM-CR)
+with the same (eta, gamma, tau).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+
+from .base import Algorithm, Communication, RoundContext, State, broadcast
+
+
+class ScaffoldServer(NamedTuple):
+    x: torch.Tensor  # [d] server model
+    c: torch.Tensor  # [d] server control variate (mean of the client ones)
+
+
+class ScaffoldClients(NamedTuple):
+    c: torch.Tensor  # [N, d] client control variates c_i
+
+
+class ScaffoldMessage(NamedTuple):
+    delta_x: torch.Tensor  # [n, d] z_i - x_r
+    delta_c: torch.Tensor  # [n, d] c_i_new - c_i
+
+
+@dataclass(frozen=True)
+class Scaffold(Algorithm):
+    """SCAFFOLD option II; ``server_lr`` is the global step gamma (1 = plain averaging)."""
+
+    name = "scaffold"
+    summary = "control variates c, c_i correct client drift (option II, global step); 2 down, 2 up"
+
+    server_lr: float = 1.0
+
+    def validate(self) -> None:
+        self._check_positive("server_lr", self.server_lr)
+
+    def init(self, x0: torch.Tensor, num_clients: int) -> State:
+        zeros = torch.zeros_like(x0)
+        clients = ScaffoldClients(c=zeros.expand(num_clients, *x0.shape).clone())
+        return State(ScaffoldServer(x=x0.clone(), c=zeros), clients)
+
+    def client_round(self, server: ScaffoldServer, clients: ScaffoldClients, oracle, ctx: RoundContext):
+        lr = self.lr * ctx.lr_scale
+        correction = server.c - clients.c  # [n, d]: c - c_i
+        z = broadcast(server.x, ctx.active.numel())
+        for step in range(self.local_steps):
+            z = z - lr * (oracle(z, step) + correction)
+        c_new = clients.c - server.c + (server.x - z) / (self.local_steps * lr)
+        message = ScaffoldMessage(delta_x=z - server.x, delta_c=c_new - clients.c)
+        return ScaffoldClients(c=c_new), message
+
+    def server_round(self, server: ScaffoldServer, message: ScaffoldMessage, ctx: RoundContext):
+        n = ctx.active.numel()
+        if n == 0:
+            return server
+        x = server.x + self.server_lr * message.delta_x.sum(0) / n
+        c = server.c + message.delta_c.sum(0) / ctx.num_clients
+        return ScaffoldServer(x=x, c=c)
+
+    def communication(self) -> Communication:
+        return Communication(down=2, up=2, server_memory=2, client_memory=1)

@@ -1,0 +1,214 @@
+"""The exactness table: which algorithms converge exactly with a constant step size.
+
+Every algorithm runs on two small problems (ridge and logistic regression, 8 clients) under
+three participation processes: bernoulli with heterogeneous rates p_i = 0.2, 0.3, ..., 0.9,
+markov with the same stationary rates and persistence rho = 0.5 (absences of tens of rounds),
+and cyclic with 4 groups. Rates of 0.2 and up (rather than the FOCUS preset's 0.1 and up) keep
+the exact methods within a few hundred rounds, so the test that asserts the table stays fast.
+Each cell uses ``LOCAL_STEPS`` local steps and a constant step size tuned per (algorithm,
+problem, process) on the problem's grid (``GRIDS``) by the rule of ``focusfl tune``. A cell of the table
+is either the round at which the relative error ||x - x*|| / ||x*|| first reaches 1e-10, or,
+for the algorithms that never do within ``ROUNDS`` rounds, the level they plateau at (the
+smallest error of the second half of the run).
+
+The tuning is done once, offline, and its result is stored in ``TABLE`` below:
+
+    python -m focusfl.experiments.exactness --tune     # grid search, prints a new TABLE
+    python -m focusfl.experiments.exactness            # reruns TABLE, prints the docs table
+
+tests/test_exactness.py reruns every cell with the stored step size and asserts its outcome
+with margins, so a regression in any algorithm changes a test.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Sequence
+
+from .tune import lr_grid, pick_best, summarize_trial
+
+PROBLEMS = {
+    "ridge": "ridge:dim=10,clients=8,samples=20",
+    "logistic": "logistic:dim=5,clients=8,samples=20,reg=0.1",
+}
+RATES = "0.2;0.3;0.4;0.5;0.6;0.7;0.8;0.9"
+PROCESSES = {
+    "bernoulli": f"bernoulli:p={RATES}",
+    "markov": f"markov:p={RATES},rho=0.5",
+    "cyclic": "cyclic:groups=4",
+}
+ALGORITHMS = (
+    "focus", "fedsum_b", "fedsum", "fedsum_cr", "scaffold", "proxskip",
+    "mifa", "fedvarp", "fedau", "fedawe", "fedavg", "fedavg_known_p",
+)
+LOCAL_STEPS = 2
+ROUNDS = 400
+EVAL_EVERY = 10
+TARGET = 1e-10
+# Logistic regression is much flatter than ridge (L of order 1 against 100), hence its grid.
+GRIDS = {"ridge": lr_grid(1e-4, 1e-1, 10), "logistic": lr_grid(1e-3, 10, 13)}
+SEED = 0
+
+# (algorithm, problem, process) -> (tuned lr, outcome). An int outcome is the first evaluated
+# round with rel_error <= TARGET; a float is the plateau level (min rel_error, second half).
+# Written by `python -m focusfl.experiments.exactness --tune`.
+TABLE: dict[tuple[str, str, str], tuple[float, int | float]] = {
+    ('focus', 'ridge', 'bernoulli'): (0.00215443, 110),
+    ('fedsum_b', 'ridge', 'bernoulli'): (0.00464159, 100),
+    ('fedsum', 'ridge', 'bernoulli'): (0.01, 100),
+    ('fedsum_cr', 'ridge', 'bernoulli'): (0.00464159, 110),
+    ('scaffold', 'ridge', 'bernoulli'): (0.01, 90),
+    ('proxskip', 'ridge', 'bernoulli'): (0.001, 0.00207),
+    ('mifa', 'ridge', 'bernoulli'): (0.001, 6.59e-05),
+    ('fedvarp', 'ridge', 'bernoulli'): (0.001, 6.58e-05),
+    ('fedau', 'ridge', 'bernoulli'): (0.000464159, 0.000647),
+    ('fedawe', 'ridge', 'bernoulli'): (0.000464159, 0.000528),
+    ('fedavg', 'ridge', 'bernoulli'): (0.000464159, 0.00233),
+    ('fedavg_known_p', 'ridge', 'bernoulli'): (0.000464159, 0.000698),
+    ('focus', 'ridge', 'markov'): (0.00464159, 200),
+    ('fedsum_b', 'ridge', 'markov'): (0.0215443, 200),
+    ('fedsum', 'ridge', 'markov'): (0.01, 180),
+    ('fedsum_cr', 'ridge', 'markov'): (0.01, 180),
+    ('scaffold', 'ridge', 'markov'): (0.01, 170),
+    ('proxskip', 'ridge', 'markov'): (0.00464159, 0.00275),
+    ('mifa', 'ridge', 'markov'): (0.001, 6.6e-05),
+    ('fedvarp', 'ridge', 'markov'): (0.001, 6.59e-05),
+    ('fedau', 'ridge', 'markov'): (0.000464159, 0.00189),
+    ('fedawe', 'ridge', 'markov'): (0.000464159, 0.000523),
+    ('fedavg', 'ridge', 'markov'): (0.000464159, 0.00282),
+    ('fedavg_known_p', 'ridge', 'markov'): (0.000464159, 0.00184),
+    ('focus', 'ridge', 'cyclic'): (0.001, 110),
+    ('fedsum_b', 'ridge', 'cyclic'): (0.00464159, 90),
+    ('fedsum', 'ridge', 'cyclic'): (0.00464159, 90),
+    ('fedsum_cr', 'ridge', 'cyclic'): (0.00464159, 90),
+    ('scaffold', 'ridge', 'cyclic'): (0.01, 140),
+    ('proxskip', 'ridge', 'cyclic'): (0.00215443, 0.01),
+    ('mifa', 'ridge', 'cyclic'): (0.001, 6.61e-05),
+    ('fedvarp', 'ridge', 'cyclic'): (0.001, 6.58e-05),
+    ('fedau', 'ridge', 'cyclic'): (0.001, 0.000286),
+    ('fedawe', 'ridge', 'cyclic'): (0.000464159, 0.0115),
+    ('fedavg', 'ridge', 'cyclic'): (0.001, 0.000287),
+    ('fedavg_known_p', 'ridge', 'cyclic'): (0.001, 0.000287),
+    ('focus', 'logistic', 'bernoulli'): (0.1, 90),
+    ('fedsum_b', 'logistic', 'bernoulli'): (0.464159, 90),
+    ('fedsum', 'logistic', 'bernoulli'): (1.0, 80),
+    ('fedsum_cr', 'logistic', 'bernoulli'): (1.0, 90),
+    ('scaffold', 'logistic', 'bernoulli'): (0.464159, 70),
+    ('proxskip', 'logistic', 'bernoulli'): (0.0464159, 0.0656),
+    ('mifa', 'logistic', 'bernoulli'): (0.0464159, 0.00154),
+    ('fedvarp', 'logistic', 'bernoulli'): (0.0464159, 0.00154),
+    ('fedau', 'logistic', 'bernoulli'): (0.0215443, 0.0143),
+    ('fedawe', 'logistic', 'bernoulli'): (0.0215443, 0.00588),
+    ('fedavg', 'logistic', 'bernoulli'): (0.0215443, 0.0826),
+    ('fedavg_known_p', 'logistic', 'bernoulli'): (0.0215443, 0.0185),
+    ('focus', 'logistic', 'markov'): (0.464159, 140),
+    ('fedsum_b', 'logistic', 'markov'): (0.464159, 170),
+    ('fedsum', 'logistic', 'markov'): (1.0, 160),
+    ('fedsum_cr', 'logistic', 'markov'): (1.0, 160),
+    ('scaffold', 'logistic', 'markov'): (1.0, 100),
+    ('proxskip', 'logistic', 'markov'): (0.464159, 0.05),
+    ('mifa', 'logistic', 'markov'): (0.0464159, 0.00153),
+    ('fedvarp', 'logistic', 'markov'): (0.0464159, 0.00153),
+    ('fedau', 'logistic', 'markov'): (0.0215443, 0.00586),
+    ('fedawe', 'logistic', 'markov'): (0.0215443, 0.00569),
+    ('fedavg', 'logistic', 'markov'): (0.215443, 0.0609),
+    ('fedavg_known_p', 'logistic', 'markov'): (0.0464159, 0.00975),
+    ('focus', 'logistic', 'cyclic'): (0.1, 100),
+    ('fedsum_b', 'logistic', 'cyclic'): (0.215443, 100),
+    ('fedsum', 'logistic', 'cyclic'): (0.464159, 100),
+    ('fedsum_cr', 'logistic', 'cyclic'): (0.464159, 100),
+    ('scaffold', 'logistic', 'cyclic'): (0.464159, 130),
+    ('proxskip', 'logistic', 'cyclic'): (0.0464159, 0.346),
+    ('mifa', 'logistic', 'cyclic'): (0.0464159, 0.00154),
+    ('fedvarp', 'logistic', 'cyclic'): (0.0464159, 0.00154),
+    ('fedau', 'logistic', 'cyclic'): (0.0215443, 0.0057),
+    ('fedawe', 'logistic', 'cyclic'): (0.0215443, 0.375),
+    ('fedavg', 'logistic', 'cyclic'): (0.0215443, 0.00481),
+    ('fedavg_known_p', 'logistic', 'cyclic'): (0.0215443, 0.00481),
+}
+
+
+def run_cell(algorithm: str, problem: str, process: str, lr: float, rounds: int = ROUNDS) -> dict:
+    """One cell: the run's summary plus its plateau level (min over the second half)."""
+    from .runner import RunConfig, build, execute
+
+    config = RunConfig(
+        algorithm=algorithm, problem=PROBLEMS[problem], participation=PROCESSES[process], rounds=rounds,
+        local_steps=LOCAL_STEPS, lr=lr, seed=SEED, eval_every=EVAL_EVERY,
+    )
+    result = execute(build(config))
+    row = summarize_trial(algorithm, lr, result.rows, result.diverged_at, TARGET)
+    second_half = [float(r["rel_error"]) for r in result.rows if r["round"] >= rounds // 2]
+    row["plateau"] = math.inf if result.diverged_at is not None else min(second_half)
+    return row
+
+
+def outcome(row: dict) -> int | float:
+    first = row["first_round_below_target"]
+    return int(first) if first is not None else float(f"{row['plateau']:.3g}")
+
+
+def tune_table(algorithms: Sequence[str] = ALGORITHMS, progress: bool = True) -> dict:
+    """Grid search of every cell: the new TABLE."""
+    table = {}
+    for problem in PROBLEMS:
+        for process in PROCESSES:
+            for algorithm in algorithms:
+                trials = [run_cell(algorithm, problem, process, lr) for lr in GRIDS[problem]]
+                best = pick_best(trials)
+                table[(algorithm, problem, process)] = (best["lr"], outcome(best))
+                if progress:
+                    cell = table[(algorithm, problem, process)]
+                    print(f"{algorithm:<16} {problem:<9} {process:<10} {cell}", flush=True)
+    return table
+
+
+def measure_table(table: dict = TABLE) -> dict:
+    """Rerun every stored cell with its tuned step size: the measured outcomes."""
+    return {key: (lr, outcome(run_cell(*key, lr))) for key, (lr, _) in table.items()}
+
+
+def format_cell(lr: float, result: int | float) -> str:
+    if isinstance(result, int):
+        return f"**exact**, round {result} (η={lr:.3g})"
+    shown = "diverges" if not math.isfinite(result) else f"plateau {result:.1e}"
+    return f"{shown} (η={lr:.3g})"
+
+
+def format_markdown(table: dict) -> str:
+    columns = [(problem, process) for problem in PROBLEMS for process in PROCESSES]
+    header = "| algorithm | " + " | ".join(f"{p} / {q}" for p, q in columns) + " |"
+    lines = [header, "|---" * (len(columns) + 1) + "|"]
+    algorithms = list(dict.fromkeys(key[0] for key in table))
+    for algorithm in algorithms:
+        cells = [format_cell(*table[(algorithm, p, q)]) for p, q in columns]
+        lines.append(f"| {algorithm} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def format_python(table: dict) -> str:
+    lines = ["TABLE: dict[tuple[str, str, str], tuple[float, int | float]] = {"]
+    for key, (lr, result) in table.items():
+        lines.append(f"    {key!r}: ({lr!r}, {result!r}),")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tune", action="store_true", help="grid-search every cell and print a new TABLE")
+    args = parser.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(1)  # hundreds of short runs on tiny problems: threads only cost
+    if args.tune:
+        table = tune_table()
+        print(format_python(table))
+    else:
+        table = measure_table()
+    print(format_markdown(table))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,183 @@
+"""The common suite: every registered algorithm, same checks.
+
+Construction and validation, convergence on easy problems under full participation, empty
+rounds, the step-size factor of schedules, distinct minibatch draws inside a round, float32,
+and the communication accounting the simulator writes. (Vectorized == reference loop for every
+algorithm is tests/test_engines.py.)
+"""
+import dataclasses
+
+import pytest
+import torch
+
+from focusfl.algorithms import ALGORITHMS, RoundContext, make_algorithm
+from focusfl.engine import simulate
+from focusfl.engine.tree import gather_rows
+from focusfl.engine.vectorized import vectorized_round
+from focusfl.errors import ConfigError
+from focusfl.participation import make_participation
+from focusfl.problems import make_problem
+
+NAMES = list(ALGORITHMS)
+RIDGE = "ridge:dim=10,clients=8,samples=20"
+LOGISTIC = "logistic:dim=5,clients=8,samples=20,reg=0.1"
+# FOCUS's server step is eta times a SUM over clients: its stable eta is N times smaller.
+SUMMING = {"focus", "sg_focus"}
+# Drift-corrected methods converge exactly under full participation; FedAvg-like ones (and
+# any algorithm registered later without a claim here) must at least cut the error tenfold.
+EXACT_AT_FULL = {"focus", "sg_focus", "fedsum_b", "fedsum", "fedsum_cr", "scaffold", "proxskip"}
+
+
+def step_size(name: str, base: float, num_clients: int) -> float:
+    return base / num_clients if name in SUMMING else base
+
+
+@pytest.fixture(scope="module")
+def problems():
+    return {"ridge": make_problem(RIDGE), "logistic": make_problem(LOGISTIC)}
+
+
+# -- construction ------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", NAMES)
+def test_defaults_construct_and_describe_round_trips(name):
+    algorithm = ALGORITHMS[name]()
+    assert algorithm.name == name and algorithm.summary
+    rebuilt = make_algorithm(algorithm.describe())
+    assert rebuilt == algorithm
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_communication_figures_are_sane(name):
+    comm = ALGORITHMS[name]().communication()
+    assert comm.down >= 1 and comm.up >= 1
+    assert comm.server_memory >= 1 and comm.client_memory >= 0 and comm.server_memory_per_client >= 0
+
+
+def test_published_communication_costs():
+    # ALGORITHMS.md sections 3-4: (down, up) per participating client.
+    expected = {
+        "fedsum_b": (1, 1), "fedsum": (2, 1), "fedsum_cr": (1, 1), "scaffold": (2, 2), "mifa": (1, 1),
+        "fedvarp": (1, 1), "fedau": (1, 1), "fedawe": (1, 1), "proxskip": (1, 1), "focus": (1, 1),
+    }
+    for name, (down, up) in expected.items():
+        comm = ALGORITHMS[name]().communication()
+        assert (comm.down, comm.up) == (down, up), name
+    # Only the table methods keep O(N d) on the server; FedSUM-CR pays one more client vector.
+    assert {n for n in NAMES if ALGORITHMS[n]().communication().server_memory_per_client} == {"mifa", "fedvarp"}
+    memory = {name: ALGORITHMS[name]().communication().client_memory for name in ("fedsum", "fedsum_cr")}
+    assert memory["fedsum_cr"] == memory["fedsum"] + 1
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["fedsum:server_lr=0", "scaffold:server_lr=-1", "mifa:server_lr=nan", "fedvarp:server_lr=0",
+     "fedau:cutoff=0", "fedawe:server_lr=0", "fedsum_b:local_steps=0", "proxskip:random_steps=2",
+     "proxskip:coin_seed=-1", "fedsum_cr:lr=0"],
+)
+def test_invalid_hyperparameters_raise_one_line_config_errors(spec):
+    with pytest.raises(ConfigError) as info:
+        make_algorithm(spec)
+    assert "\n" not in str(info.value)
+
+
+# -- convergence -------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("problem_name,base_lr", [("ridge", 8e-3), ("logistic", 0.5)])
+def test_converges_under_full_participation(problems, name, problem_name, base_lr):
+    problem = problems[problem_name]
+    algorithm = make_algorithm(name, lr=step_size(name, base_lr, problem.num_clients), local_steps=2)
+    result = simulate(algorithm, problem, make_participation("full", problem.num_clients), 150, eval_every=150)
+    final = result.rows[-1]["rel_error"]
+    assert result.diverged_at is None
+    assert final <= (1e-8 if name in EXACT_AT_FULL else 0.1), final
+
+
+# -- round mechanics ---------------------------------------------------------------------------
+@pytest.mark.parametrize("name", NAMES)
+def test_empty_round_keeps_client_state_and_messages_are_empty(problems, name):
+    problem = problems["ridge"]
+    algorithm = make_algorithm(name, lr=1e-3, local_steps=2).prepare(problem, make_participation("full", 8))
+    state = algorithm.init(problem.initial_point(), problem.num_clients)
+    nobody = torch.zeros(0, dtype=torch.int64)
+    ctx = RoundContext(round=0, active=nobody, num_clients=problem.num_clients)
+    rows, message = algorithm.client_round(state.server, gather_rows(state.clients, nobody),
+                                           problem.oracle(nobody, seed=0, round=0), ctx)
+    assert all(field.shape[0] == 0 for field in message)
+    after = vectorized_round(algorithm, state, problem, nobody, 0, seed=0)
+    for before_field, after_field in zip(state.clients, after.clients):
+        assert torch.equal(before_field, after_field)
+    assert torch.isfinite(algorithm.model(after)).all()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_lr_scale_multiplies_every_step_size(problems, name):
+    """A round at (lr, lr_scale = 0.5) is a round at (lr / 2, 1): schedules reach every step."""
+    problem = problems["ridge"]
+    process = make_participation("bernoulli:p=0.5", problem.num_clients, seed=1)
+    scaled = make_algorithm(name, lr=2e-3, local_steps=2).prepare(problem, process)
+    halved = make_algorithm(name, lr=1e-3, local_steps=2).prepare(problem, process)
+    a = scaled.init(problem.initial_point(), problem.num_clients)
+    b = halved.init(problem.initial_point(), problem.num_clients)
+    for r in range(6):
+        active = torch.as_tensor(process.active(r))
+        a = vectorized_round(scaled, a, problem, active, r, seed=0, lr_scale=0.5)
+        b = vectorized_round(halved, b, problem, active, r, seed=0, lr_scale=1.0)
+    torch.testing.assert_close(scaled.model(a), halved.model(b), rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_minibatches_within_a_round_are_distinct_draws(problems, name):
+    """Every oracle call of a round uses a new step index, so stochastic forms get fresh batches."""
+    problem = problems["ridge"]
+    algorithm = make_algorithm(name, lr=1e-3, local_steps=3)
+    state = algorithm.init(problem.initial_point(), problem.num_clients)
+    active = torch.tensor([1, 4, 6])
+    steps = []
+    inner = problem.oracle(active, seed=0, round=0)
+
+    def recording_oracle(z, step):
+        steps.append(step)
+        return inner(z, step)
+
+    ctx = RoundContext(round=0, active=active, num_clients=problem.num_clients)
+    algorithm.client_round(state.server, gather_rows(state.clients, active), recording_oracle, ctx)
+    assert steps and len(steps) == len(set(steps))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_float32_and_stochastic_gradients_run(name):
+    problem = make_problem(RIDGE + ",batch=5", dtype=torch.float32)
+    process = make_participation("uniform:m=3", problem.num_clients, seed=0)
+    algorithm = make_algorithm(name, lr=step_size(name, 2e-3, problem.num_clients), local_steps=2)
+    result = simulate(algorithm, problem, process, 30, eval_every=30)
+    assert algorithm.model(result.state).dtype == torch.float32
+    assert result.diverged_at is None and result.rows[-1]["rel_error"] < result.rows[0]["rel_error"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_metrics_count_floats_communicated(problems, name):
+    problem = problems["ridge"]
+    process = make_participation("uniform:m=3", problem.num_clients, seed=0)
+    algorithm = make_algorithm(name, lr=1e-4)
+    result = simulate(algorithm, problem, process, 4)
+    comm = algorithm.communication()
+    last = result.rows[-1]
+    assert last["comm_down"] == 4 * 3 * comm.down * problem.dim
+    assert last["comm_up"] == 4 * 3 * comm.up * problem.dim
+
+
+# -- ProxSkip's coin ---------------------------------------------------------------------------
+def test_proxskip_random_steps_are_geometric_with_mean_one_over_p():
+    algorithm = make_algorithm("proxskip:random_steps=true,coin_seed=7", local_steps=4)
+    steps = [algorithm.steps_this_round(r) for r in range(600)]
+    assert min(steps) >= 1 and max(steps) > 4
+    assert abs(sum(steps) / len(steps) - 4.0) < 0.5  # mean 1/p = 4; std of the mean 0.14
+    assert steps[:50] == [algorithm.steps_this_round(r) for r in range(50)]  # keyed by (seed, round)
+    other = dataclasses.replace(algorithm, coin_seed=8)
+    assert steps[:50] != [other.steps_this_round(r) for r in range(50)]
+
+
+def test_proxskip_coin_seed_defaults_to_the_run_seed(problems):
+    process = make_participation("full", 8, seed=5)
+    assert make_algorithm("proxskip").prepare(problems["ridge"], process).coin_seed == 5
+    assert make_algorithm("proxskip:coin_seed=2").prepare(problems["ridge"], process).coin_seed == 2

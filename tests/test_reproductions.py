@@ -1,0 +1,58 @@
+"""`focusfl reproduce delays` (FedSUM delay metrics) and the communication figure of
+`focusfl reproduce ridge`."""
+from focusfl.cli import main
+from focusfl.experiments import reproduce_ridge
+from focusfl.experiments.outputs import read_csv
+from focusfl.experiments.reproduce_delays import measure, pattern_specs, summarize_rows
+
+
+def test_patterns_keep_their_rates_for_any_population():
+    specs = pattern_specs(40)
+    assert specs["Case 1: uniform, 10 of N"] == "uniform:m=4"
+    assert specs["P1: uniform, 20 of N"] == "uniform:m=8"
+    assert len(specs) == 7
+
+
+def test_cyclic_cases_have_their_known_delays():
+    rows, traces = measure(clients=30, rounds=300, seeds=[0, 1])
+    summary = {row["pattern"]: row for row in summarize_rows(rows)}
+    cyclic = summary["Case 3: cyclic, 10 groups"]
+    # E groups: every client waits exactly E - 1 rounds once all have been seen.
+    assert cyclic["tau_max_mean"] == 9 and cyclic["tau_max_min"] == 9
+    reshuffled = summary["Case 4: reshuffled cyclic, 10 groups"]
+    assert 9 <= reshuffled["tau_max_mean"] <= 18  # gaps of up to 2E - 1 rounds
+    # Random patterns at the same mean rate have far longer worst delays than cyclic ones.
+    assert summary["Case 2: independent, p = 0.1"]["tau_max_mean"] > 2 * reshuffled["tau_max_mean"]
+    assert len(traces["Case 3: cyclic, 10 groups"]) == 300
+
+
+def test_delays_command_writes_table_and_figure(tmp_path, capsys):
+    out = tmp_path / "delays"
+    assert main(["reproduce", "delays", "--clients", "20", "--rounds", "200", "--seeds", "2", "--out", str(out)]) == 0
+    summary = read_csv(out / "summary.csv")
+    labels = [row["pattern"].split(":")[0] for row in summary]
+    assert labels == ["Case 1", "Case 2", "Case 3", "Case 4", "P1", "P2", "P3"]
+    assert len(read_csv(out / "per_seed.csv")) == 14
+    assert (out / "figure.png").exists() and (out / "figure.pdf").exists()
+    assert "tau_max" in capsys.readouterr().out
+
+
+def test_delays_command_rejects_too_few_clients(tmp_path):
+    out = tmp_path / "delays"
+    assert main(["reproduce", "delays", "--clients", "5", "--out", str(out)]) == 2
+    assert not out.exists()
+
+
+def test_ridge_figure_counts_floats_and_draws_both_figures(tmp_path):
+    panels, summary = reproduce_ridge.run_figure4(rounds=6, algorithms=["focus", "scaffold"])
+    floats = {(row["algorithm"], row["scenario"]): row["floats_communicated"] for row in summary}
+    for scenario in reproduce_ridge.SCENARIOS.values():
+        # SCAFFOLD sends 2 vectors each way per participant, FOCUS 1: twice the traffic.
+        assert floats[("scaffold", scenario)] == 2 * floats[("focus", scenario)] > 0
+    assert floats[("focus", "full")] == 6 * 16 * 2 * 100  # rounds x clients x (down + up) x d
+    traffic = reproduce_ridge.with_total_traffic(panels)
+    last = traffic["full participation"]["focus"][-1]
+    assert last["floats"] == last["comm_down"] + last["comm_up"] == floats[("focus", "full")]
+    with reproduce_ridge.many_lines_style():
+        reproduce_ridge.plot_figures(panels, tmp_path)
+    assert (tmp_path / "figure_communication.png").exists() and (tmp_path / "figure.pdf").exists()

@@ -1,0 +1,71 @@
+"""`focusfl tune`: the step-size grid, the ranking rule and the command."""
+import math
+
+import pytest
+
+from focusfl.cli import main
+from focusfl.errors import ConfigError
+from focusfl.experiments.outputs import read_csv
+from focusfl.experiments.tune import expand_algorithms, lr_grid, pick_best
+
+SMALL = "ridge:dim=5,clients=4,samples=10"
+
+
+def test_grid_is_log_spaced_with_both_ends():
+    grid = lr_grid(1e-4, 1e-1, 4)
+    assert grid == pytest.approx([1e-4, 1e-3, 1e-2, 1e-1])
+    assert lr_grid(0.5, 0.5, 1) == [0.5]
+    ratios = [b / a for a, b in zip(lr_grid(1e-3, 1.0, 7), lr_grid(1e-3, 1.0, 7)[1:])]
+    assert ratios == pytest.approx([ratios[0]] * len(ratios), rel=1e-4)
+
+
+@pytest.mark.parametrize("lo,hi,points", [(0.0, 1.0, 3), (1.0, 0.1, 3), (1e-3, 1e-1, 1), (1e-3, math.inf, 3)])
+def test_bad_grids_are_config_errors(lo, hi, points):
+    with pytest.raises(ConfigError):
+        lr_grid(lo, hi, points)
+
+
+def trial(lr, final, first=None):
+    return {"lr": lr, "final": final, "first_round_below_target": first}
+
+
+def test_reaching_the_target_first_beats_a_lower_final_value():
+    trials = [trial(1e-3, 1e-16, first=300), trial(1e-2, 1e-12, first=120), trial(1e-1, math.inf)]
+    assert pick_best(trials)["lr"] == 1e-2
+    assert pick_best([trial(1e-3, 2e-3), trial(1e-2, 5e-4), trial(1e-1, math.inf)])["lr"] == 1e-2
+
+
+def test_all_means_every_non_alias_algorithm():
+    names = expand_algorithms(["all"])
+    assert "focus" in names and "fedsum" in names
+    assert "sg_focus" not in names and "fedavg_all" not in names
+    with pytest.raises(ConfigError):
+        expand_algorithms(["nope"])
+
+
+def test_tune_command_writes_the_best_step_per_algorithm(tmp_path, capsys):
+    out = tmp_path / "tune"
+    argv = ["tune", "--algorithm", "focus", "--algorithm", "fedsum", "--problem", SMALL,
+            "--rounds", "80", "--local-steps", "2", "--lr-min", "1e-3", "--lr-max", "1e-1",
+            "--points", "3", "--out", str(out)]
+    assert main(argv) == 0
+    grid = read_csv(out / "grid.csv")
+    best = read_csv(out / "summary.csv")
+    assert len(grid) == 6 and [row["algorithm"] for row in best] == ["focus", "fedsum"]
+    for row in best:
+        mine = [g for g in grid if g["algorithm"] == row["algorithm"]]
+        reached = [g for g in mine if g["first_round_below_target"]]
+        if reached:  # the earliest to reach the target wins
+            assert int(row["first_round_below_target"]) == min(int(g["first_round_below_target"]) for g in reached)
+        else:
+            assert float(row["final"]) == min(float(g["final"]) for g in mine)
+    assert (out / "config.json").exists()
+    assert "best lr" in capsys.readouterr().out
+
+
+def test_tune_command_rejects_bad_input_without_output(tmp_path):
+    out = tmp_path / "tune"
+    assert main(["tune", "--algorithm", "nope", "--out", str(out)]) == 2
+    assert main(["tune", "--algorithm", "fedsum", "--problem", "ridge:foo=1", "--out", str(out)]) == 2
+    assert main(["tune", "--algorithm", "fedsum", "--lr-min", "1", "--lr-max", "0.1", "--out", str(out)]) == 2
+    assert not out.exists()
