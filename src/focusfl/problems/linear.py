@@ -28,8 +28,9 @@ def _weighted_rows(features: torch.Tensor, weights: torch.Tensor) -> torch.Tenso
     return torch.bmm(weights.unsqueeze(1), features).squeeze(1)
 
 
-# Per-chunk data budget of the vectorized engine on CPU: half of a typical 2 MiB L2 cache.
-CACHE_BUDGET_BYTES = 1 << 20
+# Per-chunk data budget of the vectorized engine on CPU (measured best on a 2-core Xeon with
+# 2 MiB of L2 per core: smaller chunks pay more per-op overhead, larger ones miss the cache).
+CACHE_BUDGET_BYTES = 1 << 21
 
 
 def _generator(seed: int, stream: int) -> np.random.Generator:
@@ -209,7 +210,9 @@ class Ridge(LinearModelProblem):
         client_linear = linear.index_select(0, clients)
 
         def gradients(z: torch.Tensor, step: int) -> torch.Tensor:
-            return torch.bmm(client_hessians, z.unsqueeze(-1)).squeeze(-1) - client_linear + 2.0 * self.reg * z
+            # z^T H rather than H z (equal: H is symmetric): the row-vector form of the batched
+            # product runs about twice as fast on CPU.
+            return torch.bmm(z.unsqueeze(1), client_hessians).squeeze(1) - client_linear + 2.0 * self.reg * z
 
         return gradients
 
