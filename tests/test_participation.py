@@ -64,7 +64,7 @@ def trace_matrix():
 def test_registry_lists_every_process():
     expected = {
         "full", "uniform", "bernoulli", "weighted", "markov", "cyclic",
-        "reshuffled_cyclic", "sine", "banded", "trace",
+        "reshuffled_cyclic", "sine", "banded", "trace", "label",
     }
     assert set(available_participation()) == expected
     assert all(PARTICIPATION[name].name == name for name in expected)

@@ -35,18 +35,25 @@ def _positive_float(text: str) -> float:
 def _add_run(sub) -> None:
     p = sub.add_parser("run", help="run one algorithm on one problem under one participation process")
     p.add_argument("--algorithm", help="algorithm NAME or NAME:key=value,... (see `focusfl algorithms`)")
-    p.add_argument("--problem", default="ridge", help="problem SPEC, e.g. ridge:dim=50,clients=16 (default ridge)")
+    p.add_argument("--problem", default="ridge",
+                   help="problem SPEC, e.g. ridge:dim=50,clients=16 or nn:data=mnist,alpha=0.1 (default ridge; "
+                   "neural networks: docs/neural-networks.md)")
     p.add_argument("--participation", default="full", help="participation SPEC, e.g. weighted:m=4 (default full)")
     p.add_argument("--rounds", type=_positive_int, default=100)
     p.add_argument("--local-steps", type=_positive_int, default=None, help="local steps tau per round")
     p.add_argument("--lr", type=_positive_float, default=None, help="(local) step size eta")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dtype", choices=["float32", "float64"], default="float64")
+    p.add_argument("--dtype", choices=["float32", "float64"], default=None,
+                   help="default: float32 for neural networks, float64 otherwise")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--engine", choices=["vectorized", "reference"], default="vectorized")
     p.add_argument("--eval-every", type=_positive_int, default=1, help="evaluate every E rounds")
     p.add_argument("--schedule", choices=["constant", "sqrt"], default="constant",
                    help="step-size schedule: constant, or sqrt = eta/sqrt(r/10+1)")
+    p.add_argument("--data-dir", help="folder with the dataset files of an nn problem "
+                   "(default $FOCUSFL_DATA or ~/.cache/focusfl)")
+    p.add_argument("--download", action="store_true",
+                   help="fetch a missing dataset of an nn problem from its canonical source (checksum-verified)")
     p.add_argument("--config", help="rerun from a config.json written by an earlier run")
     p.add_argument("--out", help="output folder (default runs/ALGORITHM)")
     p.set_defaults(handler=_cmd_run)
@@ -65,11 +72,15 @@ def _cmd_run(args) -> int:
     else:
         if not args.algorithm:
             raise ConfigError("run needs --algorithm NAME (or --config FILE)")
+        from .problems import default_dtype
+        from .problems.nn import with_data_options
+
+        problem = with_data_options(args.problem, args.data_dir, args.download)
         config = RunConfig(
-            algorithm=args.algorithm, problem=args.problem, participation=args.participation,
+            algorithm=args.algorithm, problem=problem, participation=args.participation,
             rounds=args.rounds, local_steps=args.local_steps, lr=args.lr, seed=args.seed,
-            dtype=args.dtype, device=args.device, engine=args.engine, eval_every=args.eval_every,
-            schedule=args.schedule,
+            dtype=args.dtype or default_dtype(problem), device=args.device, engine=args.engine,
+            eval_every=args.eval_every, schedule=args.schedule,
         )
     out = args.out or f"runs/{str(config.algorithm).split(':')[0] if isinstance(config.algorithm, str) else config.algorithm['name']}"
     result = run_to_folder(config, out, progress=True)

@@ -26,5 +26,6 @@ def load_presets() -> dict[str, Preset]:
     """Import the preset modules (each calls register)."""
     from . import reproduce_delays  # noqa: F401
     from . import reproduce_ridge  # noqa: F401
+    from . import reproduce_nn  # noqa: F401
 
     return PRESETS

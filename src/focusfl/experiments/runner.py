@@ -66,7 +66,10 @@ def build(config: RunConfig) -> BuiltRun:
     device = resolve_device(config.device)
     problem = make_problem(config.problem, dtype=DTYPES[config.dtype], device=str(device))
     algorithm = make_algorithm(config.algorithm, lr=config.lr, local_steps=config.local_steps)
-    participation = make_participation(config.participation, problem.num_clients, seed=config.seed)
+    # The problem is passed along for processes that depend on the clients' data (label).
+    participation = make_participation(
+        config.participation, problem.num_clients, seed=config.seed, problem=problem
+    )
     return BuiltRun(config, algorithm, problem, participation)
 
 
@@ -106,7 +109,12 @@ def execute(built: BuiltRun, *, progress: bool = False) -> RunResult:
         bar = tqdm(total=cfg.rounds, desc=built.algorithm.name, unit="round", disable=None, leave=False)
 
     def show(row: dict) -> None:
-        if bar is not None:
+        if bar is None:
+            return
+        if "test_accuracy" in row:  # neural networks: accuracy and losses
+            shown = ("test_accuracy", "test_loss", "train_loss")
+            bar.set_postfix({k: f"{row[k]:.4g}" for k in shown if k in row}, refresh=False)
+        else:
             key = "rel_error" if "rel_error" in row else "loss"
             bar.set_postfix({key: f"{row[key]:.3e}"}, refresh=False)
 
@@ -139,5 +147,14 @@ def run_to_folder(config: RunConfig, out: str | Path, *, progress: bool = False)
             info["diverged_at_round"] = result.diverged_at
         write_json(scratch / "config.json", info)
         title = f"{built.algorithm.name} on {built.problem.name}, {built.participation.name} participation"
-        plot_curve(result.rows, scratch / "curve.png", title)
+        if "test_accuracy" in result.rows[0]:  # neural networks: accuracy and losses
+            from ..data.plots import plot_training_curves
+
+            plot_training_curves({built.algorithm.name: result.rows}, scratch / "curve.png", title=title)
+        else:
+            plot_curve(result.rows, scratch / "curve.png", title)
+        if hasattr(built.problem, "label_histograms"):  # clients hold labelled data: show the split
+            from ..data.plots import plot_label_histograms
+
+            plot_label_histograms(built.problem.label_histograms(), scratch / "partition.png")
     return result

@@ -14,6 +14,7 @@ from .base import ParticipationProcess
 from .bernoulli import BandedParticipation, BernoulliParticipation, SineParticipation
 from .cyclic import CyclicParticipation, ReshuffledCyclicParticipation
 from .full import FullParticipation, UniformParticipation
+from .label import LabelParticipation
 from .markov import MarkovParticipation
 from .statistics import ParticipationStats, delays, empirical_p, empirical_q, summarize
 from .trace import TraceParticipation, load_trace
@@ -32,6 +33,7 @@ PARTICIPATION: dict[str, type[ParticipationProcess]] = {
         SineParticipation,
         BandedParticipation,
         TraceParticipation,
+        LabelParticipation,
     )
 }
 
@@ -41,16 +43,21 @@ def available_participation() -> list[str]:
     return list(PARTICIPATION)
 
 
-def make_participation(spec: str | dict, num_clients: int, seed: int = 0) -> ParticipationProcess:
+def make_participation(
+    spec: str | dict, num_clients: int, seed: int = 0, *, problem: Any = None
+) -> ParticipationProcess:
     """Build a process from ``"name"``, ``"name:key=value,..."`` or a ``{"name": ..., **params}`` dict.
 
     Unknown names and keys, and invalid values, raise ConfigError (DataError for unreadable traces).
+    Processes that depend on the clients' data (``label``) are built from ``problem``.
     """
     name, params = parse_spec(spec)
     cls = PARTICIPATION.get(name)
     if cls is None:
         raise ConfigError(f"unknown participation {name!r} (known: {', '.join(PARTICIPATION)})")
     params = take_params(f"participation {name}", params, cls.DEFAULTS)
+    if getattr(cls, "NEEDS_PROBLEM", False):
+        return cls.from_problem(problem, num_clients, seed, **params)
     return cls(num_clients, seed, **params)
 
 

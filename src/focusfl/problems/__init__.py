@@ -9,8 +9,9 @@ from ..errors import ConfigError
 from ..spec import parse_spec, take_params
 from .base import Problem, relative_error
 from .linear import Logistic, Ridge
+from .nn import NeuralNetwork
 
-PROBLEMS: dict[str, type] = {"ridge": Ridge, "logistic": Logistic}
+PROBLEMS: dict[str, type] = {"ridge": Ridge, "logistic": Logistic, "nn": NeuralNetwork}
 
 
 def default_dtype(spec: str | dict) -> str:

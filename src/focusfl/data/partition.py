@@ -1,0 +1,115 @@
+"""Splitting a labelled training set among N clients: iid, shards, Dirichlet label skew.
+
+A partition is a list of N disjoint index arrays into the training set. Every partitioner is
+deterministic given its numpy Generator, so (dataset, parameters, seed) fixes the clients' data.
+
+- ``iid``: a random permutation cut into N near-equal parts.
+- ``shards`` (McMahan et al., 2017): samples sorted by label, cut into N * ``shards`` equal
+  shards, each client gets ``shards`` random ones (so about ``shards`` classes per client).
+- ``dirichlet`` (label skew as in Hsu et al., 2019 and the NIID-Bench code that the FOCUS and
+  FedSUM experiments follow): for each class c, proportions p_c ~ Dirichlet(alpha * 1_N) split
+  that class's samples among the clients; small alpha gives each client one or two classes.
+  While drawing, clients that already hold more than M/N samples get no more (this keeps sizes
+  from exploding), and the whole draw is repeated until every client has ``min_size`` samples.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from ..errors import ConfigError
+
+MAX_DIRICHLET_DRAWS = 1000
+
+
+def partition_iid(labels: np.ndarray, clients: int, rng: np.random.Generator, **_) -> list[np.ndarray]:
+    return [np.sort(part) for part in np.array_split(rng.permutation(len(labels)), clients)]
+
+
+def partition_shards(
+    labels: np.ndarray, clients: int, rng: np.random.Generator, *, shards: int = 2, **_
+) -> list[np.ndarray]:
+    total = clients * shards
+    if total > len(labels):
+        raise ConfigError(f"shards partition: {clients} clients x {shards} shards exceeds {len(labels)} samples")
+    # A stable sort after a shuffle: ties (same label) are in random order.
+    shuffled = rng.permutation(len(labels))
+    by_label = shuffled[np.argsort(labels[shuffled], kind="stable")]
+    pieces = np.array_split(by_label, total)
+    owner = rng.permutation(total).reshape(clients, shards)
+    return [np.sort(np.concatenate([pieces[j] for j in owner[i]])) for i in range(clients)]
+
+
+def partition_dirichlet(
+    labels: np.ndarray,
+    clients: int,
+    rng: np.random.Generator,
+    *,
+    alpha: float = 0.5,
+    min_size: int = 10,
+    **_,
+) -> list[np.ndarray]:
+    if not alpha > 0:
+        raise ConfigError(f"dirichlet partition: alpha must be > 0, got {alpha}")
+    if min_size < 1 or min_size * clients > len(labels):
+        raise ConfigError(
+            f"dirichlet partition: min_size must be in 1..{len(labels) // clients} for {clients} clients "
+            f"and {len(labels)} samples, got {min_size}"
+        )
+    classes = np.unique(labels)
+    for _ in range(MAX_DIRICHLET_DRAWS):
+        parts = _dirichlet_draw(labels, classes, clients, alpha, rng)
+        if min(len(p) for p in parts) >= min_size:
+            return [np.sort(p) for p in parts]
+    raise ConfigError(
+        f"dirichlet partition: no draw in {MAX_DIRICHLET_DRAWS} gave every one of {clients} clients "
+        f">= {min_size} samples (alpha={alpha:g}); lower min_size or raise alpha"
+    )
+
+
+def _dirichlet_draw(labels, classes, clients, alpha, rng) -> list[np.ndarray]:
+    cap = len(labels) / clients
+    chunks: list[list[np.ndarray]] = [[] for _ in range(clients)]
+    sizes = np.zeros(clients, dtype=np.int64)
+    for c in classes:
+        members = rng.permutation(np.flatnonzero(labels == c))
+        open_clients = sizes < cap
+        if not open_clients.any():
+            open_clients[:] = True
+        share = rng.dirichlet(np.full(clients, alpha)) * open_clients
+        if not share.sum() > 0:  # tiny alpha: all mass fell on full clients; its limit is one client
+            share = np.zeros(clients)
+            share[rng.choice(np.flatnonzero(open_clients))] = 1.0
+        cuts = (np.cumsum(share / share.sum()) * len(members)).astype(np.int64)[:-1]
+        for i, piece in enumerate(np.split(members, cuts)):
+            chunks[i].append(piece)
+            sizes[i] += len(piece)
+    return [np.concatenate(c) if c else np.zeros(0, dtype=np.int64) for c in chunks]
+
+
+PARTITIONERS: dict[str, Callable[..., list[np.ndarray]]] = {
+    "iid": partition_iid,
+    "shards": partition_shards,
+    "dirichlet": partition_dirichlet,
+}
+
+
+def make_partition(
+    name: str, labels: np.ndarray, clients: int, seed: int, **params
+) -> list[np.ndarray]:
+    """Index arrays of the N clients; every client gets at least one sample."""
+    if name not in PARTITIONERS:
+        raise ConfigError(f"unknown partition {name!r} (known: {', '.join(PARTITIONERS)})")
+    if clients < 1 or clients > len(labels):
+        raise ConfigError(f"cannot split {len(labels)} samples among {clients} clients")
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 11]))
+    parts = PARTITIONERS[name](np.asarray(labels), clients, rng, **params)
+    if min(len(p) for p in parts) < 1:
+        raise ConfigError(f"{name} partition left a client without data; use fewer clients")
+    return parts
+
+
+def label_histograms(labels: np.ndarray, parts: list[np.ndarray], num_classes: int) -> np.ndarray:
+    """Counts ``[N, C]``: how many samples of each class every client holds."""
+    return np.stack([np.bincount(labels[p], minlength=num_classes) for p in parts]).astype(np.int64)

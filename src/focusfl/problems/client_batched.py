@@ -1,0 +1,153 @@
+"""A faster client-batched path for sequential models: n clients' networks as ONE network.
+
+``torch.func.vmap`` handles any module, but on CPU its batching rule for a convolution whose
+weights differ per client copies activations between layouts at every layer, which makes it
+slower than training the clients one after another. For an ``nn.Sequential`` of common layers
+the n client networks can instead be written directly as one network with grouped weights:
+
+- activations of the convolutional part are kept as ``[b, n*C, H, W]`` in channels-last memory
+  (client k owns channels k*C..k*C+C-1), so a convolution is ``conv2d(..., groups=n)`` with
+  the clients' kernels stacked, and pooling and activations act per channel unchanged;
+- after ``Flatten`` activations are ``[n, b, F]`` and a linear layer is one ``baddbmm``;
+- dropout masks are KeyedDropout's, computed per client from the same keys as in vmap.
+
+The loss is the sum over clients of each client's weighted mean cross-entropy; its gradient
+with respect to the stacked parameters ``[n, d]`` has client k's own gradient in row k, so one
+backward pass gives every client's gradient. The result equals vmap's up to rounding (tests
+check both against the one-client-at-a-time loop).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..rng import hash_bits
+from .models import KeyedDropout, keep_masks
+
+# Layers that act on every channel / feature independently and have no parameters.
+_ELEMENTWISE = (nn.ReLU, nn.LeakyReLU, nn.ELU, nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid, nn.Identity)
+_POOLS = (nn.MaxPool2d, nn.AvgPool2d)
+
+
+def supports(model: nn.Module) -> bool:
+    """True for an nn.Sequential whose layers this path can batch over clients."""
+    if type(model) is not nn.Sequential:
+        return False
+    layout = "input"  # input -> conv ([b, n*C, H, W]) -> flat ([n, b, F])
+    for layer in model:
+        if isinstance(layer, nn.Conv2d):
+            if layout == "flat" or layer.groups != 1 or layer.padding_mode != "zeros" or isinstance(layer.padding, str):
+                return False
+            layout = "conv"
+        elif isinstance(layer, _POOLS):
+            if layout == "flat":
+                return False
+            layout = "conv"
+        elif isinstance(layer, nn.Flatten):
+            if layer.start_dim != 1 or layer.end_dim != -1 or layout == "flat":
+                return False
+            layout = "flat"
+        elif isinstance(layer, nn.Linear):
+            if layout != "flat":
+                return False
+        elif not isinstance(layer, _ELEMENTWISE + (KeyedDropout,)):
+            return False
+    return layout == "flat"
+
+
+def _to_grouped(x: torch.Tensor) -> torch.Tensor:
+    """[n, b, C, H, W] -> [b, n*C, H, W] in channels-last memory (one copy)."""
+    n, b, c, h, w = x.shape
+    physical = x.permute(1, 3, 4, 0, 2).contiguous()  # (b, H, W, n, C)
+    return physical.view(b, h, w, n * c).permute(0, 3, 1, 2)
+
+
+def _grouped_to_flat(x: torch.Tensor, n: int) -> torch.Tensor:
+    """[b, n*C, H, W] -> [n, b, C*H*W], features in each client's own C, H, W order."""
+    b, nc, h, w = x.shape
+    per_client = x.reshape(b, n, nc // n, h, w).permute(1, 0, 2, 3, 4)
+    return per_client.reshape(n, b, -1)
+
+
+def _grouped_dropout(layer: KeyedDropout, x: torch.Tensor, keys: torch.Tensor, n: int) -> torch.Tensor:
+    """KeyedDropout on grouped activations with each client's own mask (as vmap would draw it)."""
+    b, nc, h, w = x.shape
+    offsets = hash_bits(keys, layer.stream, device=x.device)  # [n]
+    masks = keep_masks(layer.p, offsets, b * (nc // n) * h * w, x.device)  # [n, b*C*H*W]
+    # Client k's mask is in its own C order (b, c, h, w); lay it out like x: (b, h, w, n, c).
+    grouped = masks.view(n, b, nc // n, h, w).permute(1, 3, 4, 0, 2).contiguous()
+    keep = grouped.view(b, h, w, nc).permute(0, 3, 1, 2)
+    return x * (keep.to(x.dtype) * (1.0 / (1.0 - layer.p)))
+
+
+def _flat_dropout(layer: KeyedDropout, x: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    n, b, f = x.shape
+    offsets = hash_bits(keys, layer.stream, device=x.device)
+    keep = keep_masks(layer.p, offsets, b * f, x.device).view(n, b, f)
+    return x * (keep.to(x.dtype) * (1.0 / (1.0 - layer.p)))
+
+
+def batched_forward(
+    model: nn.Sequential,
+    params: Callable[[str], torch.Tensor | None],
+    images: torch.Tensor,
+    keys: torch.Tensor,
+) -> torch.Tensor:
+    """Logits ``[n, b, classes]`` of n client networks on their own inputs ``[n, b, C, H, W]``.
+
+    ``params(name)`` gives the stacked parameter ``[n, *shape]`` of that name (None if absent).
+    """
+    n = images.shape[0]
+    x, layout = images, "input"
+    for index, layer in enumerate(model):
+        weight, bias = params(f"{index}.weight"), params(f"{index}.bias")
+        if isinstance(layer, (nn.Conv2d,) + _POOLS) and layout == "input":
+            x, layout = _to_grouped(x), "conv"
+        if isinstance(layer, nn.Conv2d):
+            cout, cin, kh, kw = weight.shape[1:]
+            x = F.conv2d(
+                x, weight.reshape(n * cout, cin, kh, kw), None if bias is None else bias.reshape(-1),
+                stride=layer.stride, padding=layer.padding, dilation=layer.dilation, groups=n,
+            )
+        elif isinstance(layer, nn.Flatten):
+            x = _grouped_to_flat(x, n) if layout == "conv" else x.reshape(n, x.shape[1], -1)
+            layout = "flat"
+        elif isinstance(layer, nn.Linear):
+            out = torch.bmm(x, weight.transpose(1, 2))
+            x = out if bias is None else out + bias[:, None, :]
+        elif isinstance(layer, KeyedDropout):
+            if layer.training and layer.p > 0:
+                x = _flat_dropout(layer, x, keys) if layout == "flat" else _grouped_dropout(layer, x, keys, n)
+        else:  # pools and elementwise activations act per channel
+            x = layer(x)
+    return x
+
+
+def loss_and_gradients(
+    model: nn.Sequential,
+    names: list[str],
+    shapes: list[torch.Size],
+    numels: list[int],
+    z: torch.Tensor,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    weights: torch.Tensor,
+    keys: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(gradients [n, d], losses [n]) of every client's weighted mean cross-entropy at z[k]."""
+    n = z.shape[0]
+    with torch.enable_grad():
+        # Each layer's stacked parameters are a leaf viewing z (no copy of the [n, d] stack).
+        leaves = [
+            chunk.detach().view(n, *shape).requires_grad_(True)
+            for chunk, shape in zip(torch.split(z, numels, dim=1), shapes)
+        ]
+        table = dict(zip(names, leaves))
+        logits = batched_forward(model, table.get, images, keys)
+        per_sample = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none")
+        losses = (per_sample.view_as(weights) * weights).sum(1) / weights.sum(1)
+        grads = torch.autograd.grad(losses.sum(), leaves)
+    return torch.cat([g.reshape(n, -1) for g in grads], dim=1), losses.detach()

@@ -1,0 +1,420 @@
+"""Neural-network problems: per-client gradients, engines, models, metrics and the CLI.
+
+The acceptance check of the issue is here: the vectorized engine and the one-client-at-a-time
+reference loop give the same trajectory (to 1e-6 in float64) for the small CNN over 5 rounds.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+import math
+import pickle
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from focusfl.algorithms import ALGORITHMS, make_algorithm
+from focusfl.cli import main
+from focusfl.data import Dataset, ImageData
+from focusfl.engine import simulate
+from focusfl.errors import ConfigError
+from focusfl.experiments.runner import RunConfig, build, execute
+from focusfl.participation import make_participation
+from focusfl.problems import make_problem
+from focusfl.problems.models import MODELS, KeyedDropout, make_model
+from focusfl.problems.nn import NeuralNetwork
+
+MNIST10K = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "mnist10k.npz"
+needs_mnist = pytest.mark.skipif(not MNIST10K.is_file(), reason="needs ../shared/data/mnist10k.npz")
+
+
+def toy_dataset(shape=(1, 12, 12), train=480, test=60, seed=0, classes=10) -> Dataset:
+    """Random images whose label shifts the mean brightness of a class-specific patch."""
+    rng = np.random.default_rng(seed)
+
+    def split(count):
+        labels = rng.integers(0, classes, count)
+        images = rng.integers(0, 160, (count, *shape))
+        for k in range(count):
+            images[k, :, labels[k] % shape[1], :] += 90
+        return ImageData(images.astype(np.uint8), labels)
+
+    return Dataset("toy", split(train), split(test), classes)
+
+
+TOY = toy_dataset()
+
+
+def toy_problem(**params) -> NeuralNetwork:
+    kwargs = {"clients": 8, "alpha": 0.5, "batch": 16, "model": "fedsum-mnist-cnn", "dtype": torch.float64, **params}
+    return NeuralNetwork(dataset=kwargs.pop("dataset", TOY), **kwargs)
+
+
+# -- engines: vectorized == reference ------------------------------------------------------------
+ENGINE_CASES = [(name, "auto") for name in ALGORITHMS] + [("sg_focus", "vmap"), ("fedavg", "vmap")]
+
+
+@pytest.mark.parametrize("algorithm,batching", ENGINE_CASES)
+def test_vectorized_equals_reference_loop_for_the_small_cnn(algorithm, batching):
+    runs = {}
+    for engine in ("vectorized", "reference"):
+        problem = toy_problem(client_batching=batching)
+        participation = make_participation("bernoulli:p=0.5", problem.num_clients, seed=1)
+        alg = make_algorithm(algorithm, lr=0.02, local_steps=3)
+        runs[engine] = simulate(alg, problem, participation, 5, seed=7, engine=engine)
+    vec, ref = runs["vectorized"], runs["reference"]
+    assert vec.rounds_done == ref.rounds_done == 5
+    assert problem.batched_sequential == (batching == "auto")
+    for a, b in zip(vec.state.server, ref.state.server):
+        assert torch.allclose(a, b, rtol=0, atol=1e-6)
+    for a, b in zip(vec.state.clients, ref.state.clients):
+        assert torch.allclose(a, b, rtol=0, atol=1e-6)
+    moved = alg.model(vec.state) - problem.initial_point()
+    assert float(moved.abs().max()) > 1e-3  # the runs did train
+    for row_v, row_r in zip(vec.rows, ref.rows):
+        assert row_v.keys() == row_r.keys()
+        for key in row_v:
+            assert row_v[key] == pytest.approx(row_r[key], rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    "model", ["fedsum-mnist-cnn", "fedsum-cifar10-cnn", "fedsum-svhn-cnn", "focus-cnn", "mlp", "logreg"]
+)
+def test_grouped_weights_path_equals_vmap(model):
+    dataset = toy_dataset(shape=(3, 16, 16), train=240) if "mnist" not in model else TOY
+    fast = toy_problem(model=model, dataset=dataset)
+    generic = toy_problem(model=model, dataset=dataset, client_batching="vmap")
+    assert fast.batched_sequential and not generic.batched_sequential
+    clients = torch.tensor([0, 3, 5])
+    noise = torch.randn(3, fast.dim, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    z = fast.initial_point() + 0.05 * noise
+    a = fast.oracle(clients, seed=2, round=4)(z, 1)
+    b = generic.oracle(clients, seed=2, round=4)(z, 1)
+    assert torch.allclose(a, b, rtol=0, atol=1e-12)
+
+
+def test_gradients_are_the_minibatch_gradients_of_the_module():
+    problem = toy_problem(model="fedsum-cifar10-cnn", partition="iid", dataset=toy_dataset(shape=(3, 8, 8)))
+    clients = torch.tensor([1, 6])
+    sizes = problem.sizes.index_select(0, clients)
+    picks, weights = problem.minibatch(3, 5, clients, 2, sizes)
+    grads = problem.oracle(clients, seed=3, round=5)(problem.initial_point().expand(2, -1), 2)
+    for row, client in enumerate(clients.tolist()):
+        ids = problem.client_index[client, picks[row]]
+        model = make_model("fedsum-cifar10-cnn", problem.input_shape, 10).double()
+        torch.nn.utils.vector_to_parameters(problem.initial_point(), model.parameters())
+        F.cross_entropy(model(problem.inputs(problem.train_images[ids])), problem.train_labels[ids]).backward()
+        expected = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+        assert torch.allclose(grads[row], expected, atol=1e-12)
+        assert weights[row].sum() == problem.batch
+
+
+def test_small_clients_use_all_their_samples():
+    problem = toy_problem(model="logreg", partition="iid", clients=8, batch=100)  # 60 samples each
+    clients = torch.tensor([2])
+    picks, weights = problem.minibatch(0, 0, clients, 0, problem.sizes[clients])
+    assert int(weights.sum()) == 60
+    assert sorted(picks[0][weights[0] > 0].tolist()) == list(range(60))
+    x = problem.initial_point()
+    minibatch = problem.oracle(clients, seed=0, round=0)(x[None], 0)[0]
+    other_step = problem.oracle(clients, seed=0, round=9)(x[None], 3)[0]
+    assert torch.allclose(minibatch, other_step, atol=1e-12)  # full client gradient every time
+
+
+def test_client_chunks_give_the_same_gradients():
+    whole, chunked = toy_problem(), toy_problem(client_chunk=2)
+    clients = torch.tensor([0, 1, 2, 4, 7])
+    z = whole.initial_point().expand(5, -1)
+    assert torch.allclose(whole.oracle(clients, seed=1, round=1)(z, 0), chunked.oracle(clients, seed=1, round=1)(z, 0))
+
+
+def test_empty_round_gives_no_gradients():
+    problem = toy_problem()
+    z = torch.zeros(0, problem.dim, dtype=torch.float64)
+    out = problem.oracle(torch.zeros(0, dtype=torch.int64), seed=0, round=0)(z, 0)
+    assert out.shape == (0, problem.dim)
+
+
+# -- objective, metrics ----------------------------------------------------------------------------
+def test_loss_and_gradient_agree():
+    problem = toy_problem(model="logreg")  # smooth: no ReLU kinks for the finite difference
+    x = problem.initial_point()
+    direction = torch.randn(problem.dim, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    h = 1e-5
+    numeric = (problem.loss(x + h * direction) - problem.loss(x - h * direction)) / (2 * h)
+    assert float(problem.gradient(x) @ direction) == pytest.approx(float(numeric), rel=1e-5)
+
+
+def test_metrics_rows_have_test_columns_and_participant_loss():
+    problem = toy_problem()
+    participation = make_participation("full", problem.num_clients)
+    result = simulate(make_algorithm("sg_focus", lr=0.01, local_steps=2), problem, participation, 4, eval_every=2)
+    first, later = result.rows[0], result.rows[1:]
+    assert {"test_accuracy", "test_loss"} <= first.keys() and "train_loss" not in first
+    for row in later:
+        assert 0 <= row["test_accuracy"] <= 1 and row["test_loss"] > 0 and row["train_loss"] > 0
+    x = result.state.server.x
+    loss, accuracy = problem.evaluate(x, problem.test_images, problem.test_labels)
+    assert (loss, accuracy) == (result.rows[-1]["test_loss"], result.rows[-1]["test_accuracy"])
+
+
+def test_held_out_split_and_its_errors():
+    pooled = Dataset("pool", TOY.train, None, 10)
+    problem = toy_problem(dataset=pooled, test_fraction=0.25, model="logreg")
+    assert len(problem.test_labels) == 120 and len(problem.train_labels) == 360
+    assert int(problem.sizes.sum()) == 360
+    with pytest.raises(ConfigError, match="no test split"):
+        toy_problem(dataset=pooled, model="logreg")
+    with pytest.raises(ConfigError, match="test_fraction"):
+        toy_problem(test_fraction=1.0)
+
+
+def test_label_histograms_match_the_partition():
+    problem = toy_problem(alpha=0.1)
+    hist = problem.label_histograms()
+    assert hist.shape == (8, 10) and hist.sum() == 480
+    assert np.array_equal(hist.sum(1), problem.sizes.numpy())
+
+
+# -- models --------------------------------------------------------------------------------------
+def test_papers_models_have_the_papers_shapes():
+    focus = make_model("focus-cnn", (3, 32, 32), 10)
+    assert [m.in_features for m in focus if isinstance(m, nn.Linear)] == [1024, 500]
+    assert [m.out_channels for m in focus if isinstance(m, nn.Conv2d)] == [16, 32, 64]
+    mnist = make_model("fedsum-mnist-cnn", (1, 28, 28), 10)
+    assert [m.in_features for m in mnist if isinstance(m, nn.Linear)] == [980, 50]
+    assert [m.p for m in mnist if isinstance(m, KeyedDropout)] == [0.2, 0.2]
+    svhn = make_model("fedsum-svhn-cnn", (3, 32, 32), 10)
+    assert [m.out_features for m in svhn if isinstance(m, nn.Linear)] == [128, 10]
+    cifar = make_model("fedsum-cifar10-cnn", (3, 32, 32), 10)
+    assert [m.out_features for m in cifar if isinstance(m, nn.Linear)] == [256, 64, 10]
+    assert set(MODELS) >= {"mlp", "logreg", "resnet18-gn"}
+
+
+def test_resnet18_with_group_norm_trains_per_client():
+    problem = toy_problem(model="resnet18-gn", dataset=toy_dataset(shape=(3, 8, 8), train=64, test=8),
+                          clients=2, batch=2, dtype=torch.float32, alpha=100.0)
+    assert not problem.batched_sequential  # not a Sequential: the generic vmap path
+    assert 11_000_000 < problem.dim < 11_300_000
+    x = problem.initial_point()
+    both = problem.oracle(torch.tensor([0, 1]), seed=0, round=0)(x.expand(2, -1), 0)
+    one = problem.oracle(torch.tensor([1]), seed=0, round=0)(x[None], 0)
+    assert torch.isfinite(both).all()
+    assert torch.allclose(both[1], one[0], atol=1e-5)
+
+
+def test_keyed_dropout_rate_and_keys():
+    layer = KeyedDropout(0.3, stream=0).double()
+    x = torch.ones(200, 50, dtype=torch.float64)
+    layer.key = torch.tensor(11)
+    a = layer(x)
+    assert set(torch.unique(a).tolist()) == {0.0, 1 / 0.7}
+    assert (a == 0).double().mean().item() == pytest.approx(0.3, abs=0.02)
+    layer.key = torch.tensor(12)
+    assert not torch.equal(layer(x), a)
+    layer.key = torch.tensor(11)
+    assert torch.equal(layer(x), a)
+    assert torch.equal(layer.eval()(x), x)
+
+
+class Residual(nn.Module):
+    """Not a Sequential: exercises the vmap path, and nn.Dropout is swapped for KeyedDropout."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(144, 32)
+        self.block = nn.Sequential(nn.Linear(32, 32), nn.Tanh(), nn.Dropout(0.1))
+        self.out = nn.Linear(32, 10)
+
+    def forward(self, x):
+        h = torch.relu(self.inp(x.flatten(1)))
+        return self.out(h + self.block(h))
+
+
+def test_any_module_through_the_python_api():
+    runs = {}
+    for engine in ("vectorized", "reference"):
+        torch.manual_seed(0)  # a user's module keeps its own initialisation
+        problem = toy_problem(module=Residual())
+        participation = make_participation("uniform:m=3", problem.num_clients, seed=0)
+        algorithm = make_algorithm("sg_focus", lr=0.01, local_steps=2)
+        runs[engine] = simulate(algorithm, problem, participation, 3, engine=engine)
+    assert isinstance(problem._train_model.block[2], KeyedDropout)
+    assert problem.describe()["model"] == "custom:Residual"
+    assert torch.allclose(runs["vectorized"].state.server.x, runs["reference"].state.server.x, atol=1e-9)
+
+
+def test_batch_norm_without_running_statistics_is_accepted():
+    net = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4, track_running_stats=False), nn.ReLU(),
+                        nn.Flatten(), nn.Linear(400, 10))
+    problem = toy_problem(module=net)
+    assert not problem.batched_sequential
+    grads = problem.oracle(torch.tensor([0, 2]), seed=0, round=0)(problem.initial_point().expand(2, -1), 0)
+    assert torch.isfinite(grads).all()
+
+
+def test_unsupported_models_fail_in_one_line():
+    with pytest.raises(ConfigError, match="GroupNorm"):
+        toy_problem(module=nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.LazyLinear(10)))
+    with pytest.raises(ConfigError, match="Dropout2d"):
+        toy_problem(module=nn.Sequential(nn.Dropout2d(0.1), nn.Flatten(), nn.Linear(144, 10)))
+    with pytest.raises(ConfigError, match=r"expected \(10,\)"):
+        toy_problem(module=nn.Sequential(nn.Flatten(), nn.Linear(144, 7)))
+    with pytest.raises(ConfigError, match="cannot train on inputs"):
+        toy_problem(module=nn.Sequential(nn.Flatten(), nn.Linear(100, 10)))
+    with pytest.raises(ConfigError, match="unknown model"):
+        toy_problem(model="vgg")
+
+
+def test_model_factory_from_a_module_path(tmp_path, monkeypatch):
+    (tmp_path / "my_models.py").write_text(textwrap.dedent("""
+        from torch import nn
+        def tiny(input_shape, num_classes):
+            return nn.Sequential(nn.Flatten(), nn.Linear(input_shape[1] * input_shape[2], num_classes))
+        def not_a_model():
+            return 3
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    problem = toy_problem(model="my_models:tiny")
+    assert problem.dim == 144 * 10 + 10 and problem.batched_sequential
+    with pytest.raises(ConfigError, match="not a torch.nn.Module"):
+        toy_problem(model="my_models:not_a_model")
+    with pytest.raises(ConfigError, match="cannot import"):
+        toy_problem(model="my_models:missing")
+    sys.modules.pop("my_models", None)
+
+
+# -- specs, runner and CLI -----------------------------------------------------------------------
+@pytest.fixture
+def toy_npz(tmp_path):
+    path = tmp_path / "toy.npz"
+    np.savez(path, images=TOY.train.images[:, 0], labels=TOY.train.labels)
+    return path
+
+
+def test_problem_spec_and_label_participation_through_the_runner(toy_npz):
+    spec = f"nn:data={toy_npz},test_fraction=0.2,clients=6,batch=8,model=logreg,alpha=0.3"
+    built = build(RunConfig(algorithm="sg_focus", problem=spec, participation="label", rounds=3, lr=0.01,
+                            dtype="float32"))
+    assert built.problem.dtype == torch.float32 and built.problem.num_clients == 6
+    p = built.participation.nominal_p()
+    hist = built.problem.label_histograms()
+    expected = hist / hist.sum(1, keepdims=True) @ built.participation.phi
+    assert np.allclose(p, np.clip(expected, 0.02, 1.0))
+    rows = execute(built).rows
+    assert rows[-1]["round"] == 3 and "test_accuracy" in rows[-1]
+    assert make_problem(built.problem.describe(), dtype=torch.float32).describe() == built.problem.describe()
+
+
+def read_rows(path):
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_cli_run_writes_test_columns_in_float32(toy_npz, tmp_path, capsys):
+    out = tmp_path / "run"
+    code = main(["run", "--algorithm", "sg_focus", "--problem", "nn:data=toy.npz,test_fraction=0.2,clients=4,batch=8",
+                 "--data-dir", str(toy_npz.parent), "--participation", "bernoulli", "--rounds", "4",
+                 "--eval-every", "2", "--lr", "0.01", "--schedule", "sqrt", "--out", str(out)])
+    assert code == 0
+    rows = read_rows(out / "metrics.csv")
+    assert [r["round"] for r in rows] == ["0", "2", "4"]
+    assert {"test_accuracy", "test_loss", "train_loss"} <= rows[-1].keys() and rows[0]["train_loss"] == ""
+    config = json.loads((out / "config.json").read_text())
+    assert config["dtype"] == "float32" and config["problem"]["data_dir"] == str(toy_npz.parent)
+    assert config["problem"]["model"] == "fedsum-mnist-cnn" and (out / "curve.png").stat().st_size > 5000
+    assert (out / "partition.png").is_file()
+
+
+def test_cli_errors_are_one_line(tmp_path, capsys):
+    assert main(["run", "--algorithm", "sg_focus", "--problem", "nn:data=mnist", "--data-dir", str(tmp_path),
+                 "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("focusfl: error: mnist not found: put train-images-idx3-ubyte.gz") and "\n" not in err
+    assert not (tmp_path / "x").exists()
+    assert main(["run", "--algorithm", "sg_focus", "--problem", "ridge", "--data-dir", str(tmp_path)]) == 2
+    assert "apply to neural-network problems" in capsys.readouterr().err
+
+
+def test_cli_divergence_keeps_what_was_written(toy_npz, tmp_path, capsys):
+    out = tmp_path / "boom"
+    problem = f"nn:data={toy_npz},test_fraction=0.2,clients=4,batch=8,model=mlp"
+    code = main(["run", "--algorithm", "fedavg", "--problem", problem,
+                 "--rounds", "30", "--lr", "1e6", "--out", str(out)])
+    assert code == 1
+    assert "diverged" in capsys.readouterr().err
+    config = json.loads((out / "config.json").read_text())
+    rows = read_rows(out / "metrics.csv")
+    assert config["diverged_at_round"] == int(rows[-1]["round"]) < 30
+
+
+@needs_mnist
+def test_real_mnist_trains():
+    problem = NeuralNetwork(data=str(MNIST10K), test_fraction=0.2, clients=16, alpha=0.3, batch=32, model="logreg")
+    participation = make_participation("bernoulli", 16, seed=0)
+    result = simulate(make_algorithm("sg_focus", lr=0.02, local_steps=2), problem, participation, 40, eval_every=40)
+    assert result.rows[0]["test_accuracy"] < 0.3
+    assert result.rows[-1]["test_accuracy"] > 0.8
+    assert math.isfinite(result.rows[-1]["train_loss"])
+
+
+# -- presets -------------------------------------------------------------------------------------
+@needs_mnist
+def test_mnist_demo_preset_writes_its_outputs(tmp_path, capsys):
+    out = tmp_path / "demo"
+    code = main(["reproduce", "mnist-demo", "--data", str(MNIST10K), "--rounds", "2", "--eval-every", "1",
+                 "--algorithms", "sg_focus,fedavg", "--out", str(out)])
+    assert code == 0
+    summary = read_rows(out / "summary.csv")
+    assert [row["algorithm"] for row in summary] == ["sg_focus", "fedavg"]
+    for name in ("figure_0.png", "figure_0.pdf", "partition.png", "metrics_0_sg_focus.csv"):
+        assert (out / name).is_file()
+    assert "final acc" in capsys.readouterr().out
+
+
+def write_cifar10(folder: Path, per_batch: int = 64) -> None:
+    rng = np.random.default_rng(0)
+    folder.mkdir(parents=True)
+    for name in [f"data_batch_{k}" for k in range(1, 6)] + ["test_batch"]:
+        batch = {b"data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8),
+                 b"labels": rng.integers(0, 10, per_batch).tolist()}
+        with open(folder / name, "wb") as handle:
+            pickle.dump(batch, handle, protocol=2)
+
+
+def test_paper_preset_runs_every_scenario_on_local_files(tmp_path):
+    from focusfl.experiments import reproduce_nn
+
+    write_cifar10(tmp_path / "cifar10" / "cifar-10-batches-py")
+    paper = reproduce_nn.FOCUS_CIFAR10
+    assert paper.problem["alpha"] == 0.05 and paper.rounds == 10_000
+    assert {a: p["lr"] for a, p in paper.algorithms.items()} == dict.fromkeys(paper.algorithms, 2e-3)
+    # The paper's alpha = 0.05 cannot give 32 clients 10 samples each out of 320 images.
+    setup = dataclasses.replace(paper, problem={**paper.problem, "alpha": 1.0, "min_size": 2, "batch": 8},
+                                rounds=2, eval_every=1)
+    args = argparse.Namespace(device="cpu", dtype="float32", seed=0, rounds=None, eval_every=None,
+                              data_dir=str(tmp_path), download=False, data=None)
+    spec = reproduce_nn.problem_spec(setup, args)
+    panels, summary, problem = reproduce_nn.run_setup(setup, spec, args, ["sg_focus", "mifa"])
+    assert list(panels) == list(paper.scenarios) and len(summary) == 4
+    assert all(row["rounds"] == 2 and 0 <= row["final_test_accuracy"] <= 1 for row in summary)
+    assert problem.params["model"] == "focus-cnn" and problem.num_clients == 32
+
+
+def test_presets_skip_unregistered_algorithms(monkeypatch):
+    from focusfl.experiments import reproduce_nn
+
+    monkeypatch.delitem(reproduce_nn.ALGORITHMS, "mifa")
+    runnable, notes = reproduce_nn.available(reproduce_nn.FOCUS_CIFAR10, None)
+    assert "mifa" not in runnable and "sg_focus" in runnable
+    assert notes == ["note: mifa is not registered in this build of focusfl; skipped"]
+    with pytest.raises(ConfigError, match="not part of this preset"):
+        reproduce_nn.available(reproduce_nn.FOCUS_CIFAR10, ["fedsum"])

@@ -1,0 +1,124 @@
+"""Partitions (iid, shards, Dirichlet label skew), label histograms, their plot, and the
+label-correlated participation process."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from focusfl.data import label_histograms, make_partition
+from focusfl.data.plots import plot_label_histograms
+from focusfl.errors import ConfigError
+from focusfl.participation import make_participation
+from focusfl.participation.label import LabelParticipation
+
+LABELS = np.repeat(np.arange(10), 200)  # 2,000 samples, 200 per class
+
+
+def check_is_partition(parts, total):
+    joined = np.concatenate(parts)
+    assert len(joined) == total and len(np.unique(joined)) == total  # disjoint and complete
+
+
+def classes_held(parts, labels, share=0.05):
+    """Mean number of classes making up more than ``share`` of a client's data."""
+    hist = label_histograms(labels, parts, 10)
+    return float(np.mean((hist / hist.sum(1, keepdims=True) > share).sum(1)))
+
+
+def test_iid_is_balanced():
+    parts = make_partition("iid", LABELS, 16, seed=0)
+    check_is_partition(parts, len(LABELS))
+    assert {len(p) for p in parts} == {125}
+    assert classes_held(parts, LABELS) > 9
+
+
+def test_shards_give_few_classes_per_client():
+    parts = make_partition("shards", LABELS, 20, seed=0, shards=2)
+    check_is_partition(parts, len(LABELS))
+    assert {len(p) for p in parts} == {100}
+    assert max(len(np.unique(LABELS[p])) for p in parts) <= 3  # two shards, each within 1-2 labels
+
+
+def test_dirichlet_skew_grows_as_alpha_shrinks():
+    skewed = make_partition("dirichlet", LABELS, 20, seed=1, alpha=0.05, min_size=5)
+    mild = make_partition("dirichlet", LABELS, 20, seed=1, alpha=100.0, min_size=5)
+    for parts in (skewed, mild):
+        check_is_partition(parts, len(LABELS))
+        assert min(len(p) for p in parts) >= 5
+    assert classes_held(skewed, LABELS) < 3 < 8 < classes_held(mild, LABELS)
+
+
+def test_partitions_are_deterministic_per_seed():
+    a = make_partition("dirichlet", LABELS, 8, seed=3, alpha=0.5)
+    b = make_partition("dirichlet", LABELS, 8, seed=3, alpha=0.5)
+    c = make_partition("dirichlet", LABELS, 8, seed=4, alpha=0.5)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert not all(np.array_equal(x, y) for x, y in zip(a, c))
+
+
+def test_partition_errors():
+    with pytest.raises(ConfigError, match="unknown partition"):
+        make_partition("random", LABELS, 4, seed=0)
+    with pytest.raises(ConfigError, match="min_size"):
+        make_partition("dirichlet", LABELS, 4, seed=0, min_size=1000)
+    with pytest.raises(ConfigError, match="lower min_size or raise alpha"):
+        make_partition("dirichlet", LABELS[:400], 4, seed=0, alpha=0.001, min_size=20)  # 2 classes, 4 clients
+    with pytest.raises(ConfigError, match="alpha"):
+        make_partition("dirichlet", LABELS, 4, seed=0, alpha=0.0)
+
+
+def test_label_histograms_count_each_class():
+    parts = [np.array([0, 1, 200]), np.array([201, 1999])]
+    hist = label_histograms(LABELS, parts, 10)
+    assert hist.tolist() == [[2, 1, 0, 0, 0, 0, 0, 0, 0, 0], [0, 1, 0, 0, 0, 0, 0, 0, 0, 1]]
+
+
+def test_histogram_plot_is_written(tmp_path):
+    hist = label_histograms(LABELS, make_partition("dirichlet", LABELS, 12, seed=0, alpha=0.1), 10)
+    plot_label_histograms(hist, tmp_path / "h.png")
+    assert (tmp_path / "h.png").stat().st_size > 5000
+
+
+# -- label-correlated participation ---------------------------------------------------------------
+HIST = np.array([[10, 0, 0], [0, 5, 5], [2, 2, 4], [0, 0, 3]])
+
+
+def test_label_rates_are_histogram_weighted_phi():
+    proc = LabelParticipation(4, seed=0, phi=[0.9, 0.1, 0.5], histograms=HIST)
+    expected = np.array([0.9, 0.3, (0.2 * 0.9 + 0.2 * 0.1 + 0.4 * 0.5) / 0.8, 0.5])
+    assert np.allclose(proc.nominal_p(), expected)
+    mask = proc.mask(20000)
+    assert np.allclose(mask.mean(0), expected, atol=0.015)
+
+
+def test_label_rates_are_clipped():
+    proc = LabelParticipation(4, seed=0, phi=[1.0, 0.0, 0.0], low=0.05, high=0.8, histograms=HIST)
+    assert proc.nominal_p().tolist() == [0.8, 0.05, 0.25, 0.05]
+
+
+class HistogramProblem:
+    def label_histograms(self):
+        return HIST
+
+
+def test_label_process_is_built_from_the_problem_and_rebuilds():
+    proc = make_participation("label", 4, seed=2, problem=HistogramProblem())
+    assert len(proc.phi) == 3 and np.all((proc.phi >= 0.05) & (proc.phi <= 0.5))  # default phi
+    desc = json.loads(json.dumps(proc.describe()))
+    again = make_participation(desc, 4, seed=2, problem=HistogramProblem())
+    assert np.array_equal(again.mask(300), proc.mask(300))
+    other = make_participation("label", 4, seed=3, problem=HistogramProblem())
+    assert not np.array_equal(other.phi, proc.phi)
+
+
+def test_label_process_errors():
+    with pytest.raises(ConfigError, match="needs a problem"):
+        make_participation("label", 4, seed=0)
+    with pytest.raises(ConfigError, match="one per class"):
+        make_participation("label:phi=0.1;0.2", 4, seed=0, problem=HistogramProblem())
+    with pytest.raises(ConfigError, match="low <= high"):
+        make_participation("label:low=0.5,high=0.2", 4, seed=0, problem=HistogramProblem())
+    with pytest.raises(ConfigError, match="histograms"):
+        LabelParticipation(3, histograms=HIST)
