@@ -53,7 +53,7 @@ def convert(text: str) -> Any:
         try:
             return cast(text)
         except ValueError:
-            pass
+            continue  # not this type: try the next, else keep the string
     return text
 
 
