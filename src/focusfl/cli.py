@@ -11,24 +11,8 @@ import sys
 from pathlib import Path
 
 from . import __version__
+from .argtypes import positive_float, positive_int
 from .errors import DivergenceError, FocusflError
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
-    return value
 
 
 # -- run ---------------------------------------------------------------------------------------
@@ -39,15 +23,15 @@ def _add_run(sub) -> None:
                    help="problem SPEC, e.g. ridge:dim=50,clients=16 or nn:data=mnist,alpha=0.1 (default ridge; "
                    "neural networks: docs/neural-networks.md)")
     p.add_argument("--participation", default="full", help="participation SPEC, e.g. weighted:m=4 (default full)")
-    p.add_argument("--rounds", type=_positive_int, default=100)
-    p.add_argument("--local-steps", type=_positive_int, default=None, help="local steps tau per round")
-    p.add_argument("--lr", type=_positive_float, default=None, help="(local) step size eta")
+    p.add_argument("--rounds", type=positive_int, default=100)
+    p.add_argument("--local-steps", type=positive_int, default=None, help="local steps tau per round")
+    p.add_argument("--lr", type=positive_float, default=None, help="(local) step size eta")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", choices=["float32", "float64"], default=None,
                    help="default: float32 for neural networks, float64 otherwise")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--engine", choices=["vectorized", "reference"], default="vectorized")
-    p.add_argument("--eval-every", type=_positive_int, default=1, help="evaluate every E rounds")
+    p.add_argument("--eval-every", type=positive_int, default=1, help="evaluate every E rounds")
     p.add_argument("--schedule", choices=["constant", "sqrt"], default="constant",
                    help="step-size schedule: constant, or sqrt = eta/sqrt(r/10+1)")
     p.add_argument("--data-dir", help="folder with the dataset files of an nn problem "
@@ -111,8 +95,8 @@ def _add_reproduce(sub) -> None:
 def _add_participation(sub) -> None:
     p = sub.add_parser("participation", help="statistics (p_i, q_i, delays) of a participation process")
     p.add_argument("spec", help="participation SPEC, e.g. bernoulli or markov:rho=0.8")
-    p.add_argument("--clients", type=_positive_int, default=16)
-    p.add_argument("--rounds", type=_positive_int, default=1000)
+    p.add_argument("--clients", type=positive_int, default=16)
+    p.add_argument("--rounds", type=positive_int, default=1000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--plot", help="write an availability raster to this PNG/PDF file")
     p.set_defaults(handler=_cmd_participation)

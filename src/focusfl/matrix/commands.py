@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import __version__
+from ..argtypes import positive_float, positive_int
 from ..errors import ConfigError
 
 DEFAULT_BIAS_PROBLEM = "ridge:dim=10,samples=50,hetero=1"
@@ -15,39 +16,19 @@ FEDAVG_STEP = 0.05
 FOCUS_STEP = 0.5
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
-    return value
-
-
 # -- bias ---------------------------------------------------------------------------------------
 def add_bias_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--problem", default=DEFAULT_BIAS_PROBLEM,
                    help=f"quadratic problem SPEC (default {DEFAULT_BIAS_PROBLEM})")
     p.add_argument("--participation", default="bernoulli", help="participation SPEC (default bernoulli)")
-    p.add_argument("--rounds", type=_positive_int, default=3000, help="rounds of FedAvg and FOCUS (default 3000)")
-    p.add_argument("--fedavg-lr", type=_positive_float, default=None,
+    p.add_argument("--rounds", type=positive_int, default=3000, help="rounds of FedAvg and FOCUS (default 3000)")
+    p.add_argument("--fedavg-lr", type=positive_float, default=None,
                    help=f"FedAvg step size (default {FEDAVG_STEP}/L, L = max_i lambda_max of f_i's Hessian)")
-    p.add_argument("--focus-lr", type=_positive_float, default=None,
+    p.add_argument("--focus-lr", type=positive_float, default=None,
                    help=f"FOCUS step size (default {FOCUS_STEP}/(N L))")
-    p.add_argument("--local-steps", type=_positive_int, default=1, help="local steps tau of both (default 1)")
+    p.add_argument("--local-steps", type=positive_int, default=1, help="local steps tau of both (default 1)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--mc-rounds", type=_positive_int, default=20_000,
+    p.add_argument("--mc-rounds", type=positive_int, default=20_000,
                    help="rounds of the Monte Carlo estimate of q where no closed form exists")
 
 
@@ -105,7 +86,7 @@ def _distance(a, b) -> float:
 
 # -- matrices -----------------------------------------------------------------------------------
 def add_matrices_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--clients", type=_positive_int, default=4, help="number of clients N (default 4)")
+    p.add_argument("--clients", type=positive_int, default=4, help="number of clients N (default 4)")
     p.add_argument("--active", default="1,3", help="active clients S as node labels 1..N, comma separated (default 1,3)")
     p.add_argument("--out", default="runs/matrices", help="output folder (default runs/matrices)")
 
