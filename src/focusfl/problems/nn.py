@@ -63,7 +63,7 @@ class NeuralNetwork(Problem):
         "batch": 64,  # minibatch per client and local step
         "test_fraction": 0.0,  # > 0: hold out this fraction of the training images as test set
         "eval_batch": 1000,  # samples per forward pass when evaluating
-        "client_chunk": 0,  # > 0: batch at most this many clients at once (memory)
+        "client_chunk": 0,  # > 0: the engine batches at most this many clients at once (memory)
         "client_batching": "auto",  # auto: grouped-weights path for nn.Sequential models; vmap: always vmap
         "seed": 0,  # partition, held-out split and model initialisation
     }
@@ -104,7 +104,7 @@ class NeuralNetwork(Problem):
         else:
             p["model"] = f"custom:{type(module).__name__}"
         self.params = p
-        self._setup_model(module, int(p["client_chunk"]))
+        self._setup_model(module)
         self._loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         self._loss_count = 0
         self._probe()
@@ -144,7 +144,7 @@ class NeuralNetwork(Problem):
         return self._histograms.copy()
 
     # -- model ----------------------------------------------------------------------------------
-    def _setup_model(self, module: nn.Module, client_chunk: int) -> None:
+    def _setup_model(self, module: nn.Module) -> None:
         module = prepare_for_clients(module).to(device=self.device, dtype=self.dtype)
         named = [(n, t) for n, t in module.named_parameters() if t.requires_grad]
         if not named:
@@ -163,10 +163,14 @@ class NeuralNetwork(Problem):
             self.params["client_batching"] == "auto" and all_trainable and client_batched.supports(module)
         )
         if self.batched_sequential:
-            step = self._sequential_loss_and_gradients
+            self._client_grads = self._sequential_loss_and_gradients
         else:
-            step = vmap(grad_and_value(self._minibatch_loss))
-        self._client_grads = _in_chunks(step, client_chunk)
+            self._client_grads = vmap(grad_and_value(self._minibatch_loss))
+
+    @property
+    def client_chunk(self) -> int | None:
+        """The ``client_chunk`` key: the vectorized engine batches at most this many clients."""
+        return int(self.params["client_chunk"]) or None
 
     def _sequential_loss_and_gradients(self, z, images, labels, weights, keys):
         return client_batched.loss_and_gradients(
@@ -327,22 +331,6 @@ def _validate(p: dict[str, Any]) -> None:
         raise ConfigError(f"{where}: test_fraction must be in [0, 1), got {p['test_fraction']}")
     if not float(p["alpha"]) > 0 or not math.isfinite(float(p["alpha"])):
         raise ConfigError(f"{where}: alpha must be a positive number, got {p['alpha']}")
-
-
-def _in_chunks(step, chunk: int):
-    """``step`` applied to at most ``chunk`` clients at a time (0: all at once), results joined."""
-    if not chunk:
-        return step
-
-    def chunked(z, *per_client):
-        if z.shape[0] <= chunk:
-            return step(z, *per_client)
-        pieces = [
-            step(z[s : s + chunk], *(t[s : s + chunk] for t in per_client)) for s in range(0, z.shape[0], chunk)
-        ]
-        return torch.cat([g for g, _ in pieces]), torch.cat([v for _, v in pieces])
-
-    return chunked
 
 
 def channel_statistics(images: np.ndarray, chunk: int = 2048) -> tuple[np.ndarray, np.ndarray]:
