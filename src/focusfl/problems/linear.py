@@ -203,16 +203,16 @@ class Ridge(LinearModelProblem):
     def oracle(self, clients: torch.Tensor, *, seed: int, round: int):
         if self.batch is not None:
             return super().oracle(clients, seed=seed, round=round)
-        # Exact gradients in Hessian form, 2 A_i^T A_i z - 2 A_i^T b_i + 2 reg z: one batched
-        # mat-vec per local step instead of two (A_i is samples x dim, the Hessian dim x dim).
-        hessians, linear = self._quadratic_form()
+        # Exact gradients in Hessian form, (2 A_i^T A_i + 2 reg I) z - 2 A_i^T b_i: one fused
+        # batched product per local step (A_i is samples x dim, the Hessian dim x dim).
+        hessians, minus_linears = self._quadratic_form()
         client_hessians = hessians.index_select(0, clients)
-        client_linear = linear.index_select(0, clients)
+        minus_linear = minus_linears.index_select(0, clients).unsqueeze(1)
 
         def gradients(z: torch.Tensor, step: int) -> torch.Tensor:
             # z^T H rather than H z (equal: H is symmetric): the row-vector form of the batched
             # product runs about twice as fast on CPU.
-            return torch.bmm(z.unsqueeze(1), client_hessians).squeeze(1) - client_linear + 2.0 * self.reg * z
+            return torch.baddbmm(minus_linear, z.unsqueeze(1), client_hessians).squeeze(1)
 
         return gradients
 
@@ -222,11 +222,13 @@ class Ridge(LinearModelProblem):
         return self.dim * self.dim * self.features.element_size()  # the Hessian
 
     def _quadratic_form(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-client 2 A_i^T A_i [N, d, d] and 2 A_i^T b_i [N, d], built on first use."""
+        """Per-client Hessians 2 A_i^T A_i + 2 reg I [N, d, d] and -2 A_i^T b_i [N, d], built on
+        first use."""
         if getattr(self, "_hessians", None) is None:
-            self._hessians = 2.0 * torch.bmm(self.features.transpose(1, 2), self.features)
-            self._linear = 2.0 * _weighted_rows(self.features, self.targets)
-        return self._hessians, self._linear
+            eye = torch.eye(self.dim, dtype=self.dtype, device=self.device)
+            self._hessians = 2.0 * torch.bmm(self.features.transpose(1, 2), self.features) + 2.0 * self.reg * eye
+            self._minus_linear = -2.0 * _weighted_rows(self.features, self.targets)
+        return self._hessians, self._minus_linear
 
     def _sample_gradients(self, x, features, targets):
         residual = _rows_times(features, x) - targets
