@@ -78,7 +78,7 @@ class Vectorized:
 
     def run(self) -> None:
         for r, active in enumerate(self.actives):
-            self.state = vectorized_round(self.algorithm, self.state, self.problem, active, r, 0)
+            self.state = vectorized_round(self.algorithm, self.state, self.problem, active, r, 0, donate=r > 0)
         float(self.state.server.x.sum())
 
 

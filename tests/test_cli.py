@@ -85,6 +85,28 @@ def test_divergence_keeps_what_was_written(tmp_path, capsys):
     assert json.loads((out / "config.json").read_text())["diverged_at_round"] == int(rows[-1]["round"])
 
 
+def test_interrupted_run_keeps_the_rounds_it_evaluated(tmp_path, capsys, monkeypatch):
+    import focusfl.experiments.runner as runner
+
+    real_simulate = runner.simulate
+
+    def interrupted_at_round_12(*args, on_row, **kwargs):
+        def row_then_ctrl_c(row):
+            on_row(row)
+            if row["round"] == 12:
+                raise KeyboardInterrupt
+
+        return real_simulate(*args, on_row=row_then_ctrl_c, **kwargs)
+
+    monkeypatch.setattr(runner, "simulate", interrupted_at_round_12)
+    out = tmp_path / "a"
+    assert main(RUN + ["--out", str(out)]) == 130
+    assert f"rounds 0..12 are in {out}" in capsys.readouterr().err
+    assert [int(r["round"]) for r in read_csv(out / "metrics.csv")] == list(range(13))
+    assert json.loads((out / "config.json").read_text())["interrupted_after_round"] == 12
+    assert (out / "curve.png").exists()
+
+
 def test_participation_command_prints_statistics_and_plots(tmp_path, capsys):
     plot = tmp_path / "raster.png"
     assert main(["participation", "markov", "--clients", "6", "--rounds", "500", "--plot", str(plot)]) == 0

@@ -9,6 +9,7 @@ import torch
 
 from focusfl.algorithms import ALGORITHMS, make_algorithm
 from focusfl.engine import simulate
+from focusfl.engine.simulate import ENGINES, active_sets
 from focusfl.participation import make_participation
 from focusfl.problems import make_problem
 
@@ -64,3 +65,36 @@ def test_resume_continues_exactly(name):
     rest = simulate(algorithm, problem, process, 6, seed=5, state=first.state, start_round=4)
     _states_close(straight.state, rest.state)
     assert straight.rows[-1] == rest.rows[-1]
+
+
+@pytest.mark.parametrize("engine", ["vectorized", "reference"])
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_donated_rounds_equal_out_of_place_rounds(name, engine):
+    # In-place client tables (donate=True) must be a pure speed-up: the same states bit for
+    # bit, and the donated state is the only one touched.
+    problem = make_problem(SMALL_RIDGE_SGD)
+    process = make_participation("bernoulli:p=0.5", problem.num_clients, seed=4)
+    algorithm = make_algorithm(name, lr=2e-3, local_steps=2).prepare(problem, process)
+    step_round = ENGINES[engine]
+    kept = donated = algorithm.init(problem.initial_point(), problem.num_clients)
+    for r, active in enumerate(active_sets(process.mask(6), problem.device)):
+        kept_before = [field.clone() for field in kept.clients]
+        kept_next = step_round(algorithm, kept, problem, active, r, 5)
+        for before, field in zip(kept_before, kept.clients):
+            assert torch.equal(before, field)  # out of place: the old state is untouched
+        donated = step_round(algorithm, donated, problem, active, r, 5, donate=r > 0)
+        kept = kept_next
+    for part_kept, part_donated in zip(kept, donated):
+        for field_kept, field_donated in zip(part_kept, part_donated):
+            assert torch.equal(field_kept, field_donated)
+
+
+def test_simulate_never_modifies_the_callers_state():
+    problem = make_problem(SMALL_RIDGE)
+    process = make_participation("full", problem.num_clients, seed=4)
+    algorithm = make_algorithm("focus", lr=2e-3, local_steps=2)
+    start = simulate(algorithm, problem, process, 2, seed=5).state
+    saved = [field.clone() for field in start.clients]
+    simulate(algorithm, problem, process, 3, seed=5, state=start, start_round=2)
+    for before, field in zip(saved, start.clients):
+        assert torch.equal(before, field)

@@ -207,8 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     except FocusflError as exc:
         print(f"focusfl: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("focusfl: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        print(f"focusfl: {exc or 'interrupted'}", file=sys.stderr)
         return 130
 
 

@@ -22,7 +22,9 @@ def reference_round(
     round_: int,
     seed: int,
     lr_scale: float = 1.0,
+    donate: bool = False,
 ) -> State:
+    """One round, client by client; ``donate`` as in the vectorized engine."""
     ctx = RoundContext(round=round_, active=active, num_clients=problem.num_clients, lr_scale=lr_scale)
     if active.numel() == 0:
         # Nobody computes; the server still gets an (empty) message of the right shape.
@@ -49,4 +51,4 @@ def reference_round(
         finished.append(algorithm.client_finish(server, rows, one_ctx))
     # One write-back for the round: a per-client out-of-place scatter would copy all N rows
     # per client and make this baseline slower than a plain loop needs to be.
-    return State(server, scatter_rows(state.clients, active, concat_rows(finished)))
+    return State(server, scatter_rows(state.clients, active, concat_rows(finished), in_place=donate))

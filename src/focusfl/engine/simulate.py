@@ -114,7 +114,11 @@ def simulate(
         return result
     for offset, active in enumerate(actives):
         r = start_round + offset
-        result.state = step_round(algorithm, result.state, problem, active, r, seed, schedule(r))
+        # From the second round on the state is the engine's own, so its client table can be
+        # updated in place; a state passed in by the caller is never modified.
+        result.state = step_round(
+            algorithm, result.state, problem, active, r, seed, schedule(r), donate=offset > 0
+        )
         result.rounds_done = r + 1
         floats_down += active.numel() * comm.down * problem.dim
         floats_up += active.numel() * comm.up * problem.dim

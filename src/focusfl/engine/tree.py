@@ -15,9 +15,24 @@ def gather_rows(tree: Any, index: torch.Tensor) -> Any:
     return type(tree)(*(field.index_select(0, index) for field in tree))
 
 
-def scatter_rows(tree: Any, index: torch.Tensor, rows: Any) -> Any:
-    """A copy of ``tree`` with rows ``index`` replaced by ``rows`` (out of place)."""
-    return type(tree)(*(field.index_copy(0, index, new) for field, new in zip(tree, rows)))
+def scatter_rows(tree: Any, index: torch.Tensor, rows: Any, *, in_place: bool = False) -> Any:
+    """``tree`` with rows ``index`` replaced by ``rows``.
+
+    Out of place by default: a new table per field, the old ``tree`` untouched. With
+    ``in_place=True`` (the caller donates ``tree``: nothing else will read it) each field that
+    owns its memory alone is updated in place, which saves copying all N rows every round (for
+    a neural network that table is N x d floats); fields sharing memory with another field, or
+    not contiguous, are still copied.
+    """
+    fields = list(tree)
+    owners = [field.untyped_storage().data_ptr() for field in fields]
+    updated = []
+    for field, new, owner in zip(fields, rows, owners):
+        if in_place and field.is_contiguous() and owners.count(owner) == 1:
+            updated.append(field.index_copy_(0, index, new))
+        else:
+            updated.append(field.index_copy(0, index, new))
+    return type(tree)(*updated)
 
 
 def concat_rows(trees: Sequence[Any]) -> Any:

@@ -32,7 +32,10 @@ def vectorized_round(
     round_: int,
     seed: int,
     lr_scale: float = 1.0,
+    donate: bool = False,
 ) -> State:
+    """One round; ``donate=True`` lets the round update ``state``'s client table in place (the
+    caller promises not to read the old state again)."""
     ctx = RoundContext(round=round_, active=active, num_clients=problem.num_clients, lr_scale=lr_scale)
     row_parts, message_parts = [], []
     for part in client_chunks(active, problem.client_chunk):
@@ -46,4 +49,4 @@ def vectorized_round(
     message = message_parts[0] if len(message_parts) == 1 else concat_rows(message_parts)
     server = algorithm.server_round(state.server, message, ctx)
     rows = algorithm.client_finish(server, rows, ctx)
-    return State(server, scatter_rows(state.clients, active, rows))
+    return State(server, scatter_rows(state.clients, active, rows, in_place=donate))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -100,7 +100,7 @@ def config_from_json(data: dict[str, Any]) -> RunConfig:
     return RunConfig(**{k: data[k] for k in keys}, **optional)
 
 
-def execute(built: BuiltRun, *, progress: bool = False) -> RunResult:
+def execute(built: BuiltRun, *, progress: bool = False, on_row: Callable[[dict], None] | None = None) -> RunResult:
     cfg = built.config
     bar = None
     if progress:
@@ -109,6 +109,8 @@ def execute(built: BuiltRun, *, progress: bool = False) -> RunResult:
         bar = tqdm(total=cfg.rounds, desc=built.algorithm.name, unit="round", disable=None, leave=False)
 
     def show(row: dict) -> None:
+        if on_row is not None:
+            on_row(row)
         if bar is None:
             return
         if "test_accuracy" in row:  # neural networks: accuracy and losses
@@ -136,25 +138,50 @@ def execute(built: BuiltRun, *, progress: bool = False) -> RunResult:
             bar.close()
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a run whose evaluated rounds were kept; the message says where."""
+
+
 def run_to_folder(config: RunConfig, out: str | Path, *, progress: bool = False) -> RunResult:
-    """Build, run and write metrics.csv, config.json and curve.png into ``out``."""
+    """Build, run and write metrics.csv, config.json and curve.png into ``out``.
+
+    An interrupted run (Ctrl-C) keeps what it computed, as a diverged run does: the folder gets
+    the rows evaluated so far and config.json records ``interrupted_after_round``; then
+    :class:`Interrupted` is raised. Interrupted before its first evaluation, it leaves nothing.
+    """
     built = build(config)
+    rows: list[dict] = []
+    interrupted = False
     with output_folder(out) as scratch:
-        result = execute(built, progress=progress)
-        write_csv(scratch / "metrics.csv", result.rows)
-        info = resolved_config(built)
-        if result.diverged_at is not None:
-            info["diverged_at_round"] = result.diverged_at
-        write_json(scratch / "config.json", info)
-        title = f"{built.algorithm.name} on {built.problem.name}, {built.participation.name} participation"
-        if "test_accuracy" in result.rows[0]:  # neural networks: accuracy and losses
-            from ..data.plots import plot_training_curves
-
-            plot_training_curves({built.algorithm.name: result.rows}, scratch / "curve.png", title=title)
-        else:
-            plot_curve(result.rows, scratch / "curve.png", title)
-        if hasattr(built.problem, "label_histograms"):  # clients hold labelled data: show the split
-            from ..data.plots import plot_label_histograms
-
-            plot_label_histograms(built.problem.label_histograms(), scratch / "partition.png")
+        try:
+            result = execute(built, progress=progress, on_row=rows.append)
+        except KeyboardInterrupt:
+            if not rows:
+                raise
+            interrupted = True
+            result = RunResult(rows=rows, rounds_done=rows[-1]["round"])
+        _write_run(built, result, scratch, interrupted)
+    if interrupted:
+        raise Interrupted(f"interrupted; rounds 0..{result.rounds_done} are in {out}")
     return result
+
+
+def _write_run(built: BuiltRun, result: RunResult, scratch: Path, interrupted: bool) -> None:
+    write_csv(scratch / "metrics.csv", result.rows)
+    info = resolved_config(built)
+    if result.diverged_at is not None:
+        info["diverged_at_round"] = result.diverged_at
+    if interrupted:
+        info["interrupted_after_round"] = result.rounds_done
+    write_json(scratch / "config.json", info)
+    title = f"{built.algorithm.name} on {built.problem.name}, {built.participation.name} participation"
+    if "test_accuracy" in result.rows[0]:  # neural networks: accuracy and losses
+        from ..data.plots import plot_training_curves
+
+        plot_training_curves({built.algorithm.name: result.rows}, scratch / "curve.png", title=title)
+    else:
+        plot_curve(result.rows, scratch / "curve.png", title)
+    if hasattr(built.problem, "label_histograms"):  # clients hold labelled data: show the split
+        from ..data.plots import plot_label_histograms
+
+        plot_label_histograms(built.problem.label_histograms(), scratch / "partition.png")

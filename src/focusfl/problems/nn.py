@@ -45,6 +45,12 @@ from .models import KeyedDropout, default_model, make_model, prepare_for_clients
 _DROPOUT_COORD = 0xFFFFFFFF
 
 
+# Activation memory per client chunk on CPU (client_chunk=auto): on a 2-core Xeon the MNIST CNN
+# at batch 128 ran about 20% faster in chunks of 4-5 clients (4 MB per client) than all 10 at
+# once, and no slower at batch 32 with all 10 (1 MB each).
+CPU_ACTIVATION_BUDGET = 16 << 20
+
+
 class NeuralNetwork(Problem):
     """Image classification with a PyTorch model, data split non-iid among N clients."""
 
@@ -63,7 +69,7 @@ class NeuralNetwork(Problem):
         "batch": 64,  # minibatch per client and local step
         "test_fraction": 0.0,  # > 0: hold out this fraction of the training images as test set
         "eval_batch": 1000,  # samples per forward pass when evaluating
-        "client_chunk": 0,  # > 0: the engine batches at most this many clients at once (memory)
+        "client_chunk": "auto",  # k > 0: batch at most k clients at once; 0: all; auto: see client_chunk
         "client_batching": "auto",  # auto: grouped-weights path for nn.Sequential models; vmap: always vmap
         "seed": 0,  # partition, held-out split and model initialisation
     }
@@ -169,8 +175,20 @@ class NeuralNetwork(Problem):
 
     @property
     def client_chunk(self) -> int | None:
-        """The ``client_chunk`` key: the vectorized engine batches at most this many clients."""
-        return int(self.params["client_chunk"]) or None
+        """How many clients the vectorized engine batches at once (None: all active clients).
+
+        ``client_chunk=k`` fixes it, 0 means all. ``auto`` means all on an accelerator and, on a
+        CPU, as many as keep one layer's activations for the whole chunk within
+        CPU_ACTIVATION_BUDGET: larger chunks gain nothing there (the per-client work is already
+        large) and their fresh multi-megabyte buffers cost page faults and cache misses.
+        """
+        chunk = self.params["client_chunk"]
+        if chunk != "auto":
+            return int(chunk) or None
+        if self.device.type != "cpu":
+            return None
+        per_client = self._largest_activation_bytes * self.batch
+        return max(1, CPU_ACTIVATION_BUDGET // max(1, per_client))
 
     def _sequential_loss_and_gradients(self, z, images, labels, weights, keys):
         return client_batched.loss_and_gradients(
@@ -195,11 +213,21 @@ class NeuralNetwork(Problem):
         """Run the model once on two samples, then one gradient, so a mismatch fails now in one line."""
         name = self.params["model"]
         failure = f"model {name!r} cannot train on inputs {self.input_shape}"
+        largest = [0]
+
+        def record_output(module, inputs, output):  # the largest layer output, per sample
+            if isinstance(output, torch.Tensor) and output.dim() > 0:
+                largest[0] = max(largest[0], output[0].numel() * output.element_size())
+
+        hook = torch.nn.modules.module.register_module_forward_hook(record_output)
         try:
             with torch.no_grad():
                 logits = self._logits(self._x0, self.train_images[:2])
         except (RuntimeError, ValueError, TypeError, IndexError) as exc:
             raise ConfigError(f"{failure}: {_first_line(exc)}") from None
+        finally:
+            hook.remove()
+        self._largest_activation_bytes = largest[0]
         if tuple(logits.shape) != (2, self.num_classes):
             raise ConfigError(
                 f"model {name!r} gives outputs {tuple(logits.shape[1:])} per sample, "
@@ -321,8 +349,8 @@ def _validate(p: dict[str, Any]) -> None:
     for key in ("clients", "batch", "eval_batch", "min_size", "shards"):
         if not isinstance(p[key], int) or p[key] < 1:
             raise ConfigError(f"{where}: {key} must be an integer >= 1, got {p[key]!r}")
-    if not isinstance(p["client_chunk"], int) or p["client_chunk"] < 0:
-        raise ConfigError(f"{where}: client_chunk must be an integer >= 0, got {p['client_chunk']!r}")
+    if p["client_chunk"] != "auto" and (not isinstance(p["client_chunk"], int) or p["client_chunk"] < 0):
+        raise ConfigError(f"{where}: client_chunk must be auto or an integer >= 0, got {p['client_chunk']!r}")
     if not isinstance(p["seed"], int) or p["seed"] < 0:
         raise ConfigError(f"{where}: seed must be an integer >= 0, got {p['seed']!r}")
     if p["client_batching"] not in ("auto", "vmap"):
