@@ -69,3 +69,21 @@ def test_tune_command_rejects_bad_input_without_output(tmp_path):
     assert main(["tune", "--algorithm", "fedsum", "--problem", "ridge:foo=1", "--out", str(out)]) == 2
     assert main(["tune", "--algorithm", "fedsum", "--lr-min", "1", "--lr-max", "0.1", "--out", str(out)]) == 2
     assert not out.exists()
+
+
+def test_tune_ranks_neural_network_runs_by_test_loss(tmp_path, capsys):
+    # nn rows carry test_loss/test_accuracy, no full training loss: tune tracks the test loss.
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    data = tmp_path / "tiny.npz"
+    np.savez(data, images=rng.integers(0, 256, (80, 1, 6, 6), dtype=np.uint8), labels=rng.integers(0, 3, 80))
+    out = tmp_path / "t"
+    code = main(["tune", "--algorithm", "fedavg", "--problem",
+                 f"nn:data={data},clients=4,model=logreg,batch=8,test_fraction=0.25,partition=iid",
+                 "--participation", "full", "--rounds", "3", "--lr-min", "0.01", "--lr-max", "0.1",
+                 "--points", "2", "--out", str(out)])
+    assert code == 0
+    grid = read_csv(out / "grid.csv")
+    assert {row["metric"] for row in grid} == {"test_loss"}
+    assert all(math.isfinite(float(row["final"])) for row in grid)

@@ -8,7 +8,8 @@ best one per algorithm:
   does not, and among those the one that gets there first wins;
 - otherwise the lowest final value wins (diverged runs count as +inf).
 
-The tracked metric is rel_error when the problem knows its minimizer, else the loss. Only the
+The tracked metric is rel_error when the problem knows its minimizer, else the loss (for neural
+networks, the test loss: their rows carry no full training loss). Only the
 (local) step size ``lr`` is searched; other hyperparameters (server_lr, local_steps, ...) are
 fixed by the algorithm SPEC and the options.
 """
@@ -54,7 +55,10 @@ class TuneSetup:
 
 
 def tracked_metric(rows: Sequence[dict]) -> str:
-    return "rel_error" if rows and "rel_error" in rows[0] else "loss"
+    for metric in ("rel_error", "loss", "test_loss"):
+        if rows and metric in rows[0]:
+            return metric
+    raise ConfigError("tune: the problem reports none of rel_error, loss or test_loss")
 
 
 def summarize_trial(algorithm: str, lr: float, rows: Sequence[dict], diverged_at: int | None, target: float) -> dict:
