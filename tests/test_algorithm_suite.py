@@ -181,3 +181,14 @@ def test_proxskip_coin_seed_defaults_to_the_run_seed(problems):
     process = make_participation("full", 8, seed=5)
     assert make_algorithm("proxskip").prepare(problems["ridge"], process).coin_seed == 5
     assert make_algorithm("proxskip:coin_seed=2").prepare(problems["ridge"], process).coin_seed == 2
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_prepare_keeps_the_algorithm_and_its_name(problems, name):
+    # prepare() may fill in problem-dependent values; it must not turn, say, fedavg_known_p
+    # into plain fedavg.
+    problem = problems["ridge"]
+    process = make_participation("bernoulli", problem.num_clients, seed=0)
+    algorithm = make_algorithm(name, lr=1e-3)
+    prepared = algorithm.prepare(problem, process)
+    assert type(prepared) is type(algorithm) and prepared.name == algorithm.name

@@ -13,6 +13,7 @@ F (FOCUS paper, Theorem 3), and local steps add client drift.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -83,7 +84,7 @@ class FedAvg(Algorithm):
             p = tuple(float(v) for v in nominal)
         if len(p) != problem.num_clients:
             raise ConfigError(f"fedavg: p has {len(p)} entries for {problem.num_clients} clients")
-        return FedAvg(**{**self.hyperparameters(), "p": p})
+        return dataclasses.replace(self, p=p)  # keeps the class: fedavg_known_p stays itself
 
     def init(self, x0, num_clients):
         return State(ModelServer(x=x0.clone()), no_client_state(x0, num_clients))
