@@ -75,12 +75,10 @@ def server_keep(pull: float, ctx: RoundContext) -> float:
 
 
 @dataclass(frozen=True)
-class PushSum(Algorithm):
-    """Push-sum FL (experimental). ``pull``: total share of the server's mass handed out when all
-    clients are active; ``push``: share of its mass an active client returns."""
+class PullPushShares(Algorithm):
+    """Base of the push-sum algorithms. ``pull``: total share of the server's mass handed out
+    when all clients are active; ``push``: share of its mass an active client returns."""
 
-    name = "pushsum"
-    summary = "[experimental] push-sum over column-stochastic matrices; inexact with a constant step"
     experimental: ClassVar[bool] = True
 
     pull: float = 0.5
@@ -89,6 +87,14 @@ class PushSum(Algorithm):
     def validate(self) -> None:
         check_fraction(self.name, "pull", self.pull)
         check_fraction(self.name, "push", self.push)
+
+
+@dataclass(frozen=True)
+class PushSum(PullPushShares):
+    """Push-sum FL (experimental), no tracking."""
+
+    name = "pushsum"
+    summary = "[experimental] push-sum over column-stochastic matrices; inexact with a constant step"
 
     def init(self, x0: torch.Tensor, num_clients: int) -> State:
         ones = x0.new_ones(num_clients)

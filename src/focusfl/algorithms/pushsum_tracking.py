@@ -31,12 +31,12 @@ lr = 2.5e-4 under full, uniform and bernoulli participation.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple
+from typing import NamedTuple
 
 import torch
 
-from .base import Algorithm, Communication, RoundContext, State
-from .pushsum import check_fraction, pull_share, server_keep
+from .base import Communication, RoundContext, State
+from .pushsum import PullPushShares, pull_share, server_keep
 
 
 class TrackingServer(NamedTuple):
@@ -59,19 +59,11 @@ class TrackingMessage(NamedTuple):
 
 
 @dataclass(frozen=True)
-class PushSumTracking(Algorithm):
+class PushSumTracking(PullPushShares):
     """Push-sum with gradient tracking (experimental); ``pull``/``push`` as in ``pushsum``."""
 
     name = "pushsum_tracking"
     summary = "[experimental] push-sum + gradient tracking (Push-DIGing form); exact in our measurements"
-    experimental: ClassVar[bool] = True
-
-    pull: float = 0.5
-    push: float = 0.5
-
-    def validate(self) -> None:
-        check_fraction(self.name, "pull", self.pull)
-        check_fraction(self.name, "push", self.push)
 
     def init(self, x0: torch.Tensor, num_clients: int) -> State:
         zeros = torch.zeros_like(x0)
