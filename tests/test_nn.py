@@ -140,6 +140,20 @@ def test_client_chunks_give_the_same_run():
     assert runs[0].rows[-1]["train_loss"] == pytest.approx(runs[1].rows[-1]["train_loss"], rel=1e-12)
 
 
+def test_auto_client_chunk_keeps_a_chunks_activations_within_budget():
+    from focusfl.problems.nn import CPU_ACTIVATION_BUDGET
+
+    problem = toy_problem(batch=16)  # client_chunk defaults to auto
+    channels, height, width = problem.input_shape
+    # The largest layer output of fedsum-mnist-cnn is its first convolution: 10 channels at
+    # full resolution, float64.
+    largest = 10 * height * width * 8
+    assert problem.client_chunk == CPU_ACTIVATION_BUDGET // (largest * 16)
+    assert toy_problem(batch=16, client_chunk=3).client_chunk == 3
+    with pytest.raises(ConfigError, match="client_chunk must be auto or an integer"):
+        toy_problem(client_chunk="big")
+
+
 def test_empty_round_gives_no_gradients():
     problem = toy_problem()
     z = torch.zeros(0, problem.dim, dtype=torch.float64)
