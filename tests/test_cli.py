@@ -107,6 +107,19 @@ def test_interrupted_run_keeps_the_rounds_it_evaluated(tmp_path, capsys, monkeyp
     assert (out / "curve.png").exists()
 
 
+def test_interrupted_before_any_round_leaves_nothing(tmp_path, capsys, monkeypatch):
+    import focusfl.experiments.runner as runner
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "simulate", ctrl_c)
+    out = tmp_path / "a"
+    assert main(RUN + ["--out", str(out)]) == 130
+    assert capsys.readouterr().err.strip() == "focusfl: interrupted"
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
 def test_participation_command_prints_statistics_and_plots(tmp_path, capsys):
     plot = tmp_path / "raster.png"
     assert main(["participation", "markov", "--clients", "6", "--rounds", "500", "--plot", str(plot)]) == 0

@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"focusfl: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
-        print(f"focusfl: {exc or 'interrupted'}", file=sys.stderr)
+        print(f"focusfl: {str(exc) or 'interrupted'}", file=sys.stderr)
         return 130
 
 
