@@ -23,7 +23,8 @@ from focusfl.data import download as dl
 from focusfl.data.loaders import read_cifar_batch, read_idx, read_mat, read_npz
 from focusfl.errors import ConfigError, DataError
 
-MNIST10K = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "mnist10k.npz"
+# Real MNIST digits committed with the tests (see tests/fixtures/README.md).
+REAL_MNIST = Path(__file__).resolve().parent / "fixtures" / "mnist1500.npz"
 IDX_NAMES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 
 
@@ -171,13 +172,12 @@ def test_mat_reader_reads_types_and_rejects_other_files(tmp_path):
 
 
 # -- .npz ----------------------------------------------------------------------------------------
-@pytest.mark.skipif(not MNIST10K.is_file(), reason="needs ../shared/data/mnist10k.npz")
 def test_real_mnist_npz():
-    data = load_dataset(str(MNIST10K))
-    assert data.train.images.shape == (10000, 1, 28, 28) and data.test is None
+    data = load_dataset(str(REAL_MNIST))
+    assert data.train.images.shape == (1500, 1, 28, 28) and data.test is None
     assert data.num_classes == 10
-    counts = np.bincount(data.train.labels)
-    assert counts.min() > 800  # about 1,000 digits of every class (863 fives)
+    assert np.bincount(data.train.labels).tolist() == [150] * 10
+    assert data.train.images.dtype == np.uint8 and data.train.images.max() == 255
 
 
 def test_npz_layouts_and_test_split(tmp_path):

@@ -32,8 +32,8 @@ from focusfl.problems import make_problem
 from focusfl.problems.models import MODELS, KeyedDropout, make_model
 from focusfl.problems.nn import NeuralNetwork
 
-MNIST10K = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "mnist10k.npz"
-needs_mnist = pytest.mark.skipif(not MNIST10K.is_file(), reason="needs ../shared/data/mnist10k.npz")
+# Real MNIST digits committed with the tests (see tests/fixtures/README.md).
+REAL_MNIST = Path(__file__).resolve().parent / "fixtures" / "mnist1500.npz"
 
 
 def toy_dataset(shape=(1, 12, 12), train=480, test=60, seed=0, classes=10) -> Dataset:
@@ -374,9 +374,8 @@ def test_cli_divergence_keeps_what_was_written(toy_npz, tmp_path, capsys):
     assert config["diverged_at_round"] == int(rows[-1]["round"]) < 30
 
 
-@needs_mnist
 def test_real_mnist_trains():
-    problem = NeuralNetwork(data=str(MNIST10K), test_fraction=0.2, clients=16, alpha=0.3, batch=32, model="logreg")
+    problem = NeuralNetwork(data=str(REAL_MNIST), test_fraction=0.2, clients=16, alpha=0.3, batch=32, model="logreg")
     participation = make_participation("bernoulli", 16, seed=0)
     result = simulate(make_algorithm("sg_focus", lr=0.02, local_steps=2), problem, participation, 40, eval_every=40)
     assert result.rows[0]["test_accuracy"] < 0.3
@@ -385,10 +384,9 @@ def test_real_mnist_trains():
 
 
 # -- presets -------------------------------------------------------------------------------------
-@needs_mnist
 def test_mnist_demo_preset_writes_its_outputs(tmp_path, capsys):
     out = tmp_path / "demo"
-    code = main(["reproduce", "mnist-demo", "--data", str(MNIST10K), "--rounds", "2", "--eval-every", "1",
+    code = main(["reproduce", "mnist-demo", "--data", str(REAL_MNIST), "--rounds", "2", "--eval-every", "1",
                  "--algorithms", "sg_focus,fedavg", "--out", str(out)])
     assert code == 0
     summary = read_rows(out / "summary.csv")
