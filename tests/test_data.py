@@ -1,8 +1,8 @@
 """Dataset readers (IDX, CIFAR pickles, SVHN .mat, .npz), lookup and checksum-verified downloads.
 
 Fixtures are tiny files written into tmp_path in each standard format; downloads are served by
-a local HTTP server on 127.0.0.1, never the internet. The real-MNIST sample in
-../shared/data/mnist10k.npz checks the .npz path on real data.
+a local HTTP server on 127.0.0.1, never the internet. 1,500 real MNIST digits committed in
+tests/fixtures/mnist1500.npz check the .npz path on real data.
 """
 from __future__ import annotations
 
