@@ -56,7 +56,8 @@ def floor_rounds_per_second(problem, actives, local_steps: int, repeats: int) ->
                 z = minus_linears.index_select(0, part).unsqueeze(1)
                 for _ in range(local_steps):
                     z = torch.bmm(z, chunk_hessians)
-                float(z[0, 0, 0]) if z.numel() else None
+        if problem.device.type == "cuda":
+            torch.cuda.synchronize()
         best = min(best, time.perf_counter() - start)
     return len(actives) / best
 
