@@ -1,0 +1,74 @@
+"""Run ``focusfl`` as a user would: a subprocess under a memory limit, judged by what it prints.
+
+Shared by the tests of bad inputs, output folders and interrupted runs. The subprocess gets an
+address-space limit (4 GiB by default) so that an input which would make focusfl allocate too
+much fails as it would on a small machine, instead of swapping this one.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+GIB = 1 << 30
+
+
+def _limit_memory(limit_bytes: int):
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
+
+    return apply
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    """The environment of a focusfl subprocess: this checkout's sources first, one thread."""
+    env = dict(os.environ)
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env["PYTHONPATH"] = os.pathsep.join([src, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.update(extra)
+    return env
+
+
+def run_cli(
+    *args: str,
+    cwd: str | Path | None = None,
+    limit_gib: float | None = 4,
+    timeout: float = 300,
+    env: dict[str, str] | None = None,
+    stdin: str | None = None,
+) -> subprocess.CompletedProcess:
+    """``python -m focusfl.cli ARGS`` in ``cwd``; text output captured."""
+    preexec = _limit_memory(int(limit_gib * GIB)) if limit_gib else None
+    return subprocess.run(
+        [sys.executable, "-m", "focusfl.cli", *args],
+        cwd=cwd,
+        env=env or cli_env(),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=preexec,
+    )
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, code: int = 2, contains: str = "") -> str:
+    """Exit ``code``, no traceback, exactly one non-empty line on stderr; returns that line."""
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}:\n{proc.stderr}"
+    assert proc.returncode == code, f"exit {proc.returncode}, expected {code}: {proc.stderr}"
+    assert contains.lower() in lines[0].lower(), f"{contains!r} not in {lines[0]!r}"
+    return lines[0]
+
+
+def snapshot(folder: str | Path) -> dict[str, tuple[int, int]]:
+    """Every file and folder below ``folder`` (hidden ones too) with its size and mtime."""
+    folder = Path(folder)
+    out: dict[str, tuple[int, int]] = {}
+    for path in sorted(folder.rglob("*")):
+        st = path.lstat()
+        out[str(path.relative_to(folder))] = (st.st_size if path.is_file() else -1, st.st_mtime_ns)
+    return out
