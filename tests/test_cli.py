@@ -86,25 +86,30 @@ def test_divergence_keeps_what_was_written(tmp_path, capsys):
 
 
 def test_interrupted_run_keeps_the_rounds_it_evaluated(tmp_path, capsys, monkeypatch):
+    """Ctrl-C (a real SIGINT) stops the run at the end of its round, with a checkpoint."""
+    import signal
+
     import focusfl.experiments.runner as runner
 
     real_simulate = runner.simulate
 
-    def interrupted_at_round_12(*args, on_row, **kwargs):
+    def ctrl_c_at_round_12(*args, on_row, **kwargs):
         def row_then_ctrl_c(row):
             on_row(row)
             if row["round"] == 12:
-                raise KeyboardInterrupt
+                signal.raise_signal(signal.SIGINT)
 
         return real_simulate(*args, on_row=row_then_ctrl_c, **kwargs)
 
-    monkeypatch.setattr(runner, "simulate", interrupted_at_round_12)
+    monkeypatch.setattr(runner, "simulate", ctrl_c_at_round_12)
     out = tmp_path / "a"
     assert main(RUN + ["--out", str(out)]) == 130
-    assert f"rounds 0..12 are in {out}" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "stopped after round 12" in err and f"--resume {out}" in err
     assert [int(r["round"]) for r in read_csv(out / "metrics.csv")] == list(range(13))
-    assert json.loads((out / "config.json").read_text())["interrupted_after_round"] == 12
-    assert (out / "curve.png").exists()
+    info = json.loads((out / "config.json").read_text())
+    assert info["interrupted_after_round"] == 12 and info["status"] == "interrupted"
+    assert (out / "curve.png").exists() and (out / "checkpoint.pt").exists()
 
 
 def test_interrupted_before_any_round_leaves_nothing(tmp_path, capsys, monkeypatch):

@@ -6,69 +6,112 @@ one line (``focusfl: error: ...``) and exits with status 2, without a traceback.
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import sys
 from pathlib import Path
 
 from . import __version__
-from .argtypes import positive_float, positive_int
+from .argtypes import non_negative_int, positive_float, positive_int
 from .errors import DivergenceError, FocusflError
 
 
 # -- run ---------------------------------------------------------------------------------------
+RUN_EXAMPLES = """examples:
+  focusfl run --algorithm focus --participation bernoulli --rounds 800 --out runs/focus
+  focusfl run --algorithm fedavg --problem ridge:hetero=1 --participation markov:rho=0.8 --lr 2e-4
+  focusfl run --algorithm sg_focus --lr 0.01 --eval-every 25 --problem nn:data=mnist.npz,clients=32
+  focusfl run --resume runs/focus               # continue a stopped or killed run
+  focusfl run --resume runs/focus --rounds 2000 # run a finished one further
+  focusfl run --config runs/focus/config.json --seed 1 --out runs/focus-seed1
+
+A run writes metrics.csv (as rounds are evaluated), config.json, curve.png, checkpoint.pt and
+model.pt into --out. SIGINT/SIGTERM/SIGHUP stop it at the end of the round with a checkpoint
+(exit 130/143/129); kill -9 leaves the last checkpoint: both continue with --resume. A diverged
+run exits 1. docs/runs.md: outputs, checkpoints and resuming."""
+
+# Options of `run` that a --config file also sets: given on the command line they override it.
+_CONFIG_FLAGS = ("algorithm", "problem", "participation", "rounds", "local_steps", "lr", "seed", "dtype",
+                 "device", "engine", "eval_every", "schedule")
+_RUN_DEFAULTS = {"problem": "ridge", "participation": "full", "rounds": 100, "lr": "auto", "seed": 0,
+                 "device": "cpu", "engine": "vectorized", "eval_every": 1, "schedule": "constant"}
+
+
+def _lr(text: str) -> float | str:
+    return "auto" if text == "auto" else positive_float(text)
+
+
 def _add_run(sub) -> None:
-    p = sub.add_parser("run", help="run one algorithm on one problem under one participation process")
+    from .algorithms import ALGORITHMS
+    from .participation import available_participation
+    from .problems import available_problems
+
+    p = sub.add_parser(
+        "run", help="run one algorithm on one problem under one participation process",
+        description="Run one algorithm on one problem under one participation process, with "
+        f"checkpoints. Algorithms: {', '.join(ALGORITHMS)}. Problems: {', '.join(available_problems())}. "
+        f"Participation processes: {', '.join(available_participation())}.",
+        epilog=RUN_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    # Defaults are None here and filled in later, so that a flag given next to --config or
+    # --resume can be told apart from one left at its default.
     p.add_argument("--algorithm", help="algorithm NAME or NAME:key=value,... (see `focusfl algorithms`)")
-    p.add_argument("--problem", default="ridge",
-                   help="problem SPEC, e.g. ridge:dim=50,clients=16 or nn:data=mnist,alpha=0.1 (default ridge; "
-                   "neural networks: docs/neural-networks.md)")
-    p.add_argument("--participation", default="full", help="participation SPEC, e.g. weighted:m=4 (default full)")
-    p.add_argument("--rounds", type=positive_int, default=100)
-    p.add_argument("--local-steps", type=positive_int, default=None, help="local steps tau per round")
-    p.add_argument("--lr", type=positive_float, default=None, help="(local) step size eta")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dtype", choices=["float32", "float64"], default=None,
+    p.add_argument("--problem", help="problem SPEC, e.g. ridge:dim=50,clients=16 or nn:data=mnist,alpha=0.1 "
+                   "(default ridge; neural networks: docs/neural-networks.md)")
+    p.add_argument("--participation", help="participation SPEC, e.g. bernoulli or weighted:m=4 (default full; "
+                   "docs/participation.md)")
+    p.add_argument("--rounds", type=positive_int, help="rounds to run in all (default 100); with --resume, "
+                   "a larger number runs a finished run further")
+    p.add_argument("--local-steps", type=positive_int, help="local steps tau per round (default: the algorithm's, 1)")
+    p.add_argument("--lr", type=_lr, help="(local) step size eta, or 'auto' (default): a stable step from the "
+                   "problem's smoothness constant L, 1/(tau L) or 1/(N L) for FOCUS's summed tracking; "
+                   "neural networks need a number")
+    p.add_argument("--seed", type=non_negative_int, help="seed of data, participation and minibatches (default 0)")
+    p.add_argument("--dtype", choices=["float32", "float64"],
                    help="default: float32 for neural networks, float64 otherwise")
-    p.add_argument("--device", default="cpu", help="cpu or cuda")
-    p.add_argument("--engine", choices=["vectorized", "reference"], default="vectorized")
-    p.add_argument("--eval-every", type=positive_int, default=1, help="evaluate every E rounds")
-    p.add_argument("--schedule", choices=["constant", "sqrt"], default="constant",
-                   help="step-size schedule: constant, or sqrt = eta/sqrt(r/10+1)")
+    p.add_argument("--device", help="cpu (default) or cuda")
+    p.add_argument("--engine", choices=["vectorized", "reference"], help="default vectorized")
+    p.add_argument("--eval-every", type=positive_int, help="evaluate every E rounds (default 1)")
+    p.add_argument("--schedule", choices=["constant", "sqrt"],
+                   help="step-size schedule: constant (default), or sqrt = eta/sqrt(r/10+1)")
     p.add_argument("--data-dir", help="folder with the dataset files of an nn problem "
                    "(default $FOCUSFL_DATA or ~/.cache/focusfl)")
     p.add_argument("--download", action="store_true",
                    help="fetch a missing dataset of an nn problem from its canonical source (checksum-verified)")
-    p.add_argument("--config", help="rerun from a config.json written by an earlier run")
-    p.add_argument("--out", help="output folder (default runs/ALGORITHM)")
+    p.add_argument("--config", help="rerun from a config.json written by an earlier run; flags given beside it "
+                   "override its values")
+    p.add_argument("--out", help="output folder (default runs/ALGORITHM); an existing one is replaced only if "
+                   "focusfl wrote it")
+    p.add_argument("--checkpoint-every", type=non_negative_int, metavar="R",
+                   help="save a checkpoint every R rounds (default: once a minute; 0: only when stopped and at the end)")
+    p.add_argument("--resume", metavar="DIR", help="continue the stopped or killed run in DIR")
+    p.add_argument("--restart", action="store_true", help="discard an interrupted run in --out and start over")
     p.set_defaults(handler=_cmd_run)
+
+
+def _given(args) -> list[str]:
+    return [key for key in _CONFIG_FLAGS if getattr(args, key) is not None]
 
 
 def _cmd_run(args) -> int:
     from .errors import ConfigError
-    from .experiments.runner import RunConfig, config_from_json, run_to_folder
+    from .experiments.run_folder import resume_folder, run_to_folder
+    from .experiments.runner import RunConfig, config_from_json
 
-    if args.config:
-        try:
-            data = json.loads(Path(args.config).read_text())
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"cannot read config {args.config!r}: {exc}") from None
-        config = config_from_json(data)
+    if args.resume:
+        refused = [f"--{k.replace('_', '-')}" for k in _given(args) if k != "rounds"]
+        refused += [flag for flag, on in (("--config", args.config), ("--out", args.out), ("--restart", args.restart),
+                                          ("--data-dir", args.data_dir), ("--download", args.download)) if on]
+        if refused:
+            raise ConfigError(f"--resume continues a run as it was configured; {refused[0]} cannot change it "
+                              "(only --rounds and --checkpoint-every can)")
+        out = args.resume
+        result = resume_folder(out, rounds=args.rounds, progress=True, checkpoint_every=args.checkpoint_every)
     else:
-        if not args.algorithm:
-            raise ConfigError("run needs --algorithm NAME (or --config FILE)")
-        from .problems import default_dtype
-        from .problems.nn import with_data_options
-
-        problem = with_data_options(args.problem, args.data_dir, args.download)
-        config = RunConfig(
-            algorithm=args.algorithm, problem=problem, participation=args.participation,
-            rounds=args.rounds, local_steps=args.local_steps, lr=args.lr, seed=args.seed,
-            dtype=args.dtype or default_dtype(problem), device=args.device, engine=args.engine,
-            eval_every=args.eval_every, schedule=args.schedule,
-        )
-    out = args.out or f"runs/{str(config.algorithm).split(':')[0] if isinstance(config.algorithm, str) else config.algorithm['name']}"
-    result = run_to_folder(config, out, progress=True)
-    last = result.rows[-1]
+        config = _run_config(args, RunConfig, config_from_json)
+        out = args.out or f"runs/{_algorithm_name(config.algorithm)}"
+        result = run_to_folder(config, out, progress=True, checkpoint_every=args.checkpoint_every,
+                               restart=args.restart)
+    last = result.last_row
     shown = ", ".join(f"{k}={v:.6g}" for k, v in last.items() if k not in ("round", "active"))
     print(f"round {last['round']}: {shown}")
     print(f"wrote {out}/metrics.csv, config.json, curve.png")
@@ -77,6 +120,48 @@ def _cmd_run(args) -> int:
             f"diverged (non-finite model) at round {result.diverged_at}; what was computed is in {out}"
         )
     return 0
+
+
+def _algorithm_name(spec) -> str:
+    from .spec import parse_spec
+
+    return parse_spec(spec)[0]
+
+
+def _run_config(args, RunConfig, config_from_json):
+    """The RunConfig of `run`: from --config with the flags given beside it, or from the flags."""
+    from .errors import ConfigError
+    from .problems import default_dtype
+    from .problems.nn import with_data_options
+
+    if args.config:
+        from .experiments.run_folder import _read_json
+
+        config = config_from_json(_read_json(Path(args.config)), where=f"config {args.config!r}")
+        overrides = {k: getattr(args, k) for k in _given(args)}
+        if "lr" in overrides or "local_steps" in overrides:
+            # The file's algorithm carries its resolved lr and local_steps: the flags replace them.
+            from .spec import parse_spec
+
+            name, params = parse_spec(config.algorithm if "algorithm" not in overrides else overrides["algorithm"])
+            for key in ("lr", "local_steps"):
+                if key in overrides:
+                    params.pop(key, None)
+            overrides.setdefault("algorithm", {"name": name, **params})
+        config = RunConfig(**{**config.__dict__, **overrides})
+        if args.data_dir or args.download:
+            config.problem = with_data_options(config.problem, args.data_dir, args.download)
+        return config
+    if not args.algorithm:
+        raise ConfigError("run needs --algorithm NAME (or --config FILE, or --resume DIR)")
+    values = {**_RUN_DEFAULTS, **{k: getattr(args, k) for k in _given(args)}}
+    problem = with_data_options(values["problem"], args.data_dir, args.download)
+    return RunConfig(
+        algorithm=values["algorithm"], problem=problem, participation=values["participation"],
+        rounds=values["rounds"], local_steps=values.get("local_steps"), lr=values["lr"], seed=values["seed"],
+        dtype=values.get("dtype") or default_dtype(problem), device=values["device"], engine=values["engine"],
+        eval_every=values["eval_every"], schedule=values["schedule"],
+    )
 
 
 # -- reproduce -----------------------------------------------------------------------------------
@@ -197,19 +282,44 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Parse and run a command; every failure is one line on stderr and an exit status:
+    2 for bad input or an environment problem, 1 for a diverged run, 128+N for signal N."""
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
         return args.handler(args)
     except DivergenceError as exc:
-        print(f"focusfl: {exc}", file=sys.stderr)
-        return 1
+        return _fail(f"focusfl: {exc}", 1)
     except FocusflError as exc:
-        print(f"focusfl: error: {exc}", file=sys.stderr)
-        return 2
+        return _fail(f"focusfl: error: {exc}", 2)
     except KeyboardInterrupt as exc:
-        print(f"focusfl: {str(exc) or 'interrupted'}", file=sys.stderr)
-        return 130
+        return _fail(f"focusfl: {str(exc) or 'interrupted'}", getattr(exc, "exit_code", 130))
+    except BrokenPipeError:
+        # The reader went away (`focusfl ... | head`): nothing left to say, and no one to say it to.
+        _silence_stdout()
+        return 0
+    except MemoryError:
+        return _fail("focusfl: error: out of memory (try fewer clients, rounds or a smaller problem)", 2)
+    except OSError as exc:
+        where = f" {exc.filename!r}" if getattr(exc, "filename", None) else ""
+        return _fail(f"focusfl: error: cannot access{where}: {exc.strerror or exc}", 2)
+
+
+def _fail(message: str, code: int) -> int:
+    try:
+        print(message.splitlines()[0] if message else "focusfl: error", file=sys.stderr)
+    except (BrokenPipeError, OSError):
+        pass
+    return code
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

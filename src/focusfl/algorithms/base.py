@@ -114,6 +114,15 @@ class Algorithm(abc.ABC):
         """Active clients' rows after the server step; default: unchanged."""
         return clients
 
+    def auto_lr(self, smoothness: float, num_clients: int) -> float:
+        """A step size stable on a problem whose clients are L-smooth (``--lr auto``).
+
+        Default 1/(tau L): tau local gradient steps of at most 1/L each. Algorithms whose
+        server steps on a sum of client gradients (FOCUS) or extrapolates stale models (FedAWE)
+        override it.
+        """
+        return 1.0 / (self.local_steps * smoothness)
+
     def model(self, state: State) -> torch.Tensor:
         """The server model that is evaluated (default: ``state.server.x``)."""
         return state.server.x

@@ -52,6 +52,12 @@ class FedAWE(Algorithm):
         )
         return State(ModelServer(x=x0.clone()), clients)
 
+    def auto_lr(self, smoothness: float, num_clients: int) -> float:
+        """1/(8 tau L): the echo extrapolates a returning client's model by the rounds it missed,
+        so long absences amplify the step; measured on ridge, 1/(tau L) diverges under Bernoulli,
+        Markov and weighted participation and 1/(8 tau L) stays bounded under all of them."""
+        return 1.0 / (8 * self.local_steps * smoothness)
+
     def client_round(self, server: ModelServer, clients: FedAWEClients, oracle, ctx: RoundContext):
         lr = self.lr * ctx.lr_scale
         z = clients.x

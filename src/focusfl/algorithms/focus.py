@@ -80,6 +80,11 @@ class Focus(Algorithm):
     def communication(self) -> Communication:
         return Communication(down=1, up=1, server_memory=2, client_memory=1)
 
+    def auto_lr(self, smoothness: float, num_clients: int) -> float:
+        """1/(max(N, tau) L): the server steps on y, a SUM of N gradients, so the step that is
+        stable for the average is N times too large (and tau local steps need 1/(tau L))."""
+        return 1.0 / (max(num_clients, self.local_steps) * smoothness)
+
 
 @dataclass(frozen=True)
 class SGFocus(Focus):

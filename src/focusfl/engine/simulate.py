@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -33,15 +33,37 @@ SCHEDULES: dict[str, Callable[[int], float]] = {"constant": constant_schedule, "
 class RunResult:
     """Evaluated rows (one dict per evaluated round), the final state, and how it ended."""
 
-    rows: list[dict] = field(default_factory=list)
+    rows: list[dict] = field(default_factory=list)  # empty when simulate(keep_rows=False)
     state: State | None = None
     rounds_done: int = 0
     diverged_at: int | None = None  # round count at which the model stopped being finite
+    last_row: dict | None = None  # the latest evaluated row (kept even without rows)
+    comm: tuple[float, float] = (0.0, 0.0)  # cumulative floats sent (down, up) after rounds_done
+
+
+# Rounds whose active sets are drawn at once: memory stays independent of the run's length.
+ROUND_CHUNK = 4096
 
 
 def active_sets(mask: np.ndarray, device: torch.device) -> list[torch.Tensor]:
     """Per-round sorted int64 index tensors of the active clients."""
     return [torch.as_tensor(np.flatnonzero(row), dtype=torch.int64, device=device) for row in mask]
+
+
+def participants_before(participation, start_round: int) -> int:
+    """Client-rounds of rounds 0..start_round-1, counted chunk by chunk (bounded memory)."""
+    total = 0
+    for lo in range(0, start_round, ROUND_CHUNK):
+        total += int(participation.rows(lo, min(start_round, lo + ROUND_CHUNK)).sum())
+    return total
+
+
+def round_actives(participation, start: int, end: int, device: torch.device) -> Iterator[tuple[int, torch.Tensor]]:
+    """(r, active index tensor) for rounds start..end-1, drawn ROUND_CHUNK rounds at a time."""
+    for lo in range(start, end, ROUND_CHUNK):
+        hi = min(end, lo + ROUND_CHUNK)
+        for offset, active in enumerate(active_sets(participation.rows(lo, hi), device)):
+            yield lo + offset, active
 
 
 def simulate(
@@ -55,7 +77,12 @@ def simulate(
     eval_every: int = 1,
     state: State | None = None,
     start_round: int = 0,
+    comm_before: tuple[float, float] | None = None,
     on_row: Callable[[dict], None] | None = None,
+    on_round: Callable[[RunResult], None] | None = None,
+    keep_rows: bool = True,
+    evaluate_start: bool = True,
+    eval_origin: int | None = None,
     progress=None,
     schedule: str | Callable[[int], float] = "constant",
 ) -> RunResult:
@@ -67,6 +94,15 @@ def simulate(
     ``active`` (participants of the last round), cumulative ``comm_down``/``comm_up`` (floats
     sent per direction) and the problem's metrics. A non-finite model stops the run.
     ``schedule`` maps the round to a factor on every step size ("constant" or "sqrt").
+
+    For long runs: active sets are drawn in chunks (memory does not grow with ``rounds``);
+    ``keep_rows=False`` hands rows to ``on_row`` only; ``on_round(result)`` is called after every
+    round, at a point where ``result.state`` is consistent (a checkpoint can be taken, or an
+    exception raised to stop). A resumed run passes ``comm_before`` (the traffic before
+    ``start_round``, else it is recounted from the participation) and ``evaluate_start=False``
+    when the row of ``start_round`` was already written, and ``eval_origin`` (the round its run
+    started from) so that it evaluates the same rounds; by default rounds are counted from
+    ``start_round``.
     """
     if engine not in ENGINES:
         raise ConfigError(f"unknown engine {engine!r} (known: {', '.join(ENGINES)})")
@@ -85,15 +121,14 @@ def simulate(
     if state is None:
         state = algorithm.init(problem.initial_point(), problem.num_clients)
     end = start_round + rounds
-    mask = participation.mask(end)
-    actives = active_sets(mask[start_round:], problem.device)
+    origin = start_round if eval_origin is None else eval_origin
     comm = algorithm.communication()
-    # Cumulative traffic before start_round, so resumed runs report the same totals.
-    participants_before = int(mask[:start_round].sum())
-    floats_down = participants_before * comm.down * problem.dim
-    floats_up = participants_before * comm.up * problem.dim
+    if comm_before is None:  # cumulative traffic before start_round, so resumed runs report the same totals
+        before = participants_before(participation, start_round)
+        comm_before = (before * comm.down * problem.dim, before * comm.up * problem.dim)
+    floats_down, floats_up = (float(v) for v in comm_before)
 
-    result = RunResult(state=state, rounds_done=start_round)
+    result = RunResult(state=state, rounds_done=start_round, comm=(floats_down, floats_up))
 
     def evaluate(done: int, active_count: int) -> bool:
         x = algorithm.model(result.state)
@@ -104,28 +139,32 @@ def simulate(
             finite = all(math.isfinite(v) for v in row.values())
         else:
             row.update({"loss": math.inf, "grad_norm": math.inf})
-        result.rows.append(row)
+        result.last_row = row
+        if keep_rows:
+            result.rows.append(row)
         if on_row is not None:
             on_row(row)
         return finite
 
-    if not evaluate(start_round, 0):
+    if evaluate_start and not evaluate(start_round, 0):
         result.diverged_at = start_round
         return result
-    for offset, active in enumerate(actives):
-        r = start_round + offset
+    for r, active in round_actives(participation, start_round, end, problem.device):
         # From the second round on the state is the engine's own, so its client table can be
         # updated in place; a state passed in by the caller is never modified.
         result.state = step_round(
-            algorithm, result.state, problem, active, r, seed, schedule(r), donate=offset > 0
+            algorithm, result.state, problem, active, r, seed, schedule(r), donate=r > start_round
         )
         result.rounds_done = r + 1
         floats_down += active.numel() * comm.down * problem.dim
         floats_up += active.numel() * comm.up * problem.dim
+        result.comm = (floats_down, floats_up)
         if progress is not None:
             progress.update(1)
-        if (r + 1 - start_round) % eval_every == 0 or r + 1 == end:
+        if (r + 1 - origin) % eval_every == 0 or r + 1 == end:
             if not evaluate(r + 1, active.numel()):
                 result.diverged_at = r + 1
                 break
+        if on_round is not None:
+            on_round(result)
     return result

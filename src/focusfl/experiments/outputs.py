@@ -76,3 +76,43 @@ def output_folder(target: str | Path) -> Iterator[Path]:
     if target.exists():
         shutil.rmtree(target)
     os.replace(scratch, target)
+
+
+MARKER = ".focusfl-output.json"
+
+
+class Output:
+    """Minimal stand-in of the output-folder API (replaced by the locked, marked implementation)."""
+
+    def __init__(self, target: Path) -> None:
+        self.target = target
+        self.work = target.parent / f".{target.name}.focusfl-partial"
+        self.found_partial = self.work.is_dir()
+        self.work.mkdir(parents=True, exist_ok=True)
+
+    def publish(self) -> None:
+        old = self.target.parent / f".{self.target.name}.focusfl-old"
+        if self.target.exists():
+            os.replace(self.target, old)
+        os.replace(self.work, self.target)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def discard(self) -> None:
+        shutil.rmtree(self.work, ignore_errors=True)
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> "Output":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def open_output(target: str | Path, *, kind: str) -> Output:
+    target = Path(target)
+    if not _is_replaceable(target):
+        raise ConfigError(f"output folder {str(target)!r} exists and is not a focusfl output folder")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return Output(target)

@@ -1,7 +1,9 @@
 """One experiment run: a resolved configuration, built objects, and its output folder."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import dataclasses
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -10,11 +12,11 @@ import torch
 from .. import __version__
 from ..algorithms import make_algorithm
 from ..engine import RunResult, simulate
+from ..engine.simulate import ENGINES, SCHEDULES
 from ..errors import ConfigError
 from ..participation import make_participation
 from ..problems import make_problem
-from .outputs import output_folder, write_csv, write_json
-from .plots import plot_curve
+from ..spec import parse_spec
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -28,7 +30,7 @@ class RunConfig:
     participation: str | dict = "full"
     rounds: int = 100
     local_steps: int | None = None
-    lr: float | None = None
+    lr: float | str | None = None  # a number, "auto" (from the problem's smoothness), None (algorithm default)
     seed: int = 0
     dtype: str = "float64"
     device: str = "cpu"
@@ -57,20 +59,72 @@ def resolve_device(name: str) -> torch.device:
 
 def build(config: RunConfig) -> BuiltRun:
     """Validate and construct everything before anything runs or is written."""
-    if config.dtype not in DTYPES:
-        raise ConfigError(f"dtype must be float32 or float64, got {config.dtype!r}")
-    if config.rounds < 1:
-        raise ConfigError(f"rounds must be >= 1, got {config.rounds}")
-    if config.eval_every < 1:
-        raise ConfigError(f"eval_every must be >= 1, got {config.eval_every}")
+    check_config(config)
     device = resolve_device(config.device)
     problem = make_problem(config.problem, dtype=DTYPES[config.dtype], device=str(device))
-    algorithm = make_algorithm(config.algorithm, lr=config.lr, local_steps=config.local_steps)
+    algorithm = make_run_algorithm(config, problem)
     # The problem is passed along for processes that depend on the clients' data (label).
     participation = make_participation(
         config.participation, problem.num_clients, seed=config.seed, problem=problem
     )
     return BuiltRun(config, algorithm, problem, participation)
+
+
+def make_run_algorithm(config: RunConfig, problem) -> Any:
+    """The algorithm with its step size: ``lr="auto"`` derives it from the problem's smoothness
+    constant (:meth:`Algorithm.auto_lr`) unless the algorithm SPEC gives ``lr`` itself."""
+    if config.lr != "auto":
+        return make_algorithm(config.algorithm, lr=config.lr, local_steps=config.local_steps)
+    algorithm = make_algorithm(config.algorithm, local_steps=config.local_steps)
+    if "lr" in parse_spec(config.algorithm)[1]:
+        return algorithm
+    smoothness = problem.smoothness()
+    if smoothness is None or not math.isfinite(smoothness) or smoothness <= 0:
+        raise ConfigError(
+            f"--lr auto needs a problem whose smoothness constant is known (ridge, logistic); "
+            f"give a step size for {problem.name!r} with --lr (e.g. find one with `focusfl tune`)"
+        )
+    return dataclasses.replace(algorithm, lr=algorithm.auto_lr(smoothness, problem.num_clients))
+
+
+# Keys of config.json: what a run needs, and what focusfl records beside it.
+_REQUIRED = ("algorithm", "problem", "participation", "rounds", "seed", "dtype", "device", "engine", "eval_every")
+_RECORDED = ("focusfl_version", "schedule", "status", "diverged_at_round", "interrupted_after_round",
+             "rounds_done", "lr_auto")
+
+
+def check_config(config: RunConfig) -> None:
+    """Type and range of every field, with a one-line ConfigError naming the field."""
+    def spec_like(key: str) -> None:
+        value = getattr(config, key)
+        if not isinstance(value, (str, dict)) or not value:
+            raise ConfigError(f"{key} must be a SPEC string or an object with a 'name', got {value!r}")
+
+    def integer(key: str, lo: int) -> None:
+        value = getattr(config, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+            raise ConfigError(f"{key} must be an integer >= {lo}, got {value!r}")
+
+    for key in ("algorithm", "problem", "participation"):
+        spec_like(key)
+    integer("rounds", 1)
+    integer("seed", 0)
+    integer("eval_every", 1)
+    if config.local_steps is not None:
+        integer("local_steps", 1)
+    lr = config.lr
+    if lr is not None and lr != "auto" and (
+        isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < math.inf
+    ):
+        raise ConfigError(f"lr must be a positive number or 'auto', got {lr!r}")
+    if config.dtype not in DTYPES:
+        raise ConfigError(f"dtype must be float32 or float64, got {config.dtype!r}")
+    if not isinstance(config.device, str):
+        raise ConfigError(f"device must be a string such as 'cpu' or 'cuda', got {config.device!r}")
+    if config.engine not in ENGINES:
+        raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, got {config.engine!r}")
+    if config.schedule not in SCHEDULES:
+        raise ConfigError(f"schedule must be one of {', '.join(SCHEDULES)}, got {config.schedule!r}")
 
 
 def resolved_config(built: BuiltRun) -> dict[str, Any]:
@@ -91,22 +145,37 @@ def resolved_config(built: BuiltRun) -> dict[str, Any]:
     }
 
 
-def config_from_json(data: dict[str, Any]) -> RunConfig:
-    keys = ("algorithm", "problem", "participation", "rounds", "seed", "dtype", "device", "engine", "eval_every")
-    missing = [k for k in keys if k not in data]
+def config_from_json(data: Any, where: str = "config file") -> RunConfig:
+    """A RunConfig from config.json's content, every key known and type-checked."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a JSON object, got {type(data).__name__}")
+    missing = [k for k in _REQUIRED if k not in data]
     if missing:
-        raise ConfigError(f"config file lacks {missing[0]!r}")
+        raise ConfigError(f"{where} lacks {missing[0]!r}")
+    unknown = sorted(set(data) - set(_REQUIRED) - set(_RECORDED))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r}")
     optional = {k: data[k] for k in ("schedule",) if k in data}
-    return RunConfig(**{k: data[k] for k in keys}, **optional)
+    config = RunConfig(**{k: data[k] for k in _REQUIRED}, **optional)
+    try:
+        check_config(config)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    return config
 
 
-def execute(built: BuiltRun, *, progress: bool = False, on_row: Callable[[dict], None] | None = None) -> RunResult:
+def execute(
+    built: BuiltRun, *, progress: bool = False, on_row: Callable[[dict], None] | None = None, **resume: Any
+) -> RunResult:
+    """Run ``built``; ``resume`` passes simulate's resume and streaming keywords through
+    (state, start_round, comm_before, evaluate_start, eval_origin, keep_rows, on_round)."""
     cfg = built.config
     bar = None
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=cfg.rounds, desc=built.algorithm.name, unit="round", disable=None, leave=False)
+        bar = tqdm(total=cfg.rounds, initial=resume.get("start_round", 0), desc=built.algorithm.name,
+                   unit="round", disable=None, leave=False)
 
     def show(row: dict) -> None:
         if on_row is not None:
@@ -125,63 +194,18 @@ def execute(built: BuiltRun, *, progress: bool = False, on_row: Callable[[dict],
             built.algorithm,
             built.problem,
             built.participation,
-            cfg.rounds,
+            cfg.rounds - resume.get("start_round", 0),
             seed=cfg.seed,
             engine=cfg.engine,
             eval_every=cfg.eval_every,
             on_row=show,
             progress=bar,
             schedule=cfg.schedule,
+            **resume,
         )
     finally:
         if bar is not None:
             bar.close()
 
 
-class Interrupted(KeyboardInterrupt):
-    """Ctrl-C during a run whose evaluated rounds were kept; the message says where."""
-
-
-def run_to_folder(config: RunConfig, out: str | Path, *, progress: bool = False) -> RunResult:
-    """Build, run and write metrics.csv, config.json and curve.png into ``out``.
-
-    An interrupted run (Ctrl-C) keeps what it computed, as a diverged run does: the folder gets
-    the rows evaluated so far and config.json records ``interrupted_after_round``; then
-    :class:`Interrupted` is raised. Interrupted before its first evaluation, it leaves nothing.
-    """
-    built = build(config)
-    rows: list[dict] = []
-    interrupted = False
-    with output_folder(out) as scratch:
-        try:
-            result = execute(built, progress=progress, on_row=rows.append)
-        except KeyboardInterrupt:
-            if not rows:
-                raise
-            interrupted = True
-            result = RunResult(rows=rows, rounds_done=rows[-1]["round"])
-        _write_run(built, result, scratch, interrupted)
-    if interrupted:
-        raise Interrupted(f"interrupted; rounds 0..{result.rounds_done} are in {out}")
-    return result
-
-
-def _write_run(built: BuiltRun, result: RunResult, scratch: Path, interrupted: bool) -> None:
-    write_csv(scratch / "metrics.csv", result.rows)
-    info = resolved_config(built)
-    if result.diverged_at is not None:
-        info["diverged_at_round"] = result.diverged_at
-    if interrupted:
-        info["interrupted_after_round"] = result.rounds_done
-    write_json(scratch / "config.json", info)
-    title = f"{built.algorithm.name} on {built.problem.name}, {built.participation.name} participation"
-    if "test_accuracy" in result.rows[0]:  # neural networks: accuracy and losses
-        from ..data.plots import plot_training_curves
-
-        plot_training_curves({built.algorithm.name: result.rows}, scratch / "curve.png", title=title)
-    else:
-        plot_curve(result.rows, scratch / "curve.png", title)
-    if hasattr(built.problem, "label_histograms"):  # clients hold labelled data: show the split
-        from ..data.plots import plot_label_histograms
-
-        plot_label_histograms(built.problem.label_histograms(), scratch / "partition.png")
+from .run_folder import Interrupted, run_to_folder  # noqa: E402  (the CLI's entry point lives there)

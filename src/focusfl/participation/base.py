@@ -4,6 +4,8 @@ A process answers "which clients take part in round r" (the set S_r) determinist
 Runs are resumed and replayed by round index, so ``mask(R)[:R0]`` must equal ``mask(R0)``: every
 process here draws round r from its own random stream (or, for the Markov chain, computes forward
 from round 0), never from a generator whose state depends on how many rounds were asked before.
+Rounds are drawn in chunks as a run goes (``rows(start, stop)``), so memory does not grow with the
+number of rounds.
 """
 from __future__ import annotations
 
@@ -20,8 +22,8 @@ from ..errors import ConfigError
 # only in how the coins are correlated over time, not in their marginals.
 PARAM_STREAM = 7_000
 
-# Number of rounds computed ahead when a single round is asked for; keeps ``active(r)`` in a
-# round loop amortised O(1) instead of re-growing the cache one row at a time.
+# Rounds drawn at once: the window ``active(r)`` keeps, and the step a sequential process skips
+# ahead by.
 _CHUNK = 256
 
 
@@ -42,33 +44,66 @@ def param_rng(seed: int, *sub: int) -> np.random.Generator:
 class ParticipationProcess(abc.ABC):
     """A random (or fixed) sequence of active client sets S_0, S_1, ...
 
-    Subclasses implement :meth:`_rows` (rows ``start..stop-1`` of the mask, always asked in order,
-    contiguous with what is cached), :meth:`nominal_p` and :meth:`_params`. The base class caches the
-    longest mask computed so far, which is what makes sequential processes (Markov) cheap to query
-    round by round.
+    Subclasses implement :meth:`_rows` (rows ``start..stop-1`` of the mask), :meth:`nominal_p` and
+    :meth:`_params`. Memory never depends on how many rounds are asked for over a process's life:
+    rows are drawn in chunks as a run goes (:meth:`rows`), and only a window of ``_CHUNK`` rows is
+    kept for :meth:`active`. A *sequential* process (Markov: round r depends on round r - 1) is
+    continued from the last row it computed, which :meth:`stream_state` exposes to checkpoints.
     """
 
     name: ClassVar[str]
+    # True when round r can only be computed from round r - 1: _rows is then always asked for the
+    # rows right after the last computed one, which _last_row() returns.
+    sequential: ClassVar[bool] = False
 
     def __init__(self, num_clients: int, seed: int = 0) -> None:
         self.num_clients = check_num_clients(num_clients)
         self.seed = check_seed(seed)
-        self._buf = np.zeros((0, self.num_clients), dtype=bool)
-        self._len = 0
+        self._next = 0  # sequential processes: rounds computed so far
+        self._last: np.ndarray | None = None  # ... and the last of them
+        self._window_start = 0
+        self._window = np.zeros((0, self.num_clients), dtype=bool)
 
     # -- protocol ---------------------------------------------------------------------------
     def mask(self, rounds: int) -> np.ndarray:
         """Bool array ``[rounds, num_clients]``; row r is the indicator of S_r (a fresh copy)."""
-        rounds = _check_rounds(rounds)
-        self._ensure(rounds)
-        return self._buf[:rounds].copy()
+        return self.rows(0, _check_rounds(rounds))
+
+    def rows(self, start: int, stop: int) -> np.ndarray:
+        """Bool rows ``start..stop-1`` of the mask (a fresh array), in memory O(stop - start)."""
+        start, stop = _check_round(start), _check_rounds(stop)
+        if stop <= start:
+            return np.zeros((0, self.num_clients), dtype=bool)
+        if not self.sequential:
+            return self._checked_rows(start, stop)
+        if start < self._next:
+            self._next, self._last = 0, None  # behind the stream: recompute from round 0
+        while self._next < start:  # skip ahead in bounded chunks, keeping only the last row
+            self._advance(min(start, self._next + _CHUNK))
+        return self._advance(stop)
 
     def active(self, r: int) -> np.ndarray:
         """Sorted int64 indices of the clients in S_r."""
         r = _check_round(r)
-        if r >= self._len:
-            self._ensure(max(r + 1, self._len + _CHUNK))
-        return np.flatnonzero(self._buf[r]).astype(np.int64)
+        offset = r - self._window_start
+        if not 0 <= offset < len(self._window):
+            self._window_start, self._window, offset = r, self.rows(r, r + _CHUNK), 0
+        return np.flatnonzero(self._window[offset]).astype(np.int64)
+
+    def stream_state(self) -> dict[str, Any]:
+        """Where a sequential process's stream stands (for checkpoints); empty for the others."""
+        if not self.sequential or self._last is None:
+            return {}
+        return {"next": self._next, "last": self._last.copy()}
+
+    def restore_stream(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`stream_state`'s output instead of recomputing from round 0."""
+        if not self.sequential or not state:
+            return
+        last = np.asarray(state["last"], dtype=bool)
+        if last.shape != (self.num_clients,):
+            raise ConfigError(f"{self.name}: saved participation row has shape {last.shape}")
+        self._next, self._last = _check_rounds(int(state["next"])), last.copy()
 
     @abc.abstractmethod
     def nominal_p(self) -> np.ndarray | None:
@@ -84,30 +119,29 @@ class ParticipationProcess(abc.ABC):
     # -- for subclasses ---------------------------------------------------------------------
     @abc.abstractmethod
     def _rows(self, start: int, stop: int) -> np.ndarray:
-        """Bool rows ``start..stop-1`` of the mask; ``start`` equals the number of cached rows."""
+        """Bool rows ``start..stop-1`` of the mask. For a sequential process ``start`` is the
+        round after the last one computed (``_last_row()``); others are asked for any range."""
 
     @abc.abstractmethod
     def _params(self) -> dict[str, Any]:
         """Resolved, JSON-serialisable parameters (lists, not arrays)."""
 
     def _last_row(self) -> np.ndarray | None:
-        """Last cached row (None before round 0); what a sequential process continues from."""
-        return self._buf[self._len - 1] if self._len else None
+        """Row of the round before the one being computed (None before round 0)."""
+        return self._last
 
-    # -- cache ------------------------------------------------------------------------------
-    def _ensure(self, rounds: int) -> None:
-        """Make sure rows ``0..rounds-1`` are cached, growing the buffer geometrically."""
-        if rounds <= self._len:
-            return
-        rows = np.asarray(self._rows(self._len, rounds), dtype=bool)
-        if rows.shape != (rounds - self._len, self.num_clients):
+    # -- streaming --------------------------------------------------------------------------
+    def _checked_rows(self, start: int, stop: int) -> np.ndarray:
+        rows = np.asarray(self._rows(start, stop), dtype=bool)
+        if rows.shape != (stop - start, self.num_clients):
             raise AssertionError(f"{self.name}: _rows returned shape {rows.shape}")
-        if rounds > self._buf.shape[0]:
-            grown = np.zeros((max(rounds, 2 * self._buf.shape[0]), self.num_clients), dtype=bool)
-            grown[: self._len] = self._buf[: self._len]
-            self._buf = grown
-        self._buf[self._len : rounds] = rows
-        self._len = rounds
+        return rows
+
+    def _advance(self, stop: int) -> np.ndarray:
+        """Compute the rows from the stream's position up to ``stop`` and move the stream there."""
+        rows = self._checked_rows(self._next, stop)
+        self._next, self._last = stop, rows[-1].copy()
+        return rows
 
 
 class MemorylessProcess(ParticipationProcess):

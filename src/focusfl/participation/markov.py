@@ -21,12 +21,13 @@ class MarkovParticipation(ParticipationProcess):
     """Heterogeneous two-state chains, started from their stationary law.
 
     Round r's uniforms come from round r's own stream, but the state depends on round r - 1, so
-    rows are computed forward from round 0 (the base class caches the longest mask computed).
+    rows are computed forward from round 0 (the base class continues from the last row computed).
     Defaults: p_i from the FOCUS preset (the same p_i as bernoulli with the same seed), rho_i ~
     U(0.5, 0.9), drawn after the preset from the parameter stream.
     """
 
     name: ClassVar[str] = "markov"
+    sequential: ClassVar[bool] = True
     STREAM: ClassVar[int] = 6
     DEFAULTS: ClassVar[dict[str, Any]] = {"p": None, "rho": None}
 

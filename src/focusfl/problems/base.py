@@ -71,6 +71,11 @@ class Problem(abc.ABC):
         """The exact minimizer of F when known, else None."""
         return None
 
+    def smoothness(self) -> float | None:
+        """L: the largest smoothness constant of the clients' objectives f_i, when known
+        (``--lr auto`` derives stable step sizes from it); None otherwise."""
+        return None
+
     def initial_point(self) -> torch.Tensor:
         """The common starting model x_0 (zeros unless a problem says otherwise)."""
         return torch.zeros(self.dim, dtype=self.dtype, device=self.device)

@@ -165,6 +165,18 @@ class LinearModelProblem(Problem, abc.ABC):
 
         return gradients
 
+    def smoothness(self) -> float:
+        """max_i of the largest Hessian eigenvalue of f_i, from the clients' largest singular
+        values (computed once, in float64)."""
+        if getattr(self, "_smoothness", None) is None:
+            top = torch.linalg.svdvals(self.features.to(torch.float64))[:, 0].max()
+            self._smoothness = self._curvature_scale() * float(top) ** 2 + 2.0 * self.reg
+        return self._smoothness
+
+    @abc.abstractmethod
+    def _curvature_scale(self) -> float:
+        """Largest Hessian eigenvalue of the data term per unit of sigma_max(A_i)^2."""
+
     def gradient(self, x: torch.Tensor) -> torch.Tensor:
         stacked = x.expand(self.num_clients, -1)
         data_grad = self._sample_gradients(stacked, self.features, self.targets)
@@ -199,6 +211,9 @@ class Ridge(LinearModelProblem):
 
     def _full_data_scale(self) -> float:
         return 2.0 * self.samples
+
+    def _curvature_scale(self) -> float:
+        return 2.0  # Hessian 2 A_i^T A_i + 2 reg I
 
     def oracle(self, clients: torch.Tensor, *, seed: int, round: int):
         if self.batch is not None:
@@ -261,6 +276,9 @@ class Logistic(LinearModelProblem):
     def _full_data_scale(self) -> float:
         return 1.0
 
+    def _curvature_scale(self) -> float:
+        return 1.0 / (4.0 * self.samples)  # sigmoid' <= 1/4, averaged over m samples
+
     def _sample_gradients(self, x, features, targets):
         margins = targets * _rows_times(features, x)
         weights = -targets * torch.sigmoid(-margins)
@@ -270,22 +288,23 @@ class Logistic(LinearModelProblem):
         margins = self.targets * (self.features @ x)
         return torch.nn.functional.softplus(-margins).mean() + self.reg * (x @ x)
 
-    def _hessian(self, x: torch.Tensor) -> torch.Tensor:
-        a = self.features.reshape(-1, self.dim)
-        margins = self.targets.reshape(-1) * (a @ x)
-        s = torch.sigmoid(margins)
-        curvature = s * (1 - s) / a.shape[0]
-        eye = torch.eye(self.dim, dtype=self.dtype, device=self.device)
-        return a.T @ (curvature[:, None] * a) + 2.0 * self.reg * eye
-
     def _solve(self) -> torch.Tensor:
-        # Newton's method on a float64 copy: the minimizer must be exact to 1e-12.
-        x = torch.zeros(self.dim, dtype=self.dtype, device=self.device)
+        # Newton's method in float64 whatever the problem's dtype: float32 cannot reach a
+        # gradient norm of 1e-12, and x* must be exact to that for the relative error to mean
+        # anything. The minimizer is then cast to the problem's dtype.
+        a = self.features.to(torch.float64).reshape(-1, self.dim)
+        b = self.targets.to(torch.float64).reshape(-1)
+        eye = torch.eye(self.dim, dtype=torch.float64, device=self.device)
+        x = torch.zeros(self.dim, dtype=torch.float64, device=self.device)
         for _ in range(100):
-            grad = self.gradient(x)
+            margins = b * (a @ x)
+            # gradient of F = mean over all samples (clients hold equal counts) + 2 reg x
+            grad = a.T @ (-b * torch.sigmoid(-margins)) / a.shape[0] + 2.0 * self.reg * x
             if float(torch.linalg.vector_norm(grad)) < 1e-12:
                 break
-            x = x - torch.linalg.solve(self._hessian(x), grad)
+            s = torch.sigmoid(margins)
+            hessian = a.T @ ((s * (1 - s) / a.shape[0])[:, None] * a) + 2.0 * self.reg * eye
+            x = x - torch.linalg.solve(hessian, grad)
         else:
             raise ConfigError("logistic: Newton's method did not reach a gradient norm of 1e-12")
-        return x
+        return x.to(self.dtype)

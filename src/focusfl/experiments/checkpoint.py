@@ -1,0 +1,170 @@
+"""Checkpoints of a run: algorithm state, round, traffic so far, participation stream, metrics length.
+
+A checkpoint is a ``torch.save`` of plain containers of tensors and numbers, read back with
+``torch.load(weights_only=True)``: loading one never executes code. Every tensor is checked
+against a freshly initialised state of the same algorithm and problem (field names, shapes,
+dtypes) before it is used, and the file's size against the memory available before it is read.
+Randomness is keyed by (seed, round, client), so the round number is the whole RNG position;
+a sequential participation process (Markov) also saves the last row it drew.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..algorithms.base import State
+from ..errors import DataError
+
+CHECKPOINT = "checkpoint.pt"
+MODEL = "model.pt"
+FORMAT = 1
+
+
+@dataclass
+class Checkpoint:
+    state: State
+    round: int  # rounds completed
+    comm: tuple[float, float]  # cumulative floats sent (down, up) after ``round``
+    metrics_bytes: int  # length of metrics.csv that belongs to rounds 0..round
+    stream: dict[str, Any]  # participation.stream_state()
+
+
+def _owned(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor alone: torch.save writes a view's whole storage, so a view is copied."""
+    tensor = tensor.detach()
+    if tensor.untyped_storage().nbytes() != tensor.numel() * tensor.element_size() or not tensor.is_contiguous():
+        return tensor.clone(memory_format=torch.contiguous_format)
+    return tensor
+
+
+def _fields(named_tuple: Any) -> dict[str, torch.Tensor]:
+    return {name: _owned(value) for name, value in named_tuple._asdict().items()}
+
+
+def atomic_torch_save(payload: Any, path: Path) -> None:
+    """Write ``payload`` to ``path`` so that the file is either the old one or the new one, whole."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as handle:
+        torch.save(payload, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    _fsync_folder(path.parent)
+
+
+def _fsync_folder(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems cannot sync a directory; the rename is still atomic
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
+    stream = dict(checkpoint.stream)
+    if "last" in stream:
+        stream = {"next": int(stream["next"]), "last": torch.as_tensor(stream["last"], dtype=torch.bool)}
+    payload = {
+        "format": FORMAT,
+        "round": int(checkpoint.round),
+        "comm_down": float(checkpoint.comm[0]),
+        "comm_up": float(checkpoint.comm[1]),
+        "metrics_bytes": int(checkpoint.metrics_bytes),
+        "server": _fields(checkpoint.state.server),
+        "clients": _fields(checkpoint.state.clients),
+        "participation": stream,
+    }
+    atomic_torch_save(payload, path)
+
+
+def save_model(path: Path, model: torch.Tensor) -> None:
+    """The final server model as a flat tensor ``{"x": [d]}`` (``torch.load(weights_only=True)``)."""
+    atomic_torch_save({"format": FORMAT, "x": _owned(model)}, path)
+
+
+def _read(path: Path, device: torch.device) -> dict:
+    from ..limits import check_allocation
+
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise DataError(f"checkpoint {str(path)!r}: cannot read it ({exc.strerror or exc})") from None
+    check_allocation(2 * size, f"checkpoint {path.name!r} ({size} bytes)")
+    try:
+        payload = torch.load(path, map_location=device, weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError, KeyError, TypeError) as exc:
+        reason = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
+        raise DataError(f"checkpoint {str(path)!r} is unreadable ({reason})") from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise DataError(f"checkpoint {str(path)!r} is not a focusfl checkpoint of format {FORMAT}")
+    return payload
+
+
+def _number(payload: dict, key: str, kind: type, path: Path):
+    value = payload.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
+        raise DataError(f"checkpoint {str(path)!r}: {key!r} is missing or not a{'n integer' if kind is int else ' number'}")
+    if value < 0:
+        raise DataError(f"checkpoint {str(path)!r}: {key!r} is negative")
+    return kind(value)
+
+
+def _match(saved: Any, reference: Any, part: str, path: Path) -> Any:
+    """Rebuild ``reference``'s NamedTuple from the saved tensors, checking names, shapes, dtypes."""
+    fields = reference._asdict()
+    if not isinstance(saved, dict) or set(saved) != set(fields):
+        got = sorted(saved) if isinstance(saved, dict) else type(saved).__name__
+        raise DataError(f"checkpoint {str(path)!r}: {part} state has fields {got}, expected {sorted(fields)}")
+    rebuilt = {}
+    for name, ref in fields.items():
+        value = saved[name]
+        if not isinstance(value, torch.Tensor) or value.shape != ref.shape or value.dtype != ref.dtype:
+            what = f"{tuple(value.shape)} {value.dtype}" if isinstance(value, torch.Tensor) else type(value).__name__
+            raise DataError(
+                f"checkpoint {str(path)!r}: {part}.{name} is {what}, expected {tuple(ref.shape)} {ref.dtype}"
+                " (was it written by another problem or algorithm?)"
+            )
+        rebuilt[name] = value.to(ref.device)
+    return type(reference)(**rebuilt)
+
+
+def load_checkpoint(path: Path, reference: State, num_clients: int) -> Checkpoint:
+    """Read and validate a checkpoint against ``reference`` (a fresh ``algorithm.init`` state)."""
+    path = Path(path)
+    device = next(iter(reference.server._asdict().values())).device
+    payload = _read(path, device)
+    state = State(
+        _match(payload.get("server"), reference.server, "server", path),
+        _match(payload.get("clients"), reference.clients, "clients", path),
+    )
+    stream = payload.get("participation") or {}
+    if stream:
+        last = stream.get("last")
+        if not isinstance(last, torch.Tensor) or last.shape != (num_clients,) or not isinstance(stream.get("next"), int):
+            raise DataError(f"checkpoint {str(path)!r}: its participation stream does not fit {num_clients} clients")
+        stream = {"next": stream["next"], "last": last.cpu().numpy()}
+    return Checkpoint(
+        state=state,
+        round=_number(payload, "round", int, path),
+        comm=(_number(payload, "comm_down", float, path), _number(payload, "comm_up", float, path)),
+        metrics_bytes=_number(payload, "metrics_bytes", int, path),
+        stream=stream,
+    )
+
+
+def load_model(path: Path) -> torch.Tensor:
+    """The model saved by :func:`save_model` (tensors only; no code runs)."""
+    payload = _read(Path(path), torch.device("cpu"))
+    if not isinstance(payload, dict) or not isinstance(payload.get("x"), torch.Tensor):
+        raise DataError(f"model file {str(path)!r} holds no model tensor 'x'")
+    return payload["x"]

@@ -1,0 +1,337 @@
+"""``focusfl run``'s output folder: metrics streamed to disk, checkpoints, signals and resume.
+
+A run works in the output's partial folder (``experiments.outputs``), which becomes ``--out``
+only when the run ends:
+
+- every evaluated row is appended to ``metrics.csv`` as it is computed (flushed at least once
+  a second), so memory does not grow with the number of rounds;
+- a checkpoint (``checkpoint.pt``: algorithm state, round, traffic so far, participation stream,
+  and the length of metrics.csv that belongs to it) is saved atomically every
+  ``checkpoint_every`` rounds (default: once a minute of wall clock) and when SIGINT, SIGTERM
+  or SIGHUP arrives; the run then stops at the end of the round in progress and publishes
+  what it has, and ``focusfl run --resume OUT`` continues it;
+- killed outright (SIGKILL, power loss), the partial folder keeps the last checkpoint, and
+  ``--resume OUT`` continues from there: rows written after it are cut and recomputed, so the
+  resumed run's metrics.csv and model are byte for byte those of an uninterrupted run.
+"""
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import math
+import os
+import shutil
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..engine import RunResult
+from ..errors import ConfigError, DataError
+from .checkpoint import CHECKPOINT, MODEL, Checkpoint, load_checkpoint, save_checkpoint, save_model
+from .outputs import MARKER, Output, _fmt, open_output, write_json
+from .runner import BuiltRun, RunConfig, build, config_from_json, execute, resolved_config
+
+METRICS = "metrics.csv"
+CONFIG = "config.json"
+CHECKPOINT_SECONDS = 60.0  # default cadence: one checkpoint a minute of wall clock
+FLUSH_SECONDS = 1.0
+PLOT_POINTS = 4000  # rows drawn in curve.png: a long run's metrics.csv is thinned evenly
+_SIGNAL_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
+
+
+class Interrupted(KeyboardInterrupt):
+    """A run stopped by a signal; the message says where its results are and how to resume."""
+
+    def __init__(self, message: str, exit_code: int = 130) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class _StopRequested(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _StopFlag:
+    signum: int | None = None
+
+
+@contextlib.contextmanager
+def _stop_on_signals(flag: _StopFlag) -> Iterator[None]:
+    """The first SIGINT/SIGTERM/SIGHUP asks the run to stop at the end of its round; a second
+    SIGINT stops it at once (the last checkpoint stays). Only the main thread can do this."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame) -> None:
+        if flag.signum is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        flag.signum = signum
+
+    previous = {sig: signal.signal(sig, handler) for sig in _SIGNAL_CODES}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+class _MetricsWriter:
+    """metrics.csv, appended row by row; ``sync`` returns the length a checkpoint records."""
+
+    def __init__(self, path: Path, truncate_to: int | None = None) -> None:
+        self.path = path
+        self.columns: list[str] | None = None
+        if truncate_to is not None:  # resume: keep the rows of rounds up to the checkpoint
+            with open(path, "r+b") as handle:
+                if handle.seek(0, os.SEEK_END) < truncate_to:
+                    raise DataError(f"{path} is shorter than its checkpoint records; the run cannot be resumed")
+                handle.truncate(truncate_to)
+            with open(path, newline="") as handle:
+                self.columns = next(csv.reader(handle), None)
+        self.handle = open(path, "a" if truncate_to is not None else "w", newline="")
+        self.writer = None if self.columns is None else self._writer()
+        self.flushed = time.monotonic()
+
+    def _writer(self) -> csv.DictWriter:
+        return csv.DictWriter(self.handle, fieldnames=self.columns, extrasaction="ignore")
+
+    def write(self, row: dict) -> None:
+        if self.writer is None:
+            self.columns = list(row)
+            self.writer = self._writer()
+            self.writer.writeheader()
+        self.writer.writerow({k: _fmt(row.get(k)) for k in self.columns})
+        if time.monotonic() - self.flushed > FLUSH_SECONDS:
+            self.handle.flush()
+            self.flushed = time.monotonic()
+
+    def sync(self) -> int:
+        self.handle.flush()
+        os.fsync(self.handle.fileno())
+        return self.handle.tell()
+
+    def close(self) -> None:
+        if not self.handle.closed:
+            self.handle.flush()
+            self.handle.close()
+
+
+class _Checkpointer:
+    """Saves checkpoints every ``every`` rounds (None: every CHECKPOINT_SECONDS; 0: never)."""
+
+    def __init__(self, built: BuiltRun, work: Path, metrics: _MetricsWriter, every: int | None) -> None:
+        self.built, self.path, self.metrics, self.every = built, work / CHECKPOINT, metrics, every
+        self.saved_at = time.monotonic()
+        self.last_round: int | None = None
+
+    def due(self, rounds_done: int) -> bool:
+        if self.every is None:
+            return time.monotonic() - self.saved_at >= CHECKPOINT_SECONDS
+        return self.every > 0 and rounds_done % self.every == 0
+
+    def save(self, result: RunResult) -> None:
+        checkpoint = Checkpoint(
+            state=result.state, round=result.rounds_done, comm=result.comm,
+            metrics_bytes=self.metrics.sync(), stream=self.built.participation.stream_state(),
+        )
+        save_checkpoint(self.path, checkpoint)
+        self.saved_at = time.monotonic()
+        self.last_round = result.rounds_done
+
+
+# -- entry points --------------------------------------------------------------------------------
+def run_to_folder(
+    config: RunConfig,
+    out: str | Path,
+    *,
+    progress: bool = False,
+    checkpoint_every: int | None = None,
+    restart: bool = False,
+) -> RunResult:
+    """Build, run and write metrics.csv, config.json, curve.png, checkpoint.pt and model.pt into ``out``.
+
+    Everything is validated before anything is written. A partial run left in ``out`` by a
+    killed process is continued only by :func:`resume_folder`; ``restart`` discards it instead.
+    """
+    built = build(config)
+    with open_output(out, kind="run") as output:
+        if output.found_partial and (output.work / CHECKPOINT).is_file() and not restart:
+            raise ConfigError(
+                f"{out} holds an interrupted run; continue it with `focusfl run --resume {out}` "
+                "or start it over with --restart"
+            )
+        _clear(output.work)
+        write_json(output.work / CONFIG, {**resolved_config(built), "status": "running"})
+        return _drive(built, output, None, progress=progress, checkpoint_every=checkpoint_every)
+
+
+def resume_folder(
+    out: str | Path, *, rounds: int | None = None, progress: bool = False, checkpoint_every: int | None = None
+) -> RunResult:
+    """Continue the run in ``out`` from its checkpoint; ``rounds`` extends a finished run."""
+    out = Path(out)
+    with open_output(out, kind="run") as output:
+        work = output.work
+        if not (output.found_partial and (work / CHECKPOINT).is_file()):
+            if not (out / CHECKPOINT).is_file():
+                raise ConfigError(f"nothing to resume in {str(out)!r}: it holds no checkpoint of a focusfl run")
+            _clear(work)
+            for name in (CONFIG, METRICS, CHECKPOINT):
+                if (out / name).is_file():
+                    shutil.copy2(out / name, work / name)
+        config = config_from_json(_read_json(work / CONFIG), where=f"{out}/{CONFIG}")
+        if rounds is not None:
+            config = RunConfig(**{**config.__dict__, "rounds": rounds})
+        built = build(config)
+        reference = built.algorithm.prepare(built.problem, built.participation).init(
+            built.problem.initial_point(), built.problem.num_clients
+        )
+        checkpoint = load_checkpoint(work / CHECKPOINT, reference, built.problem.num_clients)
+        if checkpoint.round >= config.rounds:
+            raise ConfigError(
+                f"{out} has run {checkpoint.round} of {config.rounds} rounds already; "
+                f"give --rounds R with R > {checkpoint.round} to run it further"
+            )
+        if not (work / METRICS).is_file():
+            raise DataError(f"{out}: metrics.csv is missing; the run cannot be resumed")
+        write_json(work / CONFIG, {**resolved_config(built), "status": "running"})
+        return _drive(built, output, checkpoint, progress=progress, checkpoint_every=checkpoint_every)
+
+
+# -- the run -------------------------------------------------------------------------------------
+def _drive(
+    built: BuiltRun, output: Output, start: Checkpoint | None, *, progress: bool, checkpoint_every: int | None
+) -> RunResult:
+    work, out = output.work, output.target
+    metrics = _MetricsWriter(work / METRICS, truncate_to=None if start is None else start.metrics_bytes)
+    checkpointer = _Checkpointer(built, work, metrics, checkpoint_every)
+    flag = _StopFlag()
+
+    def on_round(result: RunResult) -> None:
+        if flag.signum is not None:
+            checkpointer.save(result)
+            raise _StopRequested(flag.signum)
+        if checkpointer.due(result.rounds_done):
+            checkpointer.save(result)
+
+    resume: dict[str, Any] = {"keep_rows": False, "on_round": on_round, "eval_origin": 0}
+    if start is not None:
+        built.participation.restore_stream(start.stream)
+        resume.update(state=start.state, start_round=start.round, comm_before=start.comm, evaluate_start=False)
+    try:
+        with _stop_on_signals(flag):
+            result = execute(built, progress=progress, on_row=metrics.write, **resume)
+    except _StopRequested as stop:
+        metrics.close()
+        rounds = checkpointer.last_round
+        _finish(built, work, status="interrupted", rounds_done=rounds)
+        output.publish()
+        name = signal.Signals(stop.signum).name
+        raise Interrupted(
+            f"{name}: stopped after round {rounds}; results so far are in {out}; "
+            f"continue with `focusfl run --resume {out}`",
+            _SIGNAL_CODES.get(stop.signum, 130),
+        ) from None
+    except BaseException as exc:
+        metrics.close()
+        if not (work / CHECKPOINT).is_file():
+            output.discard()
+            raise
+        kept = f"{out}: the checkpoint of round {checkpointer.last_round or start.round} is kept; " \
+               f"continue with `focusfl run --resume {out}`"
+        if isinstance(exc, KeyboardInterrupt):
+            raise Interrupted(f"interrupted; {kept}") from None
+        if isinstance(exc, (ConfigError, DataError)):
+            raise type(exc)(f"{exc} ({kept})") from None
+        raise
+    metrics.close()
+    if result.diverged_at is None:
+        save_checkpoint(work / CHECKPOINT, Checkpoint(
+            state=result.state, round=result.rounds_done, comm=result.comm,
+            metrics_bytes=(work / METRICS).stat().st_size, stream=built.participation.stream_state(),
+        ))
+        save_model(work / MODEL, built.algorithm.model(result.state))
+        status = "complete"
+    else:  # a non-finite state is nothing to resume from
+        (work / CHECKPOINT).unlink(missing_ok=True)
+        status = "diverged"
+    _finish(built, work, status=status, rounds_done=result.rounds_done, diverged_at=result.diverged_at)
+    output.publish()
+    return result
+
+
+def _finish(built: BuiltRun, work: Path, *, status: str, rounds_done: int | None, diverged_at: int | None = None) -> None:
+    info = {**resolved_config(built), "status": status, "rounds_done": rounds_done}
+    if diverged_at is not None:
+        info["diverged_at_round"] = diverged_at
+    if status == "interrupted":
+        info["interrupted_after_round"] = rounds_done
+    write_json(work / CONFIG, info)
+    rows = read_rows_for_plot(work / METRICS)
+    if rows:
+        _plot(built, rows, work)
+
+
+def _plot(built: BuiltRun, rows: list[dict], work: Path) -> None:
+    from .plots import plot_curve
+
+    title = f"{built.algorithm.name} on {built.problem.name}, {built.participation.name} participation"
+    if "test_accuracy" in rows[0]:  # neural networks: accuracy and losses
+        from ..data.plots import plot_training_curves
+
+        plot_training_curves({built.algorithm.name: rows}, work / "curve.png", title=title)
+    else:
+        plot_curve(rows, work / "curve.png", title)
+    if hasattr(built.problem, "label_histograms"):  # clients hold labelled data: show the split
+        from ..data.plots import plot_label_histograms
+
+        plot_label_histograms(built.problem.label_histograms(), work / "partition.png")
+
+
+def read_rows_for_plot(path: Path, max_rows: int = PLOT_POINTS) -> list[dict]:
+    """At most ``max_rows`` rows of a metrics.csv, evenly thinned (the last one always kept),
+    with numbers as floats; read twice, streaming, so memory does not grow with the file."""
+    with open(path, newline="") as handle:
+        count = sum(1 for _ in csv.reader(handle)) - 1
+    if count <= 0:
+        return []
+    stride = max(1, math.ceil(count / max_rows))
+    rows = []
+    with open(path, newline="") as handle:
+        for k, row in enumerate(csv.DictReader(handle)):
+            if k % stride == 0 or k == count - 1:
+                rows.append({key: _number(value) for key, value in row.items()})
+    return rows
+
+
+def _number(text: str | None) -> float:
+    try:
+        return float(text) if text else math.nan
+    except ValueError:
+        return math.nan
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        if path.stat().st_size > 1 << 20:
+            raise ConfigError(f"{path} is larger than 1 MiB; it is not a focusfl config")
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"cannot read {str(path)!r}: {exc}") from None
+
+
+def _clear(work: Path) -> None:
+    """Empty the partial folder (it is focusfl's own), keeping its marker."""
+    for entry in work.iterdir():
+        if entry.name == MARKER:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
