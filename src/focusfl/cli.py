@@ -50,7 +50,7 @@ def _add_run(sub) -> None:
         description="Run one algorithm on one problem under one participation process, with "
         f"checkpoints. Algorithms: {', '.join(ALGORITHMS)}. Problems: {', '.join(available_problems())}. "
         f"Participation processes: {', '.join(available_participation())}.",
-        epilog=RUN_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=RUN_EXAMPLES,
     )
     # Defaults are None here and filled in later, so that a flag given next to --config or
     # --resume can be told apart from one left at its default.
@@ -265,9 +265,96 @@ def _add_matrices(sub) -> None:
     p.set_defaults(handler=run_matrices)
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Wraps descriptions, keeps example blocks as written, and appends each option's default."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("examples:"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        shown = default is not None and default is not argparse.SUPPRESS and not isinstance(default, bool)
+        if action.option_strings and "default" not in text and shown:
+            text += f" (default: {default})"
+        return text
+
+
+# Help of options that several commands share, where a command gives none.
+_COMMON_HELP = {
+    "seed": "seed of the data, participation and minibatches",
+    "dtype": "floating-point type of models and data",
+    "device": "cpu or cuda",
+    "clients": "number of clients N",
+    "rounds": "number of rounds",
+    "schedule": "step-size schedule: constant, or sqrt = eta/sqrt(r/10+1)",
+    "out": "output folder (replaced only if focusfl wrote it)",
+}
+
+
+def _examples(*lines: str) -> str:
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines)
+
+
+def _command_texts() -> dict[str, tuple[str, str]]:
+    """(description, epilog) of each command without its own."""
+    from .participation import available_participation
+    from .problems import available_problems
+
+    names = (f"Problems: {', '.join(available_problems())}. "
+             f"Participation processes: {', '.join(available_participation())}.")
+    return {
+        "reproduce": ("Reproduce a figure or table of the papers; each preset writes its figures and a "
+                      "summary.csv into --out, and a rerun after a crash skips the runs already finished.",
+                      _examples("focusfl reproduce ridge --out runs/fig4", "focusfl reproduce delays",
+                                "focusfl reproduce mnist-demo --data PATH/mnist.npz")),
+        "reproduce ridge": (None, _examples("focusfl reproduce ridge", "focusfl reproduce ridge --rounds 3000 --out runs/fig4")),
+        "reproduce delays": (None, _examples("focusfl reproduce delays --out runs/delays")),
+        "reproduce mnist-demo": (None, _examples("focusfl reproduce mnist-demo --data PATH/mnist.npz")),
+        "reproduce fedsum-mnist": (None, _examples("focusfl reproduce fedsum-mnist --data-dir DATA --download")),
+        "reproduce focus-cifar10": (None, _examples("focusfl reproduce focus-cifar10 --data-dir DATA --download")),
+        "participation": ("Draw a participation process and print its statistics: per-client rates p_i "
+                          "(empirical and nominal), q_i = E[1{i in S}/|S|], delays tau. Participation "
+                          f"processes: {', '.join(available_participation())} (docs/participation.md).",
+                          _examples("focusfl participation bernoulli", "focusfl participation markov:rho=0.9 --clients 8",
+                                    "focusfl participation weighted:m=4 --rounds 2000 --plot raster.png")),
+        "algorithms": ("List the registered algorithms with the vectors each sends per round and the memory "
+                       "it keeps (docs/algorithms.md).", _examples("focusfl algorithms")),
+        "tune": ("Grid-search the step size of one or more algorithms on one problem and participation "
+                 "process; prints the best step of each and writes grid.csv and summary.csv. " + names,
+                 _examples("focusfl tune --algorithm focus,fedavg --problem ridge --participation bernoulli",
+                           "focusfl tune --algorithm all --local-steps 5 --out runs/tune")),
+        "bias": ("Participation bias: q_i, delta_q^2, and the limit points of FedAvg (biased towards "
+                 "frequent clients) and FOCUS (exact) on a problem (docs/framework.md). A diverged run exits 1. "
+                 + names, _examples("focusfl bias", "focusfl bias --problem ridge:dim=10,samples=50,hetero=1 "
+                                    "--participation bernoulli")),
+        "matrices": ("Draw the FOCUS paper's Figures 1-3: the stochastic matrices of one round and the "
+                     "round patterns of FedAvg and FOCUS (docs/framework.md).",
+                     _examples("focusfl matrices --clients 4 --active 1,3 --out runs/matrices")),
+    }
+
+
+def _finish_help(parser: argparse.ArgumentParser, name: str, texts: dict) -> None:
+    """Every command: a description, an example, every option a help text and its default."""
+    parser.formatter_class = _HelpFormatter
+    description, epilog = texts.get(name, (None, None))
+    parser.description = parser.description or description
+    parser.epilog = parser.epilog or epilog
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub_name, sub_parser in action.choices.items():
+                _finish_help(sub_parser, f"{name} {sub_name}".strip(), texts)
+        elif action.option_strings and not action.help:
+            action.help = _COMMON_HELP.get(action.dest)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="focusfl", description="Federated optimization under arbitrary client participation."
+        prog="focusfl", description="Federated optimization under arbitrary client participation.",
+        epilog=_examples("focusfl run --algorithm focus --participation bernoulli --out runs/focus",
+                         "focusfl reproduce ridge", "focusfl COMMAND --help"),
     )
     parser.add_argument("--version", action="version", version=f"focusfl {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -278,6 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tune(sub)
     _add_bias(sub)
     _add_matrices(sub)
+    _finish_help(parser, "", _command_texts())
     return parser
 
 
