@@ -440,6 +440,13 @@ def _remove_legacy_scratch(target: Path) -> None:
             os.rmdir(entry.path)
 
 
+def _unmarked_partial(work: Path) -> bool:
+    """A partial folder whose writer died between making it and renaming its marker in."""
+    if work.is_symlink() or not work.is_dir():
+        return False
+    return {e.name for e in os.scandir(work)} <= {f".{MARKER}{TMP_SUFFIX}"}
+
+
 def open_output(target: str | Path, *, kind: str, keep_partial: bool = True) -> Output:
     """Check and lock ``target`` and prepare its partial folder ``.NAME.focusfl-partial``.
 
@@ -461,10 +468,10 @@ def open_output(target: str | Path, *, kind: str, keep_partial: bool = True) -> 
         found = False
         if work.exists() or work.is_symlink():
             marker = read_marker(work) if work.is_dir() and not work.is_symlink() else None
-            if marker is None:
+            if marker is None and not _unmarked_partial(work):
                 raise _refuse(given, f"cannot be written: {str(work)!r} is in the way and is not "
                                      "focusfl's: remove it yourself")
-            if keep_partial and marker.get("kind") == kind:
+            if marker is not None and keep_partial and marker.get("kind") == kind:
                 found = True
             else:
                 shutil.rmtree(work)
