@@ -10,7 +10,6 @@ import signal
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -18,7 +17,6 @@ import pytest
 
 from cli_harness import assert_one_line_error, cli_env, run_cli, snapshot
 from focusfl.errors import ConfigError
-from focusfl.experiments import outputs
 from focusfl.experiments.outputs import MARKER, ResultCache, check_target, open_output, output_folder, read_csv
 
 RUN = ["run", "--algorithm", "focus", "--lr", "2e-4", "--rounds", "3"]

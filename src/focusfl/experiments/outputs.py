@@ -20,6 +20,7 @@ import contextlib
 import csv
 import fcntl
 import hashlib
+import io
 import json
 import os
 import re
@@ -71,8 +72,6 @@ def _write_atomic(path: Path, text: str, *, durable: bool = False) -> None:
 
 
 def write_csv(path: Path, rows: Iterable[dict], columns: list[str] | None = None) -> None:
-    import io
-
     rows = list(rows)
     if columns is None:
         columns = []
@@ -237,7 +236,7 @@ def _check_contents(given: str | Path, path: Path) -> None:
         if next(os.scandir(path), None) is None:
             return
         raise _refuse(given, f"is not empty and has no {MARKER}, so it is not focusfl's to replace "
-                             "(outputs of focusfl before 0.2 have none either): remove it yourself or "
+                             "(nor have outputs of earlier focusfl versions): remove it yourself or "
                              "choose another folder")
     stray = _unlisted(path, marker)
     if stray is not None:
@@ -247,11 +246,14 @@ def _check_contents(given: str | Path, path: Path) -> None:
 
 def check_target(target: str | Path) -> Path:
     """The resolved output folder, or ConfigError (one line: the path and why not)."""
-    path = _check_place(target)
     try:
-        _check_contents(target, path)
-    except FileNotFoundError:
-        pass  # replaced by a writer meanwhile; open_output looks again under the lock
+        path = _check_place(target)
+        try:
+            _check_contents(target, path)
+        except FileNotFoundError:
+            pass  # replaced by a writer meanwhile; open_output looks again under the lock
+    except OSError as exc:  # a folder on the way that we may not read
+        raise _refuse(target, f"cannot be checked: {exc.strerror or exc}: {exc.filename!r}") from None
     return path
 
 
@@ -346,8 +348,9 @@ class Output:
             if old.exists():
                 _delete_old(old, target)
         except OSError as exc:
+            where = work if work.exists() else target
             raise ConfigError(f"could not publish output folder {str(target)!r}: {exc.strerror or exc}; "
-                              f"the results are in {str(work)!r}") from None
+                              f"the results are in {str(where)!r}") from None
 
     def discard(self) -> None:
         """Delete ``work`` (it is ours: focusfl made it under this lock or a dead writer's)."""
@@ -376,13 +379,10 @@ def _sibling(target: Path, suffix: str) -> Path:
 
 def _delete_old(old: Path, target: Path) -> None:
     """Delete a replaced output: the files its marker lists, then its emptied folders."""
-    if old.is_symlink() or not old.is_dir():
+    if not _ours_or_empty(old):
         raise _refuse(target, f"cannot be replaced: {str(old)!r} is in the way and is not focusfl's; "
                               "remove it yourself")
     marker = read_marker(old)
-    if marker is None and next(os.scandir(old), None) is not None:
-        raise _refuse(target, f"cannot be replaced: {str(old)!r} is in the way and is not focusfl's; "
-                              "remove it yourself")
     if marker is not None:
         for rel in marker["files"]:
             path = old / rel
@@ -392,7 +392,7 @@ def _delete_old(old: Path, target: Path) -> None:
         for rel in marker["files"]:
             listed.update(p.as_posix() for p in Path(rel).parents if p.parts)
         for rel in sorted(listed, key=lambda p: (-len(Path(p).parts), p)):
-            with contextlib.suppress(FileNotFoundError, NotADirectoryError, OSError):
+            with contextlib.suppress(OSError):  # not empty: the check below names what is left
                 _step("delete old folder", os.rmdir, old / rel)
         stray = _unlisted(old, {"files": [], "folders": []})
         if stray is not None:
@@ -402,6 +402,12 @@ def _delete_old(old: Path, target: Path) -> None:
     _step("delete old folder", os.rmdir, old)
 
 
+def _ours_or_empty(folder: Path) -> bool:
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    return read_marker(folder) is not None or next(os.scandir(folder), None) is None
+
+
 def _recover(target: Path) -> None:
     """Finish or undo the swap of a writer that died in ``publish`` (we hold the lock)."""
     old = _sibling(target, OLD_SUFFIX)
@@ -409,7 +415,7 @@ def _recover(target: Path) -> None:
         return
     if target.exists() or target.is_symlink():
         _delete_old(old, target)  # the new output is in place: finish deleting the old
-    elif old.is_dir() and not old.is_symlink() and (read_marker(old) is not None or next(os.scandir(old), None) is None):
+    elif _ours_or_empty(old):
         _step("put old back", os.rename, old, target)
         _step("fsync parent", _fsync_dir, target.parent)
     else:
