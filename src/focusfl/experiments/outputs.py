@@ -1,16 +1,74 @@
-"""Writing results: CSV tables, JSON configs, and output folders that appear whole or not at all."""
+"""Writing results: CSV tables, JSON configs, and output folders that focusfl marks as its own.
+
+A user's files are never lost, however a command ends:
+
+- focusfl writes into ``PARENT/.NAME.focusfl-partial`` and replaces ``PARENT/NAME`` only when
+  the command finishes, by two renames (old aside to ``.NAME.focusfl-old``, partial into
+  place) and then deleting the old. A crash between any two steps leaves the old output or
+  the new one whole; the next writer of that folder finishes or undoes the swap.
+- A folder is replaced only if it carries focusfl's marker, ``.focusfl-output.json``, and holds
+  nothing the marker does not list; it is deleted file by file, the listed ones only. The
+  current folder, the home folder, their ancestors and ``/`` are never output folders.
+- One writer per folder: a second one gets a one-line error at once (a non-blocking lock).
+- Folders are made with ``mkdir``, so the user's umask applies.
+- ``ResultCache`` keeps each finished unit of a long command (a tuning trial, a preset's run)
+  in the partial folder, so a rerun after a crash or Ctrl-C skips what was done.
+"""
 from __future__ import annotations
 
 import contextlib
 import csv
+import fcntl
+import hashlib
+import io
 import json
 import os
+import re
 import shutil
-import tempfile
+import socket
+import stat
+import time
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
+from .. import __version__
 from ..errors import ConfigError
+
+MARKER = ".focusfl-output.json"
+PARTIAL_SUFFIX = ".focusfl-partial"
+OLD_SUFFIX = ".focusfl-old"
+LOCK_SUFFIX = ".focusfl-lock"
+TMP_SUFFIX = ".focusfl-tmp"
+CACHE = ".cache"
+# The earlier scheme: tempfile.mkdtemp(prefix=".NAME.") -> ".NAME." + 8 of these, mode 0700.
+_MKDTEMP_NAME = re.compile(r"[a-z0-9_]{8}")
+_LEGACY_SUFFIXES = (".csv", ".json", ".png", ".pdf")
+
+# Called with a step's name after every filesystem step of a replacement, so that a test can
+# kill the process between any two of them (see tests/test_outputs.py).
+_after_step: Callable[[str], None] | None = None
+
+
+def _step(name: str, operation: Callable[..., Any], *args: Any) -> Any:
+    result = operation(*args)
+    if _after_step is not None:
+        _after_step(name)
+    return result
+
+
+# -- files ---------------------------------------------------------------------------------------
+def _write_atomic(path: Path, text: str, *, durable: bool = False) -> None:
+    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}{TMP_SUFFIX}")
+    with open(tmp, "w", newline="") as handle:  # open(): the umask applies, as to any file
+        handle.write(text)
+        if durable:
+            handle.flush()
+            os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    if durable:
+        _fsync_dir(path.parent)
 
 
 def write_csv(path: Path, rows: Iterable[dict], columns: list[str] | None = None) -> None:
@@ -19,18 +77,19 @@ def write_csv(path: Path, rows: Iterable[dict], columns: list[str] | None = None
         columns = []
         for row in rows:
             columns.extend(k for k in row if k not in columns)
-    with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: _fmt(row.get(k)) for k in columns})
+    buffer = io.StringIO(newline="")
+    writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: _fmt(row.get(k)) for k in columns})
+    _write_atomic(path, buffer.getvalue())
 
 
 def _fmt(value):
     if value is None:
         return ""
     if isinstance(value, float):
-        return repr(value)  # full precision: reruns must compare equal
+        return repr(float(value))  # full precision: reruns must compare equal
     return value
 
 
@@ -40,79 +99,461 @@ def read_csv(path: Path) -> list[dict]:
 
 
 def write_json(path: Path, data: dict) -> None:
-    with open(path, "w") as handle:
-        json.dump(data, handle, indent=2, sort_keys=False)
-        handle.write("\n")
+    _write_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
-def _is_replaceable(target: Path) -> bool:
-    """An existing folder may be replaced only if it is empty or a previous focusfl output."""
-    if not target.exists():
-        return True
-    if not target.is_dir():
-        return False
-    names = {p.name for p in target.iterdir()}
-    return not names or "config.json" in names or "summary.csv" in names
-
-
-@contextlib.contextmanager
-def output_folder(target: str | Path) -> Iterator[Path]:
-    """Yield a scratch folder that becomes ``target`` only if the block finishes.
-
-    On an exception the scratch folder is deleted, so a failed or interrupted command never
-    leaves a half-written output folder behind. A partial result that should survive (a
-    diverged run) is written by finishing the block normally.
-    """
-    target = Path(target)
-    if not _is_replaceable(target):
-        raise ConfigError(f"output folder {str(target)!r} exists and is not a focusfl output folder")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        yield scratch
-    except BaseException:
-        shutil.rmtree(scratch, ignore_errors=True)
-        raise
-    if target.exists():
-        shutil.rmtree(target)
-    os.replace(scratch, target)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
-MARKER = ".focusfl-output.json"
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
+# -- the marker ----------------------------------------------------------------------------------
+def read_marker(folder: Path) -> dict | None:
+    """The marker of ``folder`` if it is a valid one, else None."""
+    try:
+        data = json.loads((Path(folder) / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("state") not in ("partial", "complete"):
+        return None
+    listed = [*data.get("files", []), *data.get("folders", [])]
+    if not isinstance(data.get("files"), list) or not all(_safe_relative(p) for p in listed):
+        return None
+    return data
+
+
+def _safe_relative(path: Any) -> bool:
+    return isinstance(path, str) and bool(path) and not os.path.isabs(path) and ".." not in Path(path).parts
+
+
+def _write_marker(folder: Path, state: str, kind: str, files: list[str] = (), folders: list[str] = ()) -> None:
+    data = {
+        "focusfl_version": __version__, "kind": kind, "state": state,
+        "files": list(files), "folders": list(folders),
+        "pid": os.getpid(), "host": socket.gethostname(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    text = json.dumps(data, indent=2) + "\n"
+    tmp = folder / f".{MARKER}{TMP_SUFFIX}"
+
+    def write_tmp() -> None:
+        with open(tmp, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    _step("write marker", write_tmp)
+    _step("rename marker", os.replace, tmp, folder / MARKER)
+    _step("fsync folder", _fsync_dir, folder)
+
+
+def _contents(folder: Path) -> tuple[list[str], list[str]]:
+    """(files, folders) below ``folder`` as sorted relative POSIX paths; links are not followed."""
+    files, folders = [], []
+
+    def walk(current: Path, prefix: str) -> None:
+        for entry in os.scandir(current):
+            rel = f"{prefix}{entry.name}"
+            if entry.is_dir(follow_symlinks=False):
+                folders.append(rel)
+                walk(Path(entry.path), rel + "/")
+            else:
+                files.append(rel)
+
+    walk(folder, "")
+    return sorted(files), sorted(folders)
+
+
+def _unlisted(folder: Path, marker: dict) -> str | None:
+    """One entry of ``folder`` that its marker does not list (something a user added), or None."""
+    files = set(marker["files"]) | {MARKER}
+    allowed_folders = set(marker.get("folders", []))
+    for listed in marker["files"]:
+        allowed_folders.update(p.as_posix() for p in Path(listed).parents if p.parts)
+    found_files, found_folders = _contents(folder)
+    stray = [f for f in found_files if f not in files] + [d for d in found_folders if d not in allowed_folders]
+    return min(stray) if stray else None
+
+
+# -- where an output may go ----------------------------------------------------------------------
+def _refuse(target: str | Path, reason: str) -> ConfigError:
+    return ConfigError(f"output folder {str(target)!r} {reason}")
+
+
+def _check_place(given: str | Path) -> Path:
+    """The checks that need no look inside the target: where it is, what its parents are."""
+    path = Path(given).expanduser().resolve()
+    try:
+        cwd = Path.cwd().resolve()
+    except OSError:
+        cwd = None
+    try:
+        home = Path.home().resolve()
+    except (OSError, RuntimeError):  # no HOME and no password entry
+        home = Path(path.anchor)
+    if path == Path(path.anchor):
+        raise _refuse(given, "is the root folder '/'; choose a folder of its own")
+    if path == cwd:
+        raise _refuse(given, "is the current folder; choose a new subfolder, e.g. runs/NAME")
+    if cwd is not None and path in cwd.parents:
+        raise _refuse(given, "is an ancestor of the current folder; choose a new subfolder, e.g. runs/NAME")
+    if path == home:
+        raise _refuse(given, "is the home folder; choose a new subfolder")
+    if path in home.parents:
+        raise _refuse(given, "is an ancestor of the home folder; choose a new subfolder")
+    if path.exists() and not path.is_dir():
+        raise _refuse(given, "exists and is not a folder")
+    ancestor = path.parent
+    while not ancestor.exists():
+        if ancestor.is_symlink():  # a dangling link on the way
+            raise _refuse(given, f"cannot be created: {str(ancestor)!r} is a broken link")
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise _refuse(given, f"cannot be created: {str(ancestor)!r} is a file, not a folder")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise _refuse(given, f"cannot be written: {str(ancestor)!r} is not writable")
+    if path.exists() and not os.access(path, os.W_OK | os.X_OK):
+        raise _refuse(given, "is not writable")
+    return path
+
+
+def _check_contents(given: str | Path, path: Path) -> None:
+    """An existing target must be empty, or focusfl's with nothing added by the user."""
+    if not path.is_dir():
+        return
+    marker = read_marker(path)
+    if marker is None:
+        if next(os.scandir(path), None) is None:
+            return
+        raise _refuse(given, f"is not empty and has no {MARKER}, so it is not focusfl's to replace "
+                             "(nor have outputs of earlier focusfl versions): remove it yourself or "
+                             "choose another folder")
+    stray = _unlisted(path, marker)
+    if stray is not None:
+        raise _refuse(given, f"holds {stray!r}, which focusfl did not write: "
+                             "move it out or choose another folder")
+
+
+def check_target(target: str | Path) -> Path:
+    """The resolved output folder, or ConfigError (one line: the path and why not)."""
+    try:
+        path = _check_place(target)
+        try:
+            _check_contents(target, path)
+        except FileNotFoundError:
+            pass  # replaced by a writer meanwhile; open_output looks again under the lock
+    except OSError as exc:  # a folder on the way that we may not read
+        raise _refuse(target, f"cannot be checked: {exc.strerror or exc}: {exc.filename!r}") from None
+    return path
+
+
+# -- one writer per folder -----------------------------------------------------------------------
+class _Lock:
+    """An exclusive flock on ``PARENT/.NAME.focusfl-lock``, unlinked when released.
+
+    The file is unlinked by its holder, so a writer that opened it just before may lock an
+    unlinked inode; it re-checks that the path still names what it locked, else retries.
+    """
+
+    def __init__(self, path: Path, given: str | Path):
+        self.path = path
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _lock_holder(fd)
+                os.close(fd)
+                raise _refuse(given, "is being written by another focusfl process "
+                                     f"(pid {holder}); wait for it or choose another folder") from None
+            except BaseException:
+                os.close(fd)
+                raise
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self.fd: int | None = fd
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+        os.close(self.fd)
+        self.fd = None
+
+
+def _lock_holder(fd: int) -> str:
+    """The pid the holder wrote into the lock file (it writes it just after locking)."""
+    for _ in range(20):
+        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        if text.isdigit():
+            return text
+        time.sleep(0.01)
+    return "unknown"
+
+
+# -- the output folder ---------------------------------------------------------------------------
 class Output:
-    """Minimal stand-in of the output-folder API (replaced by the locked, marked implementation)."""
+    """A locked output folder: results go into ``work``; ``publish`` puts them at ``target``."""
 
-    def __init__(self, target: Path) -> None:
+    def __init__(self, target: Path, kind: str, lock: _Lock, found_partial: bool):
         self.target = target
-        self.work = target.parent / f".{target.name}.focusfl-partial"
-        self.found_partial = self.work.is_dir()
-        self.work.mkdir(parents=True, exist_ok=True)
+        self.kind = kind
+        self.work = _sibling(target, PARTIAL_SUFFIX)
+        self.found_partial = found_partial
+        self._lock = lock
 
     def publish(self) -> None:
-        old = self.target.parent / f".{self.target.name}.focusfl-old"
-        if self.target.exists():
-            os.replace(self.target, old)
-        os.replace(self.work, self.target)
-        shutil.rmtree(old, ignore_errors=True)
+        """Mark ``work`` complete and swap it in for ``target``; the old output is then deleted."""
+        self._require_lock()
+        target, work, old = self.target, self.work, _sibling(self.target, OLD_SUFFIX)
+        try:
+            if (work / CACHE).exists():
+                _step("remove cache", shutil.rmtree, work / CACHE)
+            files, folders = _contents(work)
+            for leftover in [f for f in files if f.endswith(TMP_SUFFIX)]:
+                _step("remove temporary file", os.unlink, work / leftover)
+            files = [f for f in files if f != MARKER and not f.endswith(TMP_SUFFIX)]
+            for rel in files:
+                if (work / rel).is_file() and not (work / rel).is_symlink():
+                    _step("fsync file", _fsync_file, work / rel)
+            for rel in sorted(folders, reverse=True):
+                _step("fsync folder", _fsync_dir, work / rel)
+            _write_marker(work, "complete", self.kind, files, folders)
+            # Last look under the lock: a file the user put into the old output during the run.
+            _check_contents(target, target)
+            if old.exists() or old.is_symlink():
+                _delete_old(old, target)
+            if target.exists():
+                _step("move old aside", os.rename, target, old)
+            _step("move new into place", os.rename, work, target)
+            _step("fsync parent", _fsync_dir, target.parent)
+            if old.exists():
+                _delete_old(old, target)
+        except OSError as exc:
+            where = work if work.exists() else target
+            raise ConfigError(f"could not publish output folder {str(target)!r}: {exc.strerror or exc}; "
+                              f"the results are in {str(where)!r}") from None
 
     def discard(self) -> None:
-        shutil.rmtree(self.work, ignore_errors=True)
+        """Delete ``work`` (it is ours: focusfl made it under this lock or a dead writer's)."""
+        self._require_lock()
+        if self.work.is_dir() and not self.work.is_symlink():
+            shutil.rmtree(self.work)
 
     def close(self) -> None:
-        pass
+        """Release the lock; ``work`` stays unless it was published or discarded."""
+        self._lock.release()
+
+    def _require_lock(self) -> None:
+        if self._lock.fd is None:
+            raise RuntimeError("output folder used after close()")
 
     def __enter__(self) -> "Output":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc_info) -> None:
         self.close()
 
 
-def open_output(target: str | Path, *, kind: str) -> Output:
-    target = Path(target)
-    if not _is_replaceable(target):
-        raise ConfigError(f"output folder {str(target)!r} exists and is not a focusfl output folder")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    return Output(target)
+def _sibling(target: Path, suffix: str) -> Path:
+    return target.parent / f".{target.name}{suffix}"
+
+
+def _delete_old(old: Path, target: Path) -> None:
+    """Delete a replaced output: the files its marker lists, then its emptied folders."""
+    if not _ours_or_empty(old):
+        raise _refuse(target, f"cannot be replaced: {str(old)!r} is in the way and is not focusfl's; "
+                              "remove it yourself")
+    marker = read_marker(old)
+    if marker is not None:
+        for rel in marker["files"]:
+            path = old / rel
+            if path.is_symlink() or path.is_file():
+                _step("delete old file", os.unlink, path)
+        listed = set(marker.get("folders", []))
+        for rel in marker["files"]:
+            listed.update(p.as_posix() for p in Path(rel).parents if p.parts)
+        for rel in sorted(listed, key=lambda p: (-len(Path(p).parts), p)):
+            with contextlib.suppress(OSError):  # not empty: the check below names what is left
+                _step("delete old folder", os.rmdir, old / rel)
+        stray = _unlisted(old, {"files": [], "folders": []})
+        if stray is not None:
+            raise _refuse(target, f"was replaced, but its old version {str(old)!r} holds {stray!r}, which "
+                                  "focusfl did not write: move it out and delete that folder")
+        _step("delete old marker", os.unlink, old / MARKER)
+    _step("delete old folder", os.rmdir, old)
+
+
+def _ours_or_empty(folder: Path) -> bool:
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    return read_marker(folder) is not None or next(os.scandir(folder), None) is None
+
+
+def _recover(target: Path) -> None:
+    """Finish or undo the swap of a writer that died in ``publish`` (we hold the lock)."""
+    old = _sibling(target, OLD_SUFFIX)
+    if not (old.exists() or old.is_symlink()):
+        return
+    if target.exists() or target.is_symlink():
+        _delete_old(old, target)  # the new output is in place: finish deleting the old
+    elif _ours_or_empty(old):
+        _step("put old back", os.rename, old, target)
+        _step("fsync parent", _fsync_dir, target.parent)
+    else:
+        raise _refuse(target, f"is missing and {str(old)!r} is not focusfl's: remove it yourself")
+
+
+def _remove_legacy_scratch(target: Path) -> None:
+    """Delete scratch folders ``.NAME.xxxxxxxx`` of the earlier random-name scheme.
+
+    They carry no pid; we hold the lock, so no writer of this version is using them. Only
+    folders that look exactly like that scheme's are touched: ours, mode 0700, flat, and
+    holding only the kinds of files focusfl writes (.csv, .json, .png, .pdf).
+    """
+    prefix = f".{target.name}."
+    for entry in os.scandir(target.parent):
+        rest = entry.name[len(prefix):] if entry.name.startswith(prefix) else ""
+        if not _MKDTEMP_NAME.fullmatch(rest):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            info = entry.stat(follow_symlinks=False)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or stat.S_IMODE(info.st_mode) != 0o700:
+                continue
+            inside = list(os.scandir(entry.path))
+            if not all(e.is_file(follow_symlinks=False) and e.name.endswith(_LEGACY_SUFFIXES) for e in inside):
+                continue
+            for e in inside:
+                os.unlink(e.path)
+            os.rmdir(entry.path)
+
+
+def _unmarked_partial(work: Path) -> bool:
+    """A partial folder whose writer died between making it and renaming its marker in."""
+    if work.is_symlink() or not work.is_dir():
+        return False
+    return {e.name for e in os.scandir(work)} <= {f".{MARKER}{TMP_SUFFIX}"}
+
+
+def open_output(target: str | Path, *, kind: str, keep_partial: bool = True) -> Output:
+    """Check and lock ``target`` and prepare its partial folder ``.NAME.focusfl-partial``.
+
+    A partial folder left by a dead writer of the same ``kind`` is kept as it is
+    (``found_partial``) unless ``keep_partial`` is False; one of another kind is cleared.
+    """
+    given = target
+    path = check_target(given)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = _Lock(_sibling(path, LOCK_SUFFIX), given)
+    except OSError as exc:
+        raise _refuse(given, f"cannot be created: {exc.strerror or exc}") from None
+    try:
+        _recover(path)
+        _check_contents(given, path)  # again, now that no other writer can change it
+        _remove_legacy_scratch(path)
+        work = _sibling(path, PARTIAL_SUFFIX)
+        found = False
+        if work.exists() or work.is_symlink():
+            marker = read_marker(work) if work.is_dir() and not work.is_symlink() else None
+            if marker is None and not _unmarked_partial(work):
+                raise _refuse(given, f"cannot be written: {str(work)!r} is in the way and is not "
+                                     "focusfl's: remove it yourself")
+            if marker is not None and keep_partial and marker.get("kind") == kind:
+                found = True
+            else:
+                shutil.rmtree(work)
+        if not found:
+            _step("create partial folder", os.mkdir, work)
+            _write_marker(work, "partial", kind)
+        return Output(path, kind, lock, found)
+    except OSError as exc:
+        lock.release()
+        raise _refuse(given, f"cannot be written: {exc.strerror or exc}") from None
+    except BaseException:
+        lock.release()
+        raise
+
+
+@contextlib.contextmanager
+def output_folder(target: str | Path, *, kind: str = "output", keep_partial: bool = False) -> Iterator[Path]:
+    """Yield the partial folder of ``target``; it becomes ``target`` if the block finishes.
+
+    On an exception (Ctrl-C included) the partial folder is deleted, unless ``keep_partial``:
+    then it stays, with what a ``ResultCache`` stored in it, for a rerun to pick up. A result
+    that should be published although it is partial (a diverged run) is written by finishing
+    the block normally. Without ``keep_partial`` a dead writer's partial folder is cleared first.
+    """
+    output = open_output(target, kind=kind, keep_partial=keep_partial)
+    try:
+        try:
+            yield output.work
+        except BaseException:
+            if not keep_partial:
+                output.discard()
+            raise
+        output.publish()
+    finally:
+        output.close()
+
+
+# -- finished units of work ----------------------------------------------------------------------
+class ResultCache:
+    """Rows of finished runs, kept in ``work/.cache/<sha256>.json`` until the folder is published.
+
+    The key is the resolved configuration of one run (plus focusfl's version); rows are lists of
+    dicts of floats, ints, strings, booleans and None. Floats are stored by ``repr``, which
+    round-trips bit for bit, and inf/nan as JSON's Infinity/NaN extension. Computed rows are
+    returned as read back from their JSON, so a rerun that reuses them writes the same bytes.
+    """
+
+    def __init__(self, work: str | Path):
+        self.folder = Path(work) / CACHE
+        self.reused = 0
+        self.computed = 0
+
+    @staticmethod
+    def digest(key: dict) -> str:
+        canonical = json.dumps({"focusfl_version": __version__, "run": key}, sort_keys=True,
+                               separators=(",", ":"), ensure_ascii=False, default=_plain)
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    def get_or_compute(self, key: dict, compute: Callable[[], list[dict]]) -> list[dict]:
+        path = self.folder / f"{self.digest(key)}.json"
+        try:
+            rows = json.loads(path.read_text())["rows"]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # not there yet (or unreadable): compute it
+        else:
+            self.reused += 1
+            return rows
+        text = json.dumps({"key": key, "rows": compute()}, default=_plain)
+        self.folder.mkdir(exist_ok=True)
+        _write_atomic(path, text, durable=True)
+        self.computed += 1
+        return json.loads(text)["rows"]
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars (and anything else with .item()) as Python numbers."""
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"cannot store {type(value).__name__} in a result cache")

@@ -19,12 +19,13 @@ extraction; the parameters below are our choices, stated in every label:
 from __future__ import annotations
 
 import argparse
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import ConfigError
-from .outputs import output_folder, write_csv
+from .outputs import ResultCache, output_folder, write_csv
 from .reproduce import Preset, register
 
 PATTERNS = {
@@ -47,21 +48,33 @@ def pattern_specs(clients: int) -> dict[str, str]:
     return {label: spec.format(m=m, m2=m2) for label, spec in PATTERNS.items()}
 
 
-def measure(clients: int, rounds: int, seeds: list[int]):
-    """Per-seed rows and the per-round tau of the first seed, for every pattern."""
-    from ..participation import make_participation, summarize
+def measure(clients: int, rounds: int, seeds: list[int], cache=None):
+    """Per-seed rows and the per-round tau of the first seed, for every pattern.
 
+    With a ``ResultCache``, (pattern, seed) pairs measured by an interrupted run are reused.
+    """
     rows, traces = [], {}
     for label, spec in pattern_specs(clients).items():
         for seed in seeds:
-            stats = summarize(make_participation(spec, clients, seed=seed).mask(rounds))
-            rows.append(
-                {"pattern": label, "spec": spec, "seed": seed, "tau_max": stats.tau_max,
-                 "tau_avg": stats.tau_avg, "mean_active": stats.mean_active, "empty_rounds": stats.empty_rounds}
-            )
-            if seed == seeds[0]:
-                traces[label] = stats.tau
+            trace = seed == seeds[0]
+            key = {"preset": "delays", "pattern": label, "spec": spec, "clients": clients, "rounds": rounds,
+                   "seed": seed, "trace": trace}
+            compute = partial(measure_one, label, spec, clients, rounds, seed, trace)
+            row, *taus = compute() if cache is None else cache.get_or_compute(key, compute)
+            rows.append(row)
+            if trace:
+                traces[label] = np.array([t["tau"] for t in taus], dtype=np.int64)
     return rows, traces
+
+
+def measure_one(label: str, spec: str, clients: int, rounds: int, seed: int, trace: bool) -> list[dict]:
+    """One pattern and seed: its row, then (if ``trace``) one row {"tau": tau(r)} per round."""
+    from ..participation import make_participation, summarize
+
+    stats = summarize(make_participation(spec, clients, seed=seed).mask(rounds))
+    row = {"pattern": label, "spec": spec, "seed": seed, "tau_max": stats.tau_max,
+           "tau_avg": stats.tau_avg, "mean_active": stats.mean_active, "empty_rounds": stats.empty_rounds}
+    return [row, *({"tau": int(t)} for t in stats.tau)] if trace else [row]
 
 
 def summarize_rows(rows: list[dict]) -> list[dict]:
@@ -136,8 +149,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("rounds and seeds must be >= 1 and seed >= 0")
     pattern_specs(args.clients)  # validates the number of clients before anything is written
     seeds = list(range(args.seed, args.seed + args.seeds))
-    with output_folder(args.out) as scratch:
-        rows, traces = measure(args.clients, args.rounds, seeds)
+    with output_folder(args.out, kind="reproduce-delays", keep_partial=True) as scratch:
+        rows, traces = measure(args.clients, args.rounds, seeds, cache=ResultCache(scratch))
         summary = summarize_rows(rows)
         write_csv(scratch / "summary.csv", summary)
         write_csv(scratch / "per_seed.csv", rows)

@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import argparse
 import math
-import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +30,8 @@ from ..algorithms import ALGORITHMS, make_algorithm
 from ..errors import ConfigError
 from ..participation import make_participation
 from ..problems import make_problem
-from .outputs import output_folder, write_csv
-from .reproduce import Preset, register
+from .outputs import ResultCache, output_folder, write_csv
+from .reproduce import Preset, cached_run, register
 from .runner import DTYPES, BuiltRun, RunConfig, execute, resolve_device
 
 
@@ -108,7 +107,7 @@ def available(setup: Setup, only: list[str] | None) -> tuple[list[str], list[str
     return [a for a in wanted if a in ALGORITHMS], notes
 
 
-def run_setup(setup: Setup, problem_spec: dict, args: argparse.Namespace, algorithms: list[str]):
+def run_setup(setup: Setup, problem_spec: dict, args: argparse.Namespace, algorithms: list[str], cache=None):
     """Every (scenario, algorithm) run on one problem: (panels, summary rows, problem)."""
     device = resolve_device(args.device)
     problem = make_problem(problem_spec, dtype=DTYPES[args.dtype], device=str(device))
@@ -127,10 +126,10 @@ def run_setup(setup: Setup, problem_spec: dict, args: argparse.Namespace, algori
                 config, make_algorithm(name, **setup.algorithms[name]), problem,
                 make_participation(spec, problem.num_clients, seed=args.seed, problem=problem),
             )
-            start = time.perf_counter()
-            result = execute(built, progress=True)
+            key = {"preset": setup.title, **asdict(config), "hyperparameters": setup.algorithms[name]}
+            result, seconds = cached_run(cache, key, lambda: execute(built, progress=True))
             panels[scenario][name] = result.rows
-            summary.append(summary_row(name, spec, result, time.perf_counter() - start))
+            summary.append(summary_row(name, spec, result, seconds))
     return panels, summary, problem
 
 
@@ -220,8 +219,9 @@ def make_runner(setup: Setup):
             print(note)
         if not algorithms:
             raise ConfigError("none of the preset's algorithms is registered")
-        with output_folder(args.out) as scratch:
-            panels, summary, problem = run_setup(setup, problem_spec(setup, args), args, algorithms)
+        with output_folder(args.out, kind="reproduce-nn", keep_partial=True) as scratch:
+            panels, summary, problem = run_setup(setup, problem_spec(setup, args), args, algorithms,
+                                                 cache=ResultCache(scratch))
             write_outputs(scratch, setup, panels, summary, problem)
         print(format_table(summary))
         print(f"\nwrote {Path(args.out) / 'summary.csv'}, figure_*.png, metrics_*.csv and partition.png")

@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import argparse
 import math
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
 from ..algorithms import ALGORITHMS
 from ..errors import ConfigError
-from .outputs import output_folder, write_csv
+from .outputs import ResultCache, output_folder, write_csv
 from .plots import plot_panels
-from .reproduce import Preset, register
+from .reproduce import Preset, cached_run, register
 from .runner import RunConfig, build, execute
 
 SCENARIOS = {
@@ -51,7 +52,7 @@ def first_below(rows, threshold: float) -> int | None:
     return None
 
 
-def run_figure4(rounds: int = 500, seed: int = 0, algorithms=None, progress: bool = False):
+def run_figure4(rounds: int = 500, seed: int = 0, algorithms=None, progress: bool = False, cache=None):
     """Run every (scenario, algorithm) pair; returns (panels, summary rows)."""
     algorithms = algorithms or figure_algorithms()
     panels: dict[str, dict[str, list[dict]]] = {}
@@ -63,7 +64,8 @@ def run_figure4(rounds: int = 500, seed: int = 0, algorithms=None, progress: boo
                 algorithm=name, problem=PROBLEM, participation=participation, rounds=rounds,
                 local_steps=LOCAL_STEPS, lr=LR, seed=seed,
             )
-            result = execute(build(config), progress=progress)
+            key = {"preset": "ridge", **asdict(config)}
+            result, _ = cached_run(cache, key, lambda: execute(build(config), progress=progress))
             panels[scenario][name] = result.rows
             final = result.rows[-1]["rel_error"] if result.diverged_at is None else math.inf
             summary.append(
@@ -125,8 +127,8 @@ def run(args: argparse.Namespace) -> int:
     # d = 100, n <= 16: every tensor op is tiny, and intra-op threads only add synchronisation
     # (on a busy 2-core machine they made this preset ~20x slower).
     torch.set_num_threads(1)
-    with output_folder(args.out) as scratch:
-        panels, summary = run_figure4(args.rounds, args.seed, progress=True)
+    with output_folder(args.out, kind="reproduce-ridge", keep_partial=True) as scratch:
+        panels, summary = run_figure4(args.rounds, args.seed, progress=True, cache=ResultCache(scratch))
         write_csv(scratch / "summary.csv", summary)
         with many_lines_style():
             plot_figures(panels, scratch)

@@ -112,13 +112,20 @@ def pick_best(trials: Iterable[dict]) -> dict:
     return min(trials, key=ranking_key)
 
 
-def tune(algorithms: Sequence[str | dict], grid: Sequence[float], setup: TuneSetup, progress=None):
-    """Every algorithm at every step size: returns (all trial rows, best row per algorithm)."""
+def tune(algorithms: Sequence[str | dict], grid: Sequence[float], setup: TuneSetup, progress=None, cache=None):
+    """Every algorithm at every step size: returns (all trial rows, best row per algorithm).
+
+    With a ``ResultCache``, trials finished by an interrupted earlier call are not run again.
+    """
     trials, best = [], []
     for algorithm in algorithms:
         mine = []
         for lr in grid:
-            mine.append(run_trial(algorithm, lr, setup))
+            if cache is None:
+                mine.append(run_trial(algorithm, lr, setup))
+            else:
+                key = {"command": "tune", "algorithm": algorithm, "lr": lr, "setup": asdict(setup)}
+                mine.append(cache.get_or_compute(key, lambda: [run_trial(algorithm, lr, setup)])[0])
             if progress is not None:
                 progress.update(1)
         trials.extend(mine)
@@ -192,7 +199,7 @@ def setup_from_args(args: argparse.Namespace) -> TuneSetup:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .outputs import output_folder, write_csv, write_json
+    from .outputs import ResultCache, output_folder, write_csv, write_json
     from .runner import RunConfig, build
 
     import torch
@@ -206,14 +213,18 @@ def run(args: argparse.Namespace) -> int:
     # Validate problem and participation once, before the first trial writes anything.
     build(RunConfig(algorithm=algorithms[0], problem=setup.problem, participation=setup.participation,
                     rounds=setup.rounds, seed=setup.seed, dtype=setup.dtype, device=setup.device))
-    with output_folder(args.out) as scratch:
+    # An interrupted tune keeps its finished trials in the partial folder; a rerun skips them.
+    with output_folder(args.out, kind="tune", keep_partial=True) as scratch:
         from tqdm import tqdm
 
+        cache = ResultCache(scratch)
         with tqdm(total=len(algorithms) * len(grid), desc="tune", unit="run", disable=None, leave=False) as bar:
-            trials, best = tune(algorithms, grid, setup, progress=bar)
+            trials, best = tune(algorithms, grid, setup, progress=bar, cache=cache)
         write_csv(scratch / "grid.csv", trials)
         write_csv(scratch / "summary.csv", best)
         write_json(scratch / "config.json", {"tune": asdict(setup), "grid": grid, "algorithms": algorithms})
+    if cache.reused:
+        print(f"reused {cache.reused} trial(s) finished by an interrupted earlier run")
     print(format_best(best, setup.target))
     print(f"\nwrote {Path(args.out) / 'summary.csv'} (best per algorithm), grid.csv (every trial), config.json")
     return 0
