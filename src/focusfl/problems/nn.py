@@ -33,6 +33,7 @@ from torch import nn
 from torch.func import functional_call, grad, grad_and_value, vmap
 
 from ..data import Dataset, ImageData, label_histograms, load_dataset, make_partition
+from ..data.partition import check_client_tables
 from ..errors import ConfigError
 from ..rng import hash_bits, uniform
 from ..spec import parse_spec
@@ -123,6 +124,7 @@ class NeuralNetwork(Problem):
         self.test_images = torch.as_tensor(test.images, device=dev)
         self.test_labels = torch.as_tensor(test.labels, dtype=torch.int64, device=dev)
         sizes = np.array([len(part) for part in parts], dtype=np.int64)
+        check_client_tables(sizes, self.batch, train.images[0], self.dtype.itemsize)
         table = np.empty((self.num_clients, int(sizes.max())), dtype=np.int64)
         for i, part in enumerate(parts):
             table[i, : len(part)] = part
