@@ -39,6 +39,8 @@ def _add_run(sub) -> None:
     p.add_argument("--download", action="store_true",
                    help="fetch a missing dataset of an nn problem from its canonical source (checksum-verified)")
     p.add_argument("--config", help="rerun from a config.json written by an earlier run")
+    p.add_argument("--allow-model-import", action="store_true",
+                   help="let --problem nn:model=package.module:factory import and run that code (never from --config)")
     p.add_argument("--out", help="output folder (default runs/ALGORITHM)")
     p.set_defaults(handler=_cmd_run)
 
@@ -53,6 +55,9 @@ def _cmd_run(args) -> int:
         except (OSError, ValueError) as exc:
             raise ConfigError(f"cannot read config {args.config!r}: {exc}") from None
         config = config_from_json(data)
+        from .problems.models import refuse_model_import
+
+        refuse_model_import(config.problem, f"config {args.config!r}")
     else:
         if not args.algorithm:
             raise ConfigError("run needs --algorithm NAME (or --config FILE)")
@@ -67,7 +72,8 @@ def _cmd_run(args) -> int:
             eval_every=args.eval_every, schedule=args.schedule,
         )
     out = args.out or f"runs/{str(config.algorithm).split(':')[0] if isinstance(config.algorithm, str) else config.algorithm['name']}"
-    result = run_to_folder(config, out, progress=True)
+    allow_import = args.allow_model_import and not args.config
+    result = run_to_folder(config, out, progress=True, allow_model_import=allow_import)
     last = result.rows[-1]
     shown = ", ".join(f"{k}={v:.6g}" for k, v in last.items() if k not in ("round", "active"))
     print(f"round {last['round']}: {shown}")

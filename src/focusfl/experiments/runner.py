@@ -55,8 +55,11 @@ def resolve_device(name: str) -> torch.device:
         raise ConfigError(f"unknown device {name!r} (use cpu or cuda)") from None
 
 
-def build(config: RunConfig) -> BuiltRun:
-    """Validate and construct everything before anything runs or is written."""
+def build(config: RunConfig, *, allow_model_import: bool = False) -> BuiltRun:
+    """Validate and construct everything before anything runs or is written.
+
+    ``allow_model_import``: see make_problem; the caller's permission, never part of the config.
+    """
     if config.dtype not in DTYPES:
         raise ConfigError(f"dtype must be float32 or float64, got {config.dtype!r}")
     if config.rounds < 1:
@@ -64,7 +67,9 @@ def build(config: RunConfig) -> BuiltRun:
     if config.eval_every < 1:
         raise ConfigError(f"eval_every must be >= 1, got {config.eval_every}")
     device = resolve_device(config.device)
-    problem = make_problem(config.problem, dtype=DTYPES[config.dtype], device=str(device))
+    problem = make_problem(
+        config.problem, dtype=DTYPES[config.dtype], device=str(device), allow_model_import=allow_model_import
+    )
     algorithm = make_algorithm(config.algorithm, lr=config.lr, local_steps=config.local_steps)
     # The problem is passed along for processes that depend on the clients' data (label).
     participation = make_participation(
@@ -142,14 +147,16 @@ class Interrupted(KeyboardInterrupt):
     """Ctrl-C during a run whose evaluated rounds were kept; the message says where."""
 
 
-def run_to_folder(config: RunConfig, out: str | Path, *, progress: bool = False) -> RunResult:
+def run_to_folder(
+    config: RunConfig, out: str | Path, *, progress: bool = False, allow_model_import: bool = False
+) -> RunResult:
     """Build, run and write metrics.csv, config.json and curve.png into ``out``.
 
     An interrupted run (Ctrl-C) keeps what it computed, as a diverged run does: the folder gets
     the rows evaluated so far and config.json records ``interrupted_after_round``; then
     :class:`Interrupted` is raised. Interrupted before its first evaluation, it leaves nothing.
     """
-    built = build(config)
+    built = build(config, allow_model_import=allow_model_import)
     rows: list[dict] = []
     interrupted = False
     with output_folder(out) as scratch:

@@ -82,6 +82,7 @@ class NeuralNetwork(Problem):
         device: str | torch.device = "cpu",
         module: nn.Module | None = None,
         dataset: Dataset | None = None,
+        allow_model_import: bool = False,
         **params: Any,
     ) -> None:
         p = {**self.defaults, **params}
@@ -107,7 +108,7 @@ class NeuralNetwork(Problem):
         if module is None:
             if p["model"] == "auto":
                 p["model"] = default_model(dataset.name, self.input_shape)
-            module = _seeded_model(p["model"], self.input_shape, self.num_classes, int(p["seed"]))
+            module = _seeded_model(p["model"], self.input_shape, self.num_classes, int(p["seed"]), allow_model_import)
         else:
             p["model"] = f"custom:{type(module).__name__}"
         self.params = p
@@ -397,11 +398,11 @@ def split_test(dataset: Dataset, fraction: float, seed: int) -> tuple[ImageData,
     return dataset.train, dataset.test
 
 
-def _seeded_model(name: str, input_shape, num_classes: int, seed: int) -> nn.Module:
+def _seeded_model(name: str, input_shape, num_classes: int, seed: int, allow_import: bool = False) -> nn.Module:
     """Build a model with its default initialisation drawn from ``seed`` (global RNG untouched)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return make_model(name, input_shape, num_classes)
+        return make_model(name, input_shape, num_classes, allow_import=allow_import)
 
 
 def with_data_options(spec: str | dict, data_dir: str | None, download: bool) -> str | dict:
