@@ -301,12 +301,12 @@ def test_model_factory_from_a_module_path(tmp_path, monkeypatch):
             return 3
     """))
     monkeypatch.syspath_prepend(str(tmp_path))
-    problem = toy_problem(model="my_models:tiny")
+    problem = toy_problem(model="my_models:tiny", allow_model_import=True)
     assert problem.dim == 144 * 10 + 10 and problem.batched_sequential
     with pytest.raises(ConfigError, match="not a torch.nn.Module"):
-        toy_problem(model="my_models:not_a_model")
+        toy_problem(model="my_models:not_a_model", allow_model_import=True)
     with pytest.raises(ConfigError, match="cannot import"):
-        toy_problem(model="my_models:missing")
+        toy_problem(model="my_models:missing", allow_model_import=True)
     sys.modules.pop("my_models", None)
 
 

@@ -262,7 +262,7 @@ def test_four_writers_racing_leave_one_whole_result_and_no_leftovers(tmp_path):
     marker = json.loads((out / MARKER).read_text())
     assert marker["state"] == "complete"
     assert sorted(marker["files"]) == sorted(p.name for p in out.iterdir() if p.name != MARKER)
-    assert sorted(marker["files"]) == ["config.json", "curve.png", "metrics.csv"]
+    assert sorted(marker["files"]) == ["checkpoint.pt", "config.json", "curve.png", "metrics.csv", "model.pt"]
     config = json.loads((out / "config.json").read_text())
     assert config["seed"] in [seed for seed, (code, _) in enumerate(finished) if code == 0]
     assert [int(row["round"]) for row in read_csv(out / "metrics.csv")] == list(range(21))

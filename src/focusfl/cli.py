@@ -81,6 +81,8 @@ def _add_run(sub) -> None:
                    "override its values")
     p.add_argument("--out", help="output folder (default runs/ALGORITHM); an existing one is replaced only if "
                    "focusfl wrote it")
+    p.add_argument("--allow-model-import", action="store_true",
+                   help="let --problem nn:model=package.module:factory import and run that code (never from --config)")
     p.add_argument("--checkpoint-every", type=non_negative_int, metavar="R",
                    help="save a checkpoint every R rounds (default: once a minute; 0: only when stopped and at the end)")
     p.add_argument("--resume", metavar="DIR", help="continue the stopped or killed run in DIR")
@@ -100,7 +102,8 @@ def _cmd_run(args) -> int:
     if args.resume:
         refused = [f"--{k.replace('_', '-')}" for k in _given(args) if k != "rounds"]
         refused += [flag for flag, on in (("--config", args.config), ("--out", args.out), ("--restart", args.restart),
-                                          ("--data-dir", args.data_dir), ("--download", args.download)) if on]
+                                          ("--data-dir", args.data_dir), ("--download", args.download),
+                                          ("--allow-model-import", args.allow_model_import)) if on]
         if refused:
             raise ConfigError(f"--resume continues a run as it was configured; {refused[0]} cannot change it "
                               "(only --rounds and --checkpoint-every can)")
@@ -109,8 +112,10 @@ def _cmd_run(args) -> int:
     else:
         config = _run_config(args, RunConfig, config_from_json)
         out = args.out or f"runs/{_algorithm_name(config.algorithm)}"
+        # Importing a user's model runs their code: only on this command line's say-so.
+        allow_import = args.allow_model_import and not args.config
         result = run_to_folder(config, out, progress=True, checkpoint_every=args.checkpoint_every,
-                               restart=args.restart)
+                               restart=args.restart, allow_model_import=allow_import)
     last = result.last_row
     shown = ", ".join(f"{k}={v:.6g}" for k, v in last.items() if k not in ("round", "active"))
     print(f"round {last['round']}: {shown}")
@@ -137,7 +142,10 @@ def _run_config(args, RunConfig, config_from_json):
     if args.config:
         from .experiments.run_folder import _read_json
 
+        from .problems.models import refuse_model_import
+
         config = config_from_json(_read_json(Path(args.config)), where=f"config {args.config!r}")
+        refuse_model_import(config.problem, f"config {args.config!r}")
         overrides = {k: getattr(args, k) for k in _given(args)}
         if "lr" in overrides or "local_steps" in overrides:
             # The file's algorithm carries its resolved lr and local_steps: the flags replace them.

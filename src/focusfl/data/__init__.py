@@ -17,16 +17,65 @@ import numpy as np
 
 from ..errors import ConfigError, DataError
 from .download import SOURCES, download_dataset, extract_tar
-from .loaders import ImageData, concat, idx_split, read_cifar_batch, read_npz, svhn_split
+from .loaders import ImageData, concat, idx_split, read_cifar_batch, read_npz_dataset, svhn_split
 from .partition import PARTITIONERS, label_histograms, make_partition
 
 
 @dataclass(frozen=True)
 class Dataset:
+    """Train and test splits with their number of classes, checked to fit together: at least
+    two classes, training labels in 0..num_classes-1 with at least two of them present, and
+    test labels among the training classes."""
+
     name: str
     train: ImageData
     test: ImageData | None
     num_classes: int
+
+    def __post_init__(self) -> None:
+        check_classes(self.name, self.train, self.test, self.num_classes)
+
+
+def check_classes(name: str, train: ImageData, test: ImageData | None, num_classes: int) -> None:
+    """DataError unless the labels fit ``num_classes`` (see :class:`Dataset`).
+
+    A stray label would otherwise silently widen the model (label 1000 among digits: 1001
+    outputs), and one class trains to a meaningless accuracy of 1.0.
+    """
+    where = f"dataset {name!r}"
+    if not isinstance(num_classes, (int, np.integer)) or num_classes < 2:
+        raise DataError(f"{where} has {num_classes} class(es); classification needs at least two")
+    if len(train) and int(train.labels.max()) >= num_classes:
+        raise DataError(f"{where}: label {int(train.labels.max())} is outside its {num_classes} classes 0..{num_classes - 1}")
+    _check_two_present(where, np.flatnonzero(np.bincount(train.labels, minlength=num_classes)))
+    if test is not None and len(test) and int(test.labels.max()) >= num_classes:
+        raise DataError(
+            f"{where}: test label {int(test.labels.max())} is not among the training classes 0..{num_classes - 1}"
+        )
+
+
+def _check_two_present(where: str, present: np.ndarray) -> None:
+    if present.size < 2:
+        only = f" (every image has label {int(present[0])})" if present.size else ""
+        raise DataError(f"{where}: the training images hold {present.size} class{only}; classification needs at least two")
+
+
+def infer_classes(labels: np.ndarray, source: str) -> int:
+    """The class count of labels that must be exactly 0..K-1, all present.
+
+    A gap means a stray label (1000 among digits) or classes absent from the file; either way
+    the class count cannot be read off the labels, and the file must declare it.
+    """
+    present = np.unique(labels)
+    _check_two_present(source, present)
+    gaps = np.flatnonzero(present != np.arange(present.size))
+    if gaps.size:
+        first = int(gaps[0])
+        raise DataError(
+            f"{source}: label {int(present[first])} leaves a gap (no image has label {first}); labels must be "
+            f"the classes 0..K-1, or store the class count as 'num_classes' in the .npz"
+        )
+    return int(present.size)
 
 
 def default_data_dir() -> Path:
@@ -137,17 +186,20 @@ def _load_npz(path: Path, data_dir: str | Path | None) -> Dataset:
         path = Path(data_dir).expanduser() / path
     if not path.is_file():
         raise DataError(f"dataset file {path} not found")
-    train, test = read_npz(path)
-    labels = train.labels if test is None else np.concatenate([train.labels, test.labels])
-    if labels.size and labels.min() < 0:
-        raise DataError(f"{path}: labels must be >= 0")
-    return Dataset(path.stem, train, test, int(labels.max()) + 1 if labels.size else 0)
+    train, test, declared = read_npz_dataset(path)
+    if declared is None:
+        declared = infer_classes(train.labels, str(path))
+    elif len(train) and declared > len(train):
+        raise DataError(f"{path}: num_classes={declared} is more than its {len(train)} training images")
+    return Dataset(path.stem, train, test, declared)
 
 
 __all__ = [
     "DATASETS",
     "Dataset",
     "ImageData",
+    "check_classes",
+    "infer_classes",
     "PARTITIONERS",
     "SOURCES",
     "default_data_dir",

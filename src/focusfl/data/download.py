@@ -2,12 +2,14 @@
 
 A file is streamed into a temporary file next to its destination while its MD5 is computed;
 only a file whose checksum matches the published one is moved into place. A corrupted or
-truncated transfer is deleted and reported, never used. Files already present with the right
-checksum are not fetched again.
+truncated transfer is deleted and reported, never used: a connection cut short (an incomplete
+read, a reset, a timeout) is one line, and the partial file is removed. Files already present
+with the right checksum are not fetched again.
 """
 from __future__ import annotations
 
 import hashlib
+import http.client
 import os
 import tarfile
 import tempfile
@@ -101,6 +103,7 @@ def _stream(remote: RemoteFile, out, progress: bool) -> str:
     """Copy the response body into ``out``; returns its MD5."""
     digest = hashlib.md5(usedforsecurity=False)
     request = urllib.request.Request(remote.url, headers={"User-Agent": "focusfl"})
+    received = 0
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
             total = int(response.headers.get("Content-Length") or 0) or None
@@ -109,15 +112,29 @@ def _stream(remote: RemoteFile, out, progress: bool) -> str:
                 for chunk in iter(lambda: response.read(_CHUNK), b""):
                     digest.update(chunk)
                     out.write(chunk)
+                    received += len(chunk)
                     if bar is not None:
                         bar.update(len(chunk))
             finally:
                 if bar is not None:
                     bar.close()
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise DataError(f"cannot download {remote.url}: {reason}") from None
+    except http.client.IncompleteRead as exc:
+        raise DataError(
+            f"cannot download {remote.url}: the connection closed after {received + len(exc.partial):,} bytes"
+            f"{f' ({exc.expected:,} more expected)' if exc.expected else ''}; the partial file was removed"
+        ) from None
+    except urllib.error.URLError as exc:  # no connection, or an HTTP error status: nothing came
+        raise DataError(f"cannot download {remote.url}: {_first_line(exc.reason)}") from None
+    except (http.client.HTTPException, OSError, ValueError) as exc:  # a reset, a timeout mid-transfer
+        raise DataError(
+            f"cannot download {remote.url}: the transfer failed ({_first_line(exc)}); the partial file was removed"
+        ) from None
     return digest.hexdigest()
+
+
+def _first_line(reason: object) -> str:
+    text = str(reason).strip()
+    return text.splitlines()[0] if text else type(reason).__name__
 
 
 def _progress_bar(name: str, total: int | None):

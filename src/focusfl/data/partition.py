@@ -19,6 +19,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import ConfigError
+from ..limits import check_allocation
 
 MAX_DIRICHLET_DRAWS = 1000
 
@@ -110,6 +111,21 @@ def make_partition(
     return parts
 
 
+def check_client_tables(sizes: np.ndarray, batch: int, image: np.ndarray, itemsize: int) -> None:
+    """ConfigError unless memory holds the clients' padded index table ``[N, max size]`` and one
+    client's minibatch (keys and positions, the stored and the standardised images), whose
+    sizes come from options (clients, batch) rather than from the data."""
+    width = max(batch, int(sizes.max()))
+    per_sample = 32 + image.nbytes + image.size * itemsize
+    check_allocation(
+        8 * len(sizes) * int(sizes.max()) + width * per_sample,
+        f"nn problem: {len(sizes):,} clients' index tables and a minibatch of {batch:,} images",
+        error=ConfigError,
+    )
+
+
 def label_histograms(labels: np.ndarray, parts: list[np.ndarray], num_classes: int) -> np.ndarray:
     """Counts ``[N, C]``: how many samples of each class every client holds."""
+    what = f"label histograms of {len(parts):,} clients x {num_classes:,} classes"
+    check_allocation(2 * 8 * len(parts) * num_classes, what, error=ConfigError)
     return np.stack([np.bincount(labels[p], minlength=num_classes) for p in parts]).astype(np.int64)

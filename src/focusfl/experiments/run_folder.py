@@ -30,6 +30,7 @@ from typing import Any, Iterator
 
 from ..engine import RunResult
 from ..errors import ConfigError, DataError
+from ..problems.models import refuse_model_import
 from .checkpoint import CHECKPOINT, MODEL, Checkpoint, load_checkpoint, save_checkpoint, save_model
 from .outputs import MARKER, Output, _fmt, open_output, write_json
 from .runner import BuiltRun, RunConfig, build, config_from_json, execute, resolved_config
@@ -84,8 +85,9 @@ def _stop_on_signals(flag: _StopFlag) -> Iterator[None]:
 class _MetricsWriter:
     """metrics.csv, appended row by row; ``sync`` returns the length a checkpoint records."""
 
-    def __init__(self, path: Path, truncate_to: int | None = None) -> None:
+    def __init__(self, path: Path, truncate_to: int | None = None, late_columns: tuple[str, ...] = ()) -> None:
         self.path = path
+        self.late_columns = late_columns  # columns the first row may lack (Problem.late_metrics)
         self.columns: list[str] | None = None
         if truncate_to is not None:  # resume: keep the rows of rounds up to the checkpoint
             with open(path, "r+b") as handle:
@@ -103,7 +105,7 @@ class _MetricsWriter:
 
     def write(self, row: dict) -> None:
         if self.writer is None:
-            self.columns = list(row)
+            self.columns = list(row) + [k for k in self.late_columns if k not in row]
             self.writer = self._writer()
             self.writer.writeheader()
         self.writer.writerow({k: _fmt(row.get(k)) for k in self.columns})
@@ -153,13 +155,15 @@ def run_to_folder(
     progress: bool = False,
     checkpoint_every: int | None = None,
     restart: bool = False,
+    allow_model_import: bool = False,
 ) -> RunResult:
     """Build, run and write metrics.csv, config.json, curve.png, checkpoint.pt and model.pt into ``out``.
 
     Everything is validated before anything is written. A partial run left in ``out`` by a
     killed process is continued only by :func:`resume_folder`; ``restart`` discards it instead.
+    ``allow_model_import`` is the caller's permission to import a user's model (never stored).
     """
-    built = build(config)
+    built = build(config, allow_model_import=allow_model_import)
     with open_output(out, kind="run") as output:
         if output.found_partial and (output.work / CHECKPOINT).is_file() and not restart:
             raise ConfigError(
@@ -186,6 +190,7 @@ def resume_folder(
                 if (out / name).is_file():
                     shutil.copy2(out / name, work / name)
         config = config_from_json(_read_json(work / CONFIG), where=f"{out}/{CONFIG}")
+        refuse_model_import(config.problem, f"{out}/{CONFIG}")  # a file's word never runs code
         if rounds is not None:
             config = RunConfig(**{**config.__dict__, "rounds": rounds})
         built = build(config)
@@ -209,7 +214,8 @@ def _drive(
     built: BuiltRun, output: Output, start: Checkpoint | None, *, progress: bool, checkpoint_every: int | None
 ) -> RunResult:
     work, out = output.work, output.target
-    metrics = _MetricsWriter(work / METRICS, truncate_to=None if start is None else start.metrics_bytes)
+    metrics = _MetricsWriter(work / METRICS, truncate_to=None if start is None else start.metrics_bytes,
+                             late_columns=built.problem.late_metrics)
     checkpointer = _Checkpointer(built, work, metrics, checkpoint_every)
     flag = _StopFlag()
 

@@ -57,11 +57,16 @@ def resolve_device(name: str) -> torch.device:
         raise ConfigError(f"unknown device {name!r} (use cpu or cuda)") from None
 
 
-def build(config: RunConfig) -> BuiltRun:
-    """Validate and construct everything before anything runs or is written."""
+def build(config: RunConfig, *, allow_model_import: bool = False) -> BuiltRun:
+    """Validate and construct everything before anything runs or is written.
+
+    ``allow_model_import``: see make_problem; the caller's permission, never part of the config.
+    """
     check_config(config)
     device = resolve_device(config.device)
-    problem = make_problem(config.problem, dtype=DTYPES[config.dtype], device=str(device))
+    problem = make_problem(
+        config.problem, dtype=DTYPES[config.dtype], device=str(device), allow_model_import=allow_model_import
+    )
     algorithm = make_run_algorithm(config, problem)
     # The problem is passed along for processes that depend on the clients' data (label).
     participation = make_participation(

@@ -3,6 +3,10 @@
 Formats: ``.npy`` (any 2-D numeric or bool array) or ``.csv`` (comma separated; a first line that
 is not numeric is taken as a header and skipped; blank lines are ignored). When more rounds are
 asked for than were recorded, the trace wraps around: round r replays row ``r mod T``.
+
+A trace is an untrusted file: an .npy header is read and checked (shape, dtype, the bytes the
+file really holds, the memory available) before its array is allocated, a CSV's size is checked
+before it is read, and every client must take part in at least one recorded round.
 """
 from __future__ import annotations
 
@@ -12,7 +16,14 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..errors import ConfigError, DataError
+from ..limits import check_allocation, human_bytes, read_npy_data, read_npy_header
 from .base import ParticipationProcess
+
+# Parsing a CSV trace in Python costs about this many bytes of memory per byte of text (a float
+# object and its list slot per two-character cell "0,", the text and its lines).
+CSV_BYTES_PER_BYTE = 24
+# Larger traces belong in an .npy file: parsing 64 MiB of CSV already takes tens of seconds.
+MAX_CSV_BYTES = 64 << 20
 
 
 def load_trace(path: str | Path) -> np.ndarray:
@@ -31,14 +42,29 @@ def load_trace(path: str | Path) -> np.ndarray:
 
 
 def _read_npy(path: Path) -> np.ndarray:
+    what = f"participation trace {path.name!r}"
     try:
-        return np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        reason = _first_line(exc)
-        raise DataError(f"participation trace: cannot read {path.name!r} as .npy ({reason})") from None
+        with open(path, "rb") as handle:
+            header = read_npy_header(handle, path.stat().st_size, what)
+            _check_shape(path, header.shape)
+            if header.dtype != bool and header.dtype.kind not in "iuf":
+                raise DataError(f"{what} must hold numbers or bools (0 and 1), got dtype {header.dtype}")
+            # The array, and the two bool matrices of the same shape that _as_mask makes.
+            rounds, clients = header.shape
+            check_allocation(header.nbytes + 2 * header.count, f"{what} of {rounds:,} rounds x {clients:,} clients")
+            return read_npy_data(handle, header, what)
+    except OSError as exc:
+        raise DataError(f"participation trace: cannot read {path.name!r} ({_first_line(exc)})") from None
 
 
 def _read_csv(path: Path) -> np.ndarray:
+    size = path.stat().st_size
+    if size > MAX_CSV_BYTES:
+        raise DataError(
+            f"participation trace {path.name!r} is {human_bytes(size)} of CSV, more than the "
+            f"{human_bytes(MAX_CSV_BYTES)} read as text; save it as a 0/1 .npy matrix instead"
+        )
+    check_allocation(size * CSV_BYTES_PER_BYTE, f"participation trace {path.name!r} ({human_bytes(size)} of CSV)")
     try:
         lines = [line.strip() for line in path.read_text().splitlines()]
     except (OSError, UnicodeDecodeError) as exc:
@@ -67,15 +93,26 @@ def _is_numeric_row(line: str) -> bool:
     return True
 
 
-def _as_mask(path: Path, data: np.ndarray) -> np.ndarray:
-    if data.ndim != 2 or data.shape[0] == 0 or data.shape[1] == 0:
+def _check_shape(path: Path, shape: tuple[int, ...]) -> None:
+    if len(shape) != 2 or shape[0] == 0 or shape[1] == 0:
         raise DataError(
-            f"participation trace: {path.name!r} must be a non-empty 2-D matrix, got shape {data.shape}"
+            f"participation trace: {path.name!r} must be a non-empty 2-D matrix, got shape {shape}"
         )
+
+
+def _as_mask(path: Path, data: np.ndarray) -> np.ndarray:
+    _check_shape(path, data.shape)
     if data.dtype == bool:
         return data.copy()
-    if not np.issubdtype(data.dtype, np.number) or not np.isin(data, (0, 1)).all():
+    if not np.issubdtype(data.dtype, np.number):
         raise DataError(f"participation trace: {path.name!r} must contain only 0 and 1")
+    bad = ~np.isin(data, (0, 1))
+    if bad.any():
+        row, column = (int(v) for v in np.argwhere(bad)[0])
+        raise DataError(
+            f"participation trace: {path.name!r} must contain only 0 and 1, "
+            f"found {data[row, column].item():g} at round {row}, client {column}"
+        )
     return data.astype(bool)
 
 
@@ -102,6 +139,14 @@ class TraceParticipation(ParticipationProcess):
             raise DataError(
                 f"participation trace: {self.path.name!r} has {self.data.shape[1]} columns,"
                 f" expected {self.num_clients} (one per client)"
+            )
+        absent = np.flatnonzero(~self.data.any(axis=0))
+        if absent.size:
+            # Its p_i would be 0: no method can learn its data, and the bias weights divide by p_i.
+            raise DataError(
+                f"participation trace: client {int(absent[0])} never takes part in the "
+                f"{self.recorded_rounds} recorded rounds of {self.path.name!r}"
+                + (f" ({absent.size} clients never do)" if absent.size > 1 else "")
             )
 
     @property

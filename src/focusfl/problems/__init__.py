@@ -25,14 +25,24 @@ def available_problems() -> list[str]:
 
 
 def make_problem(
-    spec: str | dict, *, dtype: torch.dtype = torch.float64, device: str = "cpu"
+    spec: str | dict,
+    *,
+    dtype: torch.dtype = torch.float64,
+    device: str = "cpu",
+    allow_model_import: bool = False,
 ) -> Problem:
-    """Build a problem from ``"ridge:dim=50,clients=16"`` or its describe() dict."""
+    """Build a problem from ``"ridge:dim=50,clients=16"`` or its describe() dict.
+
+    ``allow_model_import``: let an ``nn`` spec name ``model=package.module:factory``, which
+    imports and runs that code; leave it False for specs that come from files.
+    """
     name, params = parse_spec(spec)
     if name not in PROBLEMS:
         raise ConfigError(f"unknown problem {name!r} (known: {', '.join(available_problems())})")
     cls = PROBLEMS[name]
     params = take_params(f"problem {name!r}", params, cls.defaults)
+    if cls is NeuralNetwork:
+        return cls(dtype=dtype, device=device, allow_model_import=allow_model_import, **params)
     return cls(dtype=dtype, device=device, **params)
 
 

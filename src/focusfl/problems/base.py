@@ -29,6 +29,9 @@ class Problem(abc.ABC):
     dtype: torch.dtype
     device: torch.device
     batch: int | None = None  # minibatch size; None = exact (full-batch) gradients
+    # Metrics some rows lack (the round-0 row has no training loss yet): a metrics.csv that is
+    # written row by row still needs their columns from its header on.
+    late_metrics: ClassVar[tuple[str, ...]] = ()
 
     @property
     def client_chunk(self) -> int | None:

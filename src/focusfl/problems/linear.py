@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
+from ..limits import check_allocation
 from ..rng import minibatch_indices
 from .base import Problem
 
@@ -86,7 +87,11 @@ class LinearModelProblem(Problem, abc.ABC):
         self.batch = int(p["batch"]) or None
         self.dtype = dtype
         self.device = torch.device(device)
-        features, targets = self._make_data(p)
+        check_allocation(self._memory_bytes(), self._memory_subject(), error=ConfigError)
+        try:
+            features, targets = self._make_data(p)
+        except MemoryError:  # the check above leaves room only for what it counted
+            raise ConfigError(f"{self._memory_subject()}: out of memory while generating the data") from None
         self.features = torch.as_tensor(features, dtype=dtype, device=self.device)
         self.targets = torch.as_tensor(targets, dtype=dtype, device=self.device)
         self.sizes = torch.full((self.num_clients,), self.samples, device=self.device)
@@ -104,6 +109,20 @@ class LinearModelProblem(Problem, abc.ABC):
             raise ConfigError(
                 f"{where}: batch must be in 0..samples={p['samples']} (0 = full batch), got {p['batch']}"
             )
+
+    def _memory_bytes(self) -> int:
+        """Peak bytes of building the data: the float64 features twice while they are generated
+        (the scaled and the shifted copy), their copy in the problem's dtype, and a few
+        per-sample vectors (scales, targets, noise)."""
+        cells = self.num_clients * self.samples * self.dim
+        itemsize = torch.empty((), dtype=self.dtype).element_size()
+        return cells * (2 * 8 + itemsize) + 5 * 8 * self.num_clients * self.samples
+
+    def _memory_subject(self) -> str:
+        return (
+            f"{self.name} problem: {self.num_clients:,} clients x {self.samples:,} samples"
+            f" x {self.dim:,} features"
+        )
 
     @abc.abstractmethod
     def _make_data(self, p: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -235,6 +254,18 @@ class Ridge(LinearModelProblem):
         if self.batch is not None:
             return super()._client_bytes()
         return self.dim * self.dim * self.features.element_size()  # the Hessian
+
+    def _memory_bytes(self) -> int:
+        if self.batch is not None:
+            return super()._memory_bytes()
+        # Exact gradients keep every client's d x d Hessian (built on first use, counted now).
+        itemsize = torch.empty((), dtype=self.dtype).element_size()
+        return super()._memory_bytes() + self.num_clients * self.dim * self.dim * itemsize
+
+    def _memory_subject(self) -> str:
+        if self.batch is not None or self.dim <= self.samples:  # the features dominate
+            return super()._memory_subject()
+        return f"{super()._memory_subject()} (and {self.num_clients:,} Hessians of {self.dim:,} x {self.dim:,})"
 
     def _quadratic_form(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-client Hessians 2 A_i^T A_i + 2 reg I [N, d, d] and -2 A_i^T b_i [N, d], built on

@@ -20,6 +20,7 @@ from torch import nn
 
 from ..errors import ConfigError
 from ..rng import hash_bits
+from ..spec import parse_spec
 
 
 # Dropout masks are windows of one fixed sequence of 2**20 hash-generated uniforms, starting at
@@ -237,17 +238,52 @@ def default_model(dataset: str, input_shape) -> str:
     return "fedsum-mnist-cnn" if input_shape[0] == 1 else "focus-cnn"
 
 
-def make_model(name: str, input_shape, num_classes: int) -> nn.Module:
+def make_model(name: str, input_shape, num_classes: int, *, allow_import: bool = False) -> nn.Module:
     """A zoo model by name, or ``package.module:factory`` for a user's own model.
 
     A user factory is called with whichever of ``input_shape`` and ``num_classes`` it accepts
     as keyword arguments and must return an ``nn.Module`` mapping [B, C, H, W] to [B, classes].
+    Importing it runs that package's code, so it needs ``allow_import=True``: a spec may come
+    from a file someone else wrote (``--allow-model-import`` on the command line).
     """
     if name in MODELS:
         return MODELS[name](tuple(input_shape), num_classes)
-    if ":" in name:
+    if is_model_import(name):
+        if not allow_import:
+            raise ConfigError(
+                f"model {name!r} would import and run Python code; pass --allow-model-import to allow it "
+                "(never from a config file)"
+            )
         return _user_model(name, tuple(input_shape), num_classes)
     raise ConfigError(f"unknown model {name!r} (known: {', '.join(MODELS)}, or package.module:factory)")
+
+
+def is_model_import(name: object) -> bool:
+    """Whether a model name is ``package.module:factory`` (code to import), not a zoo name."""
+    return isinstance(name, str) and ":" in name and name not in MODELS
+
+
+def refuse_model_import(problem: str | dict, source: str) -> None:
+    """ConfigError when a problem spec read from ``source`` (a config file) names a model to import.
+
+    Opening a config file must never run its author's code, so this holds whatever the command
+    line allows; the CLI calls it on every problem it reads from a file.
+    """
+    try:
+        _, params = parse_spec(problem)
+    except ConfigError:
+        return  # not a spec: make_problem will say so
+    model = params.get("model")
+    if not is_model_import(model):
+        return
+    if str(model).startswith("custom:"):
+        raise ConfigError(
+            f"{source} names model {model!r}, a module passed from Python, which a config file cannot rebuild"
+        )
+    raise ConfigError(
+        f"{source} names model {model!r}, which would import and run Python code; a config file may not do "
+        "that (give --problem with --allow-model-import instead)"
+    )
 
 
 def _user_model(name: str, input_shape, num_classes: int) -> nn.Module:

@@ -33,6 +33,7 @@ from torch import nn
 from torch.func import functional_call, grad, grad_and_value, vmap
 
 from ..data import Dataset, ImageData, label_histograms, load_dataset, make_partition
+from ..data.partition import check_client_tables
 from ..errors import ConfigError
 from ..rng import hash_bits, uniform
 from ..spec import parse_spec
@@ -53,6 +54,8 @@ CPU_ACTIVATION_BUDGET = 16 << 20
 
 class NeuralNetwork(Problem):
     """Image classification with a PyTorch model, data split non-iid among N clients."""
+
+    late_metrics = ("train_loss",)  # no participants have trained before round 1
 
     name: ClassVar[str] = "nn"
     default_dtype: ClassVar[str] = "float32"
@@ -81,6 +84,7 @@ class NeuralNetwork(Problem):
         device: str | torch.device = "cpu",
         module: nn.Module | None = None,
         dataset: Dataset | None = None,
+        allow_model_import: bool = False,
         **params: Any,
     ) -> None:
         p = {**self.defaults, **params}
@@ -106,7 +110,7 @@ class NeuralNetwork(Problem):
         if module is None:
             if p["model"] == "auto":
                 p["model"] = default_model(dataset.name, self.input_shape)
-            module = _seeded_model(p["model"], self.input_shape, self.num_classes, int(p["seed"]))
+            module = _seeded_model(p["model"], self.input_shape, self.num_classes, int(p["seed"]), allow_model_import)
         else:
             p["model"] = f"custom:{type(module).__name__}"
         self.params = p
@@ -123,6 +127,7 @@ class NeuralNetwork(Problem):
         self.test_images = torch.as_tensor(test.images, device=dev)
         self.test_labels = torch.as_tensor(test.labels, dtype=torch.int64, device=dev)
         sizes = np.array([len(part) for part in parts], dtype=np.int64)
+        check_client_tables(sizes, self.batch, train.images[0], self.dtype.itemsize)
         table = np.empty((self.num_clients, int(sizes.max())), dtype=np.int64)
         for i, part in enumerate(parts):
             table[i, : len(part)] = part
@@ -395,11 +400,11 @@ def split_test(dataset: Dataset, fraction: float, seed: int) -> tuple[ImageData,
     return dataset.train, dataset.test
 
 
-def _seeded_model(name: str, input_shape, num_classes: int, seed: int) -> nn.Module:
+def _seeded_model(name: str, input_shape, num_classes: int, seed: int, allow_import: bool = False) -> nn.Module:
     """Build a model with its default initialisation drawn from ``seed`` (global RNG untouched)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return make_model(name, input_shape, num_classes)
+        return make_model(name, input_shape, num_classes, allow_import=allow_import)
 
 
 def with_data_options(spec: str | dict, data_dir: str | None, download: bool) -> str | dict:
