@@ -227,4 +227,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"reused {cache.reused} trial(s) finished by an interrupted earlier run")
     print(format_best(best, setup.target))
     print(f"\nwrote {Path(args.out) / 'summary.csv'} (best per algorithm), grid.csv (every trial), config.json")
+    diverged = [row["algorithm"] for row in best if row["diverged_at"] is not None]
+    if diverged:
+        from ..errors import DivergenceError
+
+        raise DivergenceError(
+            f"every step size in [{args.lr_min:g}, {args.lr_max:g}] diverged for {', '.join(diverged)}; "
+            "lower --lr-min"
+        )
     return 0

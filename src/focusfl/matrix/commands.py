@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import __version__
 from ..argtypes import positive_float, positive_int
-from ..errors import ConfigError
+from ..errors import ConfigError, DivergenceError
 
 DEFAULT_BIAS_PROBLEM = "ridge:dim=10,samples=50,hetero=1"
 # Default step sizes, as fractions of 1/L (FedAvg) and 1/(N L) (FOCUS, whose y is a sum).
@@ -77,7 +77,16 @@ def run_bias(args) -> int:
     print(f"FedAvg (last round):                  ||x - x*|| = {_distance(limits.fedavg_last, x_star):.6g}")
     print(f"FOCUS  (last round):                  ||x - x*|| = {_distance(limits.focus_last, x_star):.6g}, "
           f"||x - x_q|| = {_distance(limits.focus_last, target):.6g}")
+    _refuse_diverged({"FedAvg": (limits.fedavg_last, fedavg_lr, "--fedavg-lr"),
+                      "FOCUS": (limits.focus_last, focus_lr, "--focus-lr")})
     return 0
+
+
+def _refuse_diverged(models: dict) -> None:
+    """A non-finite limit point is a diverged run: exit 1 saying which and what to change."""
+    for name, (model, lr, flag) in models.items():
+        if not np.isfinite(np.asarray(model.cpu() if hasattr(model, "cpu") else model, dtype=float)).all():
+            raise DivergenceError(f"{name} diverged (non-finite model) at step size {lr:.4g}; choose a smaller {flag}")
 
 
 def _distance(a, b) -> float:
