@@ -87,7 +87,7 @@ def test_sg_focus_stores_the_stochastic_gradient_it_used():
         g = oracle(z, step)
         u = u + g - g_prev
         g_prev = g
-        z = z - LR * u
+        z = torch.add(z, u, alpha=-LR)  # z - LR * u rounded once, as the algorithm's fused update
     torch.testing.assert_close(new.clients.g_prev[active], g_prev, rtol=0, atol=0)
     torch.testing.assert_close(new.server.y, u.sum(0), rtol=0, atol=0)
 

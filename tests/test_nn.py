@@ -30,7 +30,7 @@ from focusfl.experiments.runner import RunConfig, build, execute
 from focusfl.participation import make_participation
 from focusfl.problems import make_problem
 from focusfl.problems.models import MODELS, KeyedDropout, make_model
-from focusfl.problems.nn import NeuralNetwork
+from focusfl.problems.nn import NeuralNetwork, crop_flip
 
 # Real MNIST digits committed with the tests (see tests/fixtures/README.md).
 REAL_MNIST = Path(__file__).resolve().parent / "fixtures" / "mnist1500.npz"
@@ -140,18 +140,42 @@ def test_client_chunks_give_the_same_run():
     assert runs[0].rows[-1]["train_loss"] == pytest.approx(runs[1].rows[-1]["train_loss"], rel=1e-12)
 
 
-def test_auto_client_chunk_keeps_a_chunks_activations_within_budget():
-    from focusfl.problems.nn import CPU_ACTIVATION_BUDGET
+def test_auto_formulation_is_measured_once_reported_and_replayed(monkeypatch):
+    import focusfl.problems.nn as nn_module
 
-    problem = toy_problem(batch=16)  # client_chunk defaults to auto
-    channels, height, width = problem.input_shape
-    # The largest layer output of fedsum-mnist-cnn is its first convolution: 10 channels at
-    # full resolution, float64.
-    largest = 10 * height * width * 8
-    assert problem.client_chunk == CPU_ACTIVATION_BUDGET // (largest * 16)
+    measured = []
+    real = NeuralNetwork._measure_formulations
+    monkeypatch.setattr(nn_module, "_FORMULATIONS", {})
+    monkeypatch.setattr(NeuralNetwork, "_measure_formulations",
+                        lambda self, *a: measured.append(1) or real(self, *a))
+    problem = toy_problem(batch=16)  # client_chunk and layout default to auto
+    assert problem.describe()["client_chunk"] == "auto" and not measured  # nothing measured at build
+    chunk, layout = problem.formulation()
+    assert chunk is None or 1 <= chunk < problem.num_clients
+    assert layout in ("channels_last", "nchw") and problem.client_chunk == chunk
+    described = problem.describe()
+    assert described["client_chunk"] == (chunk or 0) and described["layout"] == layout
+    assert toy_problem(batch=16).formulation() == (chunk, layout) and len(measured) == 1  # cached
+    pinned = {k: v for k, v in described.items() if k not in ("name", "data")}
+    assert toy_problem(**pinned).formulation() == (chunk, layout) and len(measured) == 1
     assert toy_problem(batch=16, client_chunk=3).client_chunk == 3
     with pytest.raises(ConfigError, match="client_chunk must be auto or an integer"):
         toy_problem(client_chunk="big")
+    with pytest.raises(ConfigError, match="layout must be auto, channels_last or nchw"):
+        toy_problem(layout="nhwc")
+
+
+@pytest.mark.parametrize("chunk,layout", [(1, "channels_last"), (3, "nchw"), (0, "channels_last"), (0, "nchw")])
+def test_every_formulation_gives_the_same_run(chunk, layout):
+    problem = toy_problem(client_chunk=chunk, layout=layout, model="fedsum-mnist-cnn")
+    generic = toy_problem(client_batching="vmap")
+    participation = make_participation("bernoulli:p=0.6", problem.num_clients, seed=3)
+    algorithm = make_algorithm("sg_focus", lr=0.02, local_steps=2)
+    a = simulate(algorithm, problem, participation, 3, seed=1)
+    b = simulate(algorithm, generic, participation, 3, seed=1, engine="reference")
+    assert problem.formulation() == (chunk or None, layout)
+    assert torch.allclose(a.state.server.x, b.state.server.x, rtol=0, atol=1e-12)
+    assert a.rows[-1]["test_loss"] == pytest.approx(b.rows[-1]["test_loss"], rel=1e-12)
 
 
 def test_empty_round_gives_no_gradients():
@@ -182,6 +206,79 @@ def test_metrics_rows_have_test_columns_and_participant_loss():
     x = result.state.server.x
     loss, accuracy = problem.evaluate(x, problem.test_images, problem.test_labels)
     assert (loss, accuracy) == (result.rows[-1]["test_loss"], result.rows[-1]["test_accuracy"])
+
+
+def test_evaluation_equals_the_plain_module_in_nchw():
+    # Evaluation runs in inference mode, channels-last where measured fastest, at eval_batch=auto,
+    # on a test set standardised once: the numbers are the plain module's, to float rounding.
+    dataset = toy_dataset(shape=(3, 16, 16), test=300)
+    for dtype, tolerance in ((torch.float64, 1e-12), (torch.float32, 1e-5)):
+        problem = toy_problem(model="focus-cnn", dataset=dataset, dtype=dtype, layout="channels_last")
+        x = problem.initial_point() + 0.05 * torch.randn(problem.dim, generator=torch.Generator().manual_seed(2)).to(dtype)
+        model = make_model("focus-cnn", problem.input_shape, 10).to(dtype).eval()
+        torch.nn.utils.vector_to_parameters(x, model.parameters())
+        with torch.no_grad():
+            logits = model(problem.inputs(problem.test_images))
+        expected_loss = float(F.cross_entropy(logits.double(), problem.test_labels))
+        expected_accuracy = float((logits.argmax(1) == problem.test_labels).double().mean())
+        for _ in range(2):  # the second evaluation reuses the standardised test set
+            row = problem.metrics(x)
+            assert row["test_loss"] == pytest.approx(expected_loss, rel=tolerance)
+            assert row["test_accuracy"] == pytest.approx(expected_accuracy, abs=1.5 / 300)
+        assert problem.test_inputs().is_contiguous(memory_format=torch.channels_last)
+        assert problem.eval_batch == 256  # auto, on a CPU
+
+
+def test_augmentation_is_the_papers_crop_and_flip():
+    images = torch.arange(2 * 3 * 5 * 6, dtype=torch.uint8).view(2, 3, 5, 6)
+    # A hash gives top = bits % 9, left = (bits // 9) % 9 and the flip in its highest bit.
+    flipped = next(v for v in range(1 << 31, (1 << 31) + 200) if v % 9 == 8 and v // 9 % 9 == 0)
+    bits = torch.tensor([2 + 9 * 7, flipped])  # (top 2, left 7, no flip), (top 8, left 0, flip)
+    out = crop_flip(images, bits, padding=4)
+    padded = F.pad(images, (4, 4, 4, 4))
+    assert torch.equal(out[0], padded[0, :, 2:7, 7:13])
+    assert torch.equal(out[1], padded[1, :, 8:13, 0:6].flip(-1))
+
+
+def test_augmentation_is_keyed_by_seed_round_client_and_step():
+    # Clients smaller than the batch use all their samples at every step: without augmentation
+    # their gradients repeat, with it every (seed, round, client, step) has its own crops.
+    dataset = toy_dataset(shape=(3, 12, 12))
+    plain = toy_problem(dataset=dataset, model="logreg", partition="iid", batch=100)  # 60 samples each
+    augmented = toy_problem(dataset=dataset, model="logreg", partition="iid", batch=100, augment="crop-flip")
+    x = augmented.initial_point()[None] + 0.1
+    together = torch.tensor([1, 2, 5])
+
+    def gradient(problem, clients, seed, round_, step):
+        return problem.oracle(clients, seed=seed, round=round_)(x.expand(len(clients), -1), step)
+
+    assert torch.allclose(gradient(plain, together[:1], 0, 0, 0), gradient(plain, together[:1], 3, 4, 1), atol=1e-12)
+    base = gradient(augmented, together, 0, 0, 0)
+    for seed, round_, step in ((1, 0, 0), (0, 1, 0), (0, 0, 1)):
+        assert not torch.allclose(base[0], gradient(augmented, together, seed, round_, step)[0])
+    assert not torch.allclose(base[0], base[1])  # clients draw differently
+    alone = gradient(augmented, together[1:2], 0, 0, 0)[0]  # the same draw whoever else is batched
+    assert torch.allclose(alone, base[1], rtol=0, atol=1e-12)
+    with pytest.raises(ConfigError, match="augment must be none or crop-flip"):
+        toy_problem(augment="mixup")
+
+
+@pytest.mark.parametrize("algorithm", ["sg_focus", "fedavg", "scaffold"])
+def test_augmented_vectorized_run_equals_the_reference_loop(algorithm):
+    runs = {}
+    for engine in ("vectorized", "reference"):
+        problem = toy_problem(dataset=toy_dataset(shape=(3, 16, 16)), model="focus-cnn", augment="crop-flip")
+        participation = make_participation("bernoulli:p=0.5", problem.num_clients, seed=1)
+        runs[engine] = simulate(make_algorithm(algorithm, lr=0.02, local_steps=3), problem, participation, 4,
+                                seed=7, engine=engine)
+    for a, b in zip(runs["vectorized"].state, runs["reference"].state):
+        for u, v in zip(a, b):
+            assert torch.allclose(u, v, rtol=0, atol=1e-9)
+
+
+def test_library_default_dtype_is_float32_for_neural_networks(toy_npz):
+    assert make_problem(f"nn:data={toy_npz},test_fraction=0.2,clients=4,batch=8,model=logreg").dtype == torch.float32
+    assert make_problem("ridge:dim=5,clients=2,samples=10").dtype == torch.float64
 
 
 def test_held_out_split_and_its_errors():
@@ -366,7 +463,7 @@ def test_cli_divergence_keeps_what_was_written(toy_npz, tmp_path, capsys):
     out = tmp_path / "boom"
     problem = f"nn:data={toy_npz},test_fraction=0.2,clients=4,batch=8,model=mlp"
     code = main(["run", "--algorithm", "fedavg", "--problem", problem,
-                 "--rounds", "30", "--lr", "1e6", "--out", str(out)])
+                 "--rounds", "30", "--eval-every", "1", "--lr", "1e6", "--out", str(out)])
     assert code == 1
     assert "diverged" in capsys.readouterr().err
     config = json.loads((out / "config.json").read_text())

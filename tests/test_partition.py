@@ -63,10 +63,23 @@ def test_partition_errors():
         make_partition("random", LABELS, 4, seed=0)
     with pytest.raises(ConfigError, match="min_size"):
         make_partition("dirichlet", LABELS, 4, seed=0, min_size=1000)
-    with pytest.raises(ConfigError, match="lower min_size or raise alpha"):
-        make_partition("dirichlet", LABELS[:400], 4, seed=0, alpha=0.001, min_size=20)  # 2 classes, 4 clients
     with pytest.raises(ConfigError, match="alpha"):
         make_partition("dirichlet", LABELS, 4, seed=0, alpha=0.0)
+
+
+def test_dirichlet_tops_up_when_no_draw_gives_every_client_min_size():
+    # CIFAR-10's shape: 50,000 labels in 10 classes; N = 100 at alpha = 0.05 leaves about 8
+    # clients empty in every draw, so the closest draw is topped up.
+    labels = np.random.default_rng(0).permutation(np.repeat(np.arange(10), 5000))
+    parts = make_partition("dirichlet", labels, 100, seed=0, alpha=0.05)
+    sizes = [len(p) for p in parts]
+    assert min(sizes) >= 10 and sum(sizes) == len(labels)
+    assert len(np.unique(np.concatenate(parts))) == len(labels)  # disjoint, nothing lost
+    assert classes_held(parts, labels) < 2.5  # the skew stays extreme (N = 32 here: 2.0)
+    again = make_partition("dirichlet", labels, 100, seed=0, alpha=0.05)
+    assert all(np.array_equal(a, b) for a, b in zip(parts, again))
+    tiny = make_partition("dirichlet", LABELS[:400], 4, seed=0, alpha=0.001, min_size=20)  # 2 classes, 4 clients
+    assert min(len(p) for p in tiny) >= 20
 
 
 def test_label_histograms_count_each_class():

@@ -43,7 +43,8 @@ def local_sgd(x: torch.Tensor, n: int, oracle, lr: float, steps: int) -> torch.T
     """tau plain local gradient steps from x for n clients at once: returns z [n, d]."""
     z = broadcast(x, n)
     for step in range(steps):
-        z = z - lr * oracle(z, step)
+        # In place once z is this round's own tensor (one pass over [n, d] instead of three).
+        z = torch.add(z, oracle(z, step), alpha=-lr) if step == 0 else z.sub_(oracle(z, step), alpha=lr)
     return z
 
 

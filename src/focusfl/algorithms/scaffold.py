@@ -60,7 +60,10 @@ class Scaffold(Algorithm):
         correction = server.c - clients.c  # [n, d]: c - c_i
         z = broadcast(server.x, ctx.active.numel())
         for step in range(self.local_steps):
-            z = z - lr * (oracle(z, step) + correction)
+            grad = oracle(z, step)
+            # In place once z is this round's own tensor (the oracle's gradient is not written).
+            z = torch.add(z, grad, alpha=-lr) if step == 0 else z.sub_(grad, alpha=lr)
+            z.sub_(correction, alpha=lr)
         c_new = clients.c - server.c + (server.x - z) / (self.local_steps * lr)
         message = ScaffoldMessage(delta_x=z - server.x, delta_c=c_new - clients.c)
         return ScaffoldClients(c=c_new), message

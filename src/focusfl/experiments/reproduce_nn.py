@@ -3,7 +3,7 @@
 - ``focus-cifar10``: the FOCUS paper's SG-FOCUS experiment (seed 002, appendix G): CIFAR-10,
   its three-layer CNN, N = 32 clients, Dirichlet alpha = 0.05, tau = 3, eta = 2e-3 for every
   method, batch 128, 10,000 rounds, under Bernoulli (the FOCUS rate preset) and Markov
-  participation; SG-FOCUS, FedAvg, FedAU, SCAFFOLD, MIFA.
+  participation; SG-FOCUS, FedAvg, FedAU, SCAFFOLD, MIFA; random crop and flip as in its code.
 - ``fedsum-mnist``: the FedSUM paper's MNIST experiment (seed 004, appendix H): its MNIST CNN,
   N = 100 clients, K = 10 local steps, batch 128, 2,000 rounds, decaying local step size,
   patterns P1/P2/P3. The paper's alpha, step sizes and pattern rates were lost in extraction;
@@ -52,7 +52,7 @@ class Setup:
 FOCUS_CIFAR10 = Setup(
     title="FOCUS appendix G: CIFAR-10, 32 clients, Dirichlet alpha=0.05, tau=3, eta=2e-3",
     problem={"name": "nn", "data": "cifar10", "model": "focus-cnn", "clients": 32, "partition": "dirichlet",
-             "alpha": 0.05, "batch": 128},
+             "alpha": 0.05, "batch": 128, "augment": "crop-flip"},  # the paper's code crops and flips
     scenarios={"bernoulli (FOCUS preset p_i)": "bernoulli", "markov (p_i, rho_i per client)": "markov"},
     algorithms={name: {"lr": 2e-3, "local_steps": 3} for name in ("sg_focus", "fedavg", "fedau", "scaffold", "mifa")},
     rounds=10_000,

@@ -5,9 +5,11 @@ weights differ per client copies activations between layouts at every layer, whi
 slower than training the clients one after another. For an ``nn.Sequential`` of common layers
 the n client networks can instead be written directly as one network with grouped weights:
 
-- activations of the convolutional part are kept as ``[b, n*C, H, W]`` in channels-last memory
-  (client k owns channels k*C..k*C+C-1), so a convolution is ``conv2d(..., groups=n)`` with
-  the clients' kernels stacked, and pooling and activations act per channel unchanged;
+- activations of the convolutional part are kept as ``[b, n*C, H, W]`` (client k owns channels
+  k*C..k*C+C-1), so a convolution is ``conv2d(..., groups=n)`` with the clients' kernels
+  stacked, and pooling and activations act per channel unchanged. The memory layout is the
+  caller's choice: channels-last (the default; oneDNN's fastest on x86 CPUs) or NCHW (which
+  cuDNN may prefer); the problem measures both at start (NeuralNetwork.formulation);
 - after ``Flatten`` activations are ``[n, b, F]`` and a linear layer is one ``baddbmm``;
 - dropout masks are KeyedDropout's, computed per client from the same keys as in vmap.
 
@@ -58,9 +60,11 @@ def supports(model: nn.Module) -> bool:
     return layout == "flat"
 
 
-def _to_grouped(x: torch.Tensor) -> torch.Tensor:
-    """[n, b, C, H, W] -> [b, n*C, H, W] in channels-last memory (one copy)."""
+def _to_grouped(x: torch.Tensor, channels_last: bool = True) -> torch.Tensor:
+    """[n, b, C, H, W] -> [b, n*C, H, W] in channels-last (or NCHW) memory (one copy)."""
     n, b, c, h, w = x.shape
+    if not channels_last:
+        return x.transpose(0, 1).reshape(b, n * c, h, w)
     physical = x.permute(1, 3, 4, 0, 2).contiguous()  # (b, H, W, n, C)
     return physical.view(b, h, w, n * c).permute(0, 3, 1, 2)
 
@@ -77,9 +81,8 @@ def _grouped_dropout(layer: KeyedDropout, x: torch.Tensor, keys: torch.Tensor, n
     b, nc, h, w = x.shape
     offsets = hash_bits(keys, layer.stream, device=x.device)  # [n]
     masks = keep_masks(layer.p, offsets, b * (nc // n) * h * w, x.device)  # [n, b*C*H*W]
-    # Client k's mask is in its own C order (b, c, h, w); lay it out like x: (b, h, w, n, c).
-    grouped = masks.view(n, b, nc // n, h, w).permute(1, 3, 4, 0, 2).contiguous()
-    keep = grouped.view(b, h, w, nc).permute(0, 3, 1, 2)
+    # Client k's mask is in its own C order (b, c, h, w); lay it out like x.
+    keep = _to_grouped(masks.view(n, b, nc // n, h, w), x.is_contiguous(memory_format=torch.channels_last))
     return x * (keep.to(x.dtype) * (1.0 / (1.0 - layer.p)))
 
 
@@ -95,17 +98,19 @@ def batched_forward(
     params: Callable[[str], torch.Tensor | None],
     images: torch.Tensor,
     keys: torch.Tensor,
+    channels_last: bool = True,
 ) -> torch.Tensor:
     """Logits ``[n, b, classes]`` of n client networks on their own inputs ``[n, b, C, H, W]``.
 
-    ``params(name)`` gives the stacked parameter ``[n, *shape]`` of that name (None if absent).
+    ``params(name)`` gives the stacked parameter ``[n, *shape]`` of that name (None if absent);
+    ``channels_last`` picks the memory layout of the convolutional activations.
     """
     n = images.shape[0]
     x, layout = images, "input"
     for index, layer in enumerate(model):
         weight, bias = params(f"{index}.weight"), params(f"{index}.bias")
         if isinstance(layer, (nn.Conv2d,) + _POOLS) and layout == "input":
-            x, layout = _to_grouped(x), "conv"
+            x, layout = _to_grouped(x, channels_last), "conv"
         if isinstance(layer, nn.Conv2d):
             cout, cin, kh, kw = weight.shape[1:]
             x = F.conv2d(
@@ -136,6 +141,7 @@ def loss_and_gradients(
     labels: torch.Tensor,
     weights: torch.Tensor,
     keys: torch.Tensor,
+    channels_last: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(gradients [n, d], losses [n]) of every client's weighted mean cross-entropy at z[k]."""
     n = z.shape[0]
@@ -146,7 +152,7 @@ def loss_and_gradients(
             for chunk, shape in zip(torch.split(z, numels, dim=1), shapes)
         ]
         table = dict(zip(names, leaves))
-        logits = batched_forward(model, table.get, images, keys)
+        logits = batched_forward(model, table.get, images, keys, channels_last)
         per_sample = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none")
         losses = (per_sample.view_as(weights) * weights).sum(1) / weights.sum(1)
         grads = torch.autograd.grad(losses.sum(), leaves)

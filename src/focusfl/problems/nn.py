@@ -18,12 +18,20 @@ E rounds: ``test_loss`` and ``test_accuracy`` of the server model on the held-ou
 their local steps since the previous row (left empty when no client trained in between).
 
 Batch-norm running statistics are not supported (see models.prepare_for_clients); dropout
-layers use keyed masks, also drawn from (seed, round, client, step).
+layers use keyed masks, also drawn from (seed, round, client, step), and so does the optional
+augmentation (``augment=crop-flip``: random crop with padding 4 and horizontal flip, the
+standard CIFAR transforms of the papers' code, as batched tensor ops on the stored images).
+
+Speed: how the clients' gradients are computed (clients per batched call, memory layout of the
+convolutions) is measured once per device and model when a run starts (``formulation``) and
+cached; evaluation runs in inference mode on a test set standardised once, in the layout
+the measurement chose.
 """
 from __future__ import annotations
 
 import copy
 import math
+import time
 from typing import Any, ClassVar
 
 import numpy as np
@@ -42,14 +50,25 @@ from . import client_batched
 from .models import KeyedDropout, default_model, make_model, prepare_for_clients
 
 # Last coordinate of the dropout-key hash; minibatch keys use sample positions there, which
-# never reach this value, so the two streams cannot collide.
+# never reach this value, so the two streams cannot collide. Augmentation keys add one more
+# coordinate (the sample's slot in the minibatch) after their own marker.
 _DROPOUT_COORD = 0xFFFFFFFF
+_AUGMENT_COORD = 0xFFFFFFFE
+AUGMENT_PADDING = 4  # RandomCrop(32, padding=4) of the papers' CIFAR code
 
+# Evaluation batch for eval_batch=auto: on a 2-core Xeon the CIFAR-10 CNN evaluated 10,000
+# images 2.6x faster at 256 in channels-last than at 1000 in NCHW (a batch's activations stay
+# in cache); accelerators want large batches.
+EVAL_BATCH = {"cpu": 256}
+EVAL_BATCH_ACCELERATOR = 2048
 
-# Activation memory per client chunk on CPU (client_chunk=auto): on a 2-core Xeon the MNIST CNN
-# at batch 128 ran about 20% faster in chunks of 4-5 clients (4 MB per client) than all 10 at
-# once, and no slower at batch 32 with all 10 (1 MB each).
-CPU_ACTIVATION_BUDGET = 16 << 20
+# client_chunk=auto measures chunks of 1, 2, 4, ... clients; on a CPU it stops once a chunk is
+# this much slower per client than the best so far (grouped convolutions cost more per sample
+# as the group count grows there, so larger chunks only get worse).
+_TUNE_STOP = 1.15
+_TUNE_MAX_CHUNK = 64
+# Measured formulations, per (device, model, input, batch, dtype, path, clients, threads).
+_FORMULATIONS: dict[tuple, tuple[int | None, str]] = {}
 
 
 class NeuralNetwork(Problem):
@@ -71,9 +90,11 @@ class NeuralNetwork(Problem):
         "clients": 32,
         "batch": 64,  # minibatch per client and local step
         "test_fraction": 0.0,  # > 0: hold out this fraction of the training images as test set
-        "eval_batch": 1000,  # samples per forward pass when evaluating
-        "client_chunk": "auto",  # k > 0: batch at most k clients at once; 0: all; auto: see client_chunk
+        "eval_batch": "auto",  # samples per forward pass when evaluating; auto: 256 on CPU, 2048 on GPU
+        "client_chunk": "auto",  # k > 0: batch at most k clients at once; 0: all; auto: measured
         "client_batching": "auto",  # auto: grouped-weights path for nn.Sequential models; vmap: always vmap
+        "layout": "auto",  # convolutions' memory layout: channels_last, nchw, or auto (measured)
+        "augment": "none",  # none, or crop-flip: random crop (padding 4) and horizontal flip
         "seed": 0,  # partition, held-out split and model initialisation
     }
 
@@ -93,7 +114,10 @@ class NeuralNetwork(Problem):
         self.device = torch.device(device)
         self.batch = int(p["batch"])
         self.num_clients = int(p["clients"])
-        self.eval_batch = int(p["eval_batch"])
+        self.eval_batch = (
+            int(p["eval_batch"]) if p["eval_batch"] != "auto" else EVAL_BATCH.get(self.device.type, EVAL_BATCH_ACCELERATOR)
+        )
+        self.augment = p["augment"] != "none"
         if dataset is None:
             dataset = load_dataset(p["data"], p["data_dir"] or None, bool(p["download"]))
         else:
@@ -117,6 +141,8 @@ class NeuralNetwork(Problem):
         self._setup_model(module)
         self._loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         self._loss_count = 0
+        self._test_inputs: torch.Tensor | None = None  # the standardised test set, made once
+        self._tuned = False
         self._probe()
 
     # -- data -----------------------------------------------------------------------------------
@@ -168,6 +194,7 @@ class NeuralNetwork(Problem):
         self._key_names = [f"{n}.key" if n else "key" for n, m in module.named_modules() if isinstance(m, KeyedDropout)]
         self._train_model = module.train()
         self._eval_model = copy.deepcopy(module).eval()
+        self._has_convolutions = any(isinstance(m, nn.Conv2d) for m in module.modules())
         # The grouped-weights path needs every parameter trainable (it builds all of them from z).
         all_trainable = len(named) == len(list(module.parameters()))
         self.batched_sequential = (
@@ -176,28 +203,103 @@ class NeuralNetwork(Problem):
         if self.batched_sequential:
             self._client_grads = self._sequential_loss_and_gradients
         else:
-            self._client_grads = vmap(grad_and_value(self._minibatch_loss))
+            vmapped = vmap(grad_and_value(self._minibatch_loss))
+            self._client_grads = lambda z, images, labels, weights, keys, channels_last=True: vmapped(
+                z, images, labels, weights, keys
+            )
 
     @property
     def client_chunk(self) -> int | None:
         """How many clients the vectorized engine batches at once (None: all active clients).
 
-        ``client_chunk=k`` fixes it, 0 means all. ``auto`` means all on an accelerator and, on a
-        CPU, as many as keep one layer's activations for the whole chunk within
-        CPU_ACTIVATION_BUDGET: larger chunks gain nothing there (the per-client work is already
-        large) and their fresh multi-megabyte buffers cost page faults and cache misses.
+        ``client_chunk=k`` fixes it, 0 means all; ``auto`` is measured (see ``formulation``).
         """
-        chunk = self.params["client_chunk"]
-        if chunk != "auto":
-            return int(chunk) or None
-        if self.device.type != "cpu":
-            return None
-        per_client = self._largest_activation_bytes * self.batch
-        return max(1, CPU_ACTIVATION_BUDGET // max(1, per_client))
+        return self.formulation()[0]
 
-    def _sequential_loss_and_gradients(self, z, images, labels, weights, keys):
+    @property
+    def channels_last(self) -> bool:
+        """Whether convolutions' activations are laid out channels-last (see ``formulation``)."""
+        return self.formulation()[1] == "channels_last"
+
+    def formulation(self) -> tuple[int | None, str]:
+        """(clients per batched call or None for all, convolution layout) for this run.
+
+        What ``auto`` leaves open is measured the first time it is needed: one gradient call of
+        the real model on real minibatches for chunks of 1, 2, 4, ... clients, in channels-last
+        and NCHW memory where the grouped-weights path is used, and the fastest per client is
+        kept (cached per device, model, input shape, batch, dtype and thread count, so later
+        problems of the same kind do not measure again). On a CPU chunks of one client (plain
+        per-client calls) or a few usually win: grouped convolutions cost more per sample as
+        the group count grows there; an accelerator wants every client at once. Results do not
+        depend on the choice beyond rounding (tests hold every formulation equal), and
+        ``describe()`` reports it, so a run's config.json replays the same one.
+        """
+        if not self._tuned:
+            self._tuned = True
+            chunk, layout = self.params["client_chunk"], self.params["layout"]
+            if chunk == "auto" or layout == "auto":
+                key = (
+                    str(self.device), str(self._train_model), self.input_shape, self.batch, self.dtype,
+                    self.batched_sequential, self.num_clients, chunk, layout, torch.get_num_threads(),
+                )
+                if key not in _FORMULATIONS:
+                    _FORMULATIONS[key] = self._measure_formulations(chunk, layout)
+                chunk, layout = _FORMULATIONS[key]
+            self._chunk = None if chunk in (0, None) or int(chunk) >= self.num_clients else int(chunk)
+            self._layout = layout
+        return self._chunk, self._layout
+
+    def _layouts(self, layout: str) -> list[str]:
+        if layout != "auto":
+            return [layout]
+        if not self._has_convolutions:
+            return ["channels_last"]  # nothing to lay out; eval and gradients ignore it
+        if not self.batched_sequential:  # vmap path: inputs as given; eval may still use CL
+            return ["channels_last" if self.device.type == "cpu" else "nchw"]
+        return ["channels_last", "nchw"]
+
+    def _measure_formulations(self, chunk, layout) -> tuple[int | None, str]:
+        """The fastest (chunk, layout) per client over the candidates that ``auto`` leaves open."""
+        chunks = [int(chunk)] if chunk != "auto" else _chunk_candidates(self.num_clients)
+        best: tuple[float, int, str] | None = None
+        for candidate_layout in self._layouts(layout):
+            for k in chunks:
+                try:
+                    seconds = self._time_gradients(k, candidate_layout) / max(1, min(k or self.num_clients, self.num_clients))
+                except torch.cuda.OutOfMemoryError:
+                    break
+                if best is None or seconds < best[0]:
+                    best = (seconds, k, candidate_layout)
+                elif chunk == "auto" and self.device.type == "cpu" and seconds > _TUNE_STOP * best[0]:
+                    break  # larger chunks only get slower on a CPU
+        if best is None:  # not even one client fitted in memory while measuring: run one at a time
+            return 1, self._layouts(layout)[0]
+        return best[1], best[2]
+
+    def _time_gradients(self, k: int, layout: str, repeats: int = 2) -> float:
+        """Seconds of one gradient call for ``k`` clients (0: all) in ``layout`` (best of repeats)."""
+        count = k or self.num_clients
+        clients = torch.arange(count, device=self.device) % self.num_clients
+        z = self._x0.expand(count, -1).clone()
+        call = self._gradient_call(clients, seed=0, round=0, channels_last=layout == "channels_last")
+        seconds = math.inf
+        for attempt in range(repeats + 1):  # the first call warms up kernels and allocations
+            self._synchronize()
+            start = time.perf_counter()
+            call(z, attempt)
+            self._synchronize()
+            if attempt:
+                seconds = min(seconds, time.perf_counter() - start)
+        return seconds
+
+    def _synchronize(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def _sequential_loss_and_gradients(self, z, images, labels, weights, keys, channels_last=True):
         return client_batched.loss_and_gradients(
-            self._train_model, self._names, self._shapes, self._numels, z, images, labels, weights, keys
+            self._train_model, self._names, self._shapes, self._numels, z, images, labels, weights, keys,
+            channels_last,
         )
 
     def unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -218,21 +320,11 @@ class NeuralNetwork(Problem):
         """Run the model once on two samples, then one gradient, so a mismatch fails now in one line."""
         name = self.params["model"]
         failure = f"model {name!r} cannot train on inputs {self.input_shape}"
-        largest = [0]
-
-        def record_output(module, inputs, output):  # the largest layer output, per sample
-            if isinstance(output, torch.Tensor) and output.dim() > 0:
-                largest[0] = max(largest[0], output[0].numel() * output.element_size())
-
-        hook = torch.nn.modules.module.register_module_forward_hook(record_output)
         try:
             with torch.no_grad():
                 logits = self._logits(self._x0, self.train_images[:2])
         except (RuntimeError, ValueError, TypeError, IndexError) as exc:
             raise ConfigError(f"{failure}: {_first_line(exc)}") from None
-        finally:
-            hook.remove()
-        self._largest_activation_bytes = largest[0]
         if tuple(logits.shape) != (2, self.num_classes):
             raise ConfigError(
                 f"model {name!r} gives outputs {tuple(logits.shape[1:])} per sample, "
@@ -240,12 +332,9 @@ class NeuralNetwork(Problem):
             )
         try:
             clients = torch.zeros(1, dtype=torch.int64, device=self.device)
-            self.oracle(clients, seed=0, round=0)(self._x0[None, :], 0)
+            self._gradient_call(clients, seed=0, round=0, channels_last=self._eval_channels_last())(self._x0[None, :], 0)
         except (RuntimeError, ValueError, TypeError, IndexError) as exc:
             raise ConfigError(f"{failure}: {_first_line(exc)}") from None
-        finally:  # the probe's loss is no participant's
-            self._loss_sum.zero_()
-            self._loss_count = 0
 
     def initial_point(self) -> torch.Tensor:
         return self._x0.clone()
@@ -255,33 +344,53 @@ class NeuralNetwork(Problem):
         return self.oracle(clients, seed=seed, round=round)(x, step)
 
     def oracle(self, clients: torch.Tensor, *, seed: int, round: int):
-        index = self.client_index.index_select(0, clients)
-        sizes = self.sizes.index_select(0, clients)
-        last = index.shape[1] - 1
+        channels_last = self.channels_last
+        call = self._gradient_call(clients, seed=seed, round=round, channels_last=channels_last)
 
         def gradients(z: torch.Tensor, step: int) -> torch.Tensor:
             if clients.numel() == 0:
                 return torch.zeros_like(z)
-            picks, weights = self.minibatch(seed, round, clients, step, sizes)
-            ids = torch.gather(index, 1, picks.clamp(max=last))
-            keys = hash_bits(seed, round, clients, step, _DROPOUT_COORD, device=self.device)
-            grads, losses = self._client_grads(
-                z, self.inputs(self.train_images[ids]), self.train_labels[ids], weights, keys
-            )
+            grads, losses = call(z, step)
             self._loss_sum = self._loss_sum + losses.detach().sum().to(torch.float64)
             self._loss_count += clients.numel()
             return grads
 
         return gradients
 
-    def minibatch(self, seed, round_, clients, step, sizes) -> tuple[torch.Tensor, torch.Tensor]:
+    def _gradient_call(self, clients: torch.Tensor, *, seed: int, round: int, channels_last: bool):
+        """``call(z, step) -> (gradients [n, d], losses [n])`` for the clients' minibatches."""
+        index = self.client_index.index_select(0, clients)
+        sizes = self.sizes.index_select(0, clients)
+        last = index.shape[1] - 1
+        # Clients smaller than the batch fill its last slots with weight-0 padding; when every
+        # client of the call is that small, those slots are dropped instead of computed (13% of
+        # the client rounds of the CIFAR-10 preset hold 15-54 samples). Same minibatches.
+        largest = int(sizes.max()) if clients.numel() else self.batch
+        width = min(self.batch, largest)
+
+        def call(z: torch.Tensor, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+            picks, weights = self.minibatch(seed, round, clients, step, sizes, span=max(self.batch, largest))
+            picks, weights = picks[:, :width], weights[:, :width]
+            ids = torch.gather(index, 1, picks.clamp(max=last))
+            images = self.train_images[ids]
+            if self.augment:
+                bits = hash_bits(seed, round, clients[:, None], step, _AUGMENT_COORD, self._positions[None, :width],
+                                 device=self.device)
+                images = crop_flip(images, bits, AUGMENT_PADDING)
+            keys = hash_bits(seed, round, clients, step, _DROPOUT_COORD, device=self.device)
+            return self._client_grads(z, self.inputs(images), self.train_labels[ids], weights, keys, channels_last)
+
+        return call
+
+    def minibatch(self, seed, round_, clients, step, sizes, span=None) -> tuple[torch.Tensor, torch.Tensor]:
         """Positions ``[n, batch]`` into each client's index set, and their 0/1 weights.
 
         Every position j < size of client i gets the key uniform(seed, round, i, step, j); the
         ``batch`` smallest keys win (the same draw as ``rng.minibatch_indices``). Positions past
-        the client's size get key 2 so they come last, and weight 0.
+        the client's size get key 2 so they come last, and weight 0. ``span`` (at least the
+        batch and the largest of ``sizes``) limits the positions hashed; the draw is the same.
         """
-        positions = self._positions
+        positions = self._positions if span is None else self._positions[:span]
         keys = uniform(seed, round_, clients[:, None], step, positions[None, :], device=self.device)
         keys = torch.where(positions[None, :] < sizes[:, None], keys, torch.full_like(keys, 2.0))
         picks = torch.topk(keys, self.batch, dim=1, largest=False, sorted=True).indices
@@ -289,15 +398,47 @@ class NeuralNetwork(Problem):
 
     # -- evaluation ------------------------------------------------------------------------------
     def _logits(self, x: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
-        return functional_call(self._eval_model, self.unflatten(x), (self.inputs(images),))
+        return self._forward(x, self.inputs(images))
+
+    def _eval_channels_last(self) -> bool:
+        """The measured layout once known; before that, channels-last on a CPU (oneDNN's best)."""
+        if self._tuned:
+            return self._layout == "channels_last"
+        return self.device.type == "cpu"
+
+    def _forward(self, x: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
+        """Logits of the model x (dropout off) on standardised inputs, in the chosen layout."""
+        if inputs.dim() == 4 and self._has_convolutions:
+            layout = torch.channels_last if self._eval_channels_last() else torch.contiguous_format
+            inputs = inputs.contiguous(memory_format=layout)
+        return functional_call(self._eval_model, self.unflatten(x), (inputs,))
+
+    def test_inputs(self) -> torch.Tensor:
+        """The test images standardised once, in the layout evaluation uses (kept for the run)."""
+        self.formulation()  # the layout is the measured one
+        if self._test_inputs is None:
+            images = self.test_images
+            layout = torch.channels_last if images.dim() == 4 and self._has_convolutions and self._eval_channels_last() \
+                else torch.contiguous_format
+            standardised = torch.empty(images.shape, dtype=self.dtype, device=self.device).contiguous(memory_format=layout)
+            for start in range(0, len(images), 4096):  # no full-size float temporary
+                standardised[start : start + 4096] = self.inputs(images[start : start + 4096])
+            self._test_inputs = standardised
+        return self._test_inputs
 
     def evaluate(self, x: torch.Tensor, images: torch.Tensor, labels: torch.Tensor) -> tuple[float, float]:
-        """(mean cross-entropy, accuracy) of the model x on a split, in batches of eval_batch."""
+        """(mean cross-entropy, accuracy) of the model x on a split, in batches of eval_batch.
+
+        ``images`` are stored images, or already standardised inputs (floating point) such as
+        ``test_inputs()``.
+        """
         total_loss = torch.zeros((), dtype=torch.float64, device=self.device)
         correct = torch.zeros((), dtype=torch.int64, device=self.device)
-        with torch.no_grad():
+        standardised = images.dtype == self.dtype and images is self._test_inputs
+        with torch.inference_mode():
             for start in range(0, len(labels), self.eval_batch):
-                logits = self._logits(x, images[start : start + self.eval_batch])
+                batch = images[start : start + self.eval_batch]
+                logits = self._forward(x, batch if standardised else self.inputs(batch))
                 target = labels[start : start + self.eval_batch]
                 total_loss += F.cross_entropy(logits, target, reduction="sum").to(torch.float64)
                 correct += (logits.argmax(dim=1) == target).sum()
@@ -305,7 +446,7 @@ class NeuralNetwork(Problem):
         return float(total_loss) / count, float(correct) / count
 
     def metrics(self, x: torch.Tensor) -> dict[str, float]:
-        test_loss, test_accuracy = self.evaluate(x, self.test_images, self.test_labels)
+        test_loss, test_accuracy = self.evaluate(x, self.test_inputs(), self.test_labels)
         row = {"test_loss": test_loss, "test_accuracy": test_accuracy}
         if self._loss_count:
             row["train_loss"] = float(self._loss_sum) / self._loss_count
@@ -341,7 +482,13 @@ class NeuralNetwork(Problem):
         return total
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, **self.params}
+        """The parameters, with the measured formulation once a run has chosen it (so that a
+        rerun from config.json computes in the same way, to the bit)."""
+        params = dict(self.params)
+        if self._tuned:
+            params["client_chunk"] = self._chunk or 0
+            params["layout"] = self._layout
+        return {"name": self.name, **params}
 
 
 def _first_line(exc: Exception) -> str:
@@ -351,9 +498,15 @@ def _first_line(exc: Exception) -> str:
 
 def _validate(p: dict[str, Any]) -> None:
     where = "problem 'nn'"
-    for key in ("clients", "batch", "eval_batch", "min_size", "shards"):
+    for key in ("clients", "batch", "min_size", "shards"):
         if not isinstance(p[key], int) or p[key] < 1:
             raise ConfigError(f"{where}: {key} must be an integer >= 1, got {p[key]!r}")
+    if p["eval_batch"] != "auto" and (not isinstance(p["eval_batch"], int) or p["eval_batch"] < 1):
+        raise ConfigError(f"{where}: eval_batch must be auto or an integer >= 1, got {p['eval_batch']!r}")
+    if p["layout"] not in ("auto", "channels_last", "nchw"):
+        raise ConfigError(f"{where}: layout must be auto, channels_last or nchw, got {p['layout']!r}")
+    if p["augment"] not in ("none", "crop-flip"):
+        raise ConfigError(f"{where}: augment must be none or crop-flip, got {p['augment']!r}")
     if p["client_chunk"] != "auto" and (not isinstance(p["client_chunk"], int) or p["client_chunk"] < 0):
         raise ConfigError(f"{where}: client_chunk must be auto or an integer >= 0, got {p['client_chunk']!r}")
     if not isinstance(p["seed"], int) or p["seed"] < 0:
@@ -364,6 +517,40 @@ def _validate(p: dict[str, Any]) -> None:
         raise ConfigError(f"{where}: test_fraction must be in [0, 1), got {p['test_fraction']}")
     if not float(p["alpha"]) > 0 or not math.isfinite(float(p["alpha"])):
         raise ConfigError(f"{where}: alpha must be a positive number, got {p['alpha']}")
+
+
+def _chunk_candidates(clients: int) -> list[int]:
+    """1, 2, 4, ... up to the number of clients (0 = all of them, when that is few enough)."""
+    chunks, k = [], 1
+    while k < clients and k <= _TUNE_MAX_CHUNK:
+        chunks.append(k)
+        k *= 2
+    if clients <= _TUNE_MAX_CHUNK:
+        chunks.append(0)
+    return chunks
+
+
+def crop_flip(images: torch.Tensor, bits: torch.Tensor, padding: int) -> torch.Tensor:
+    """Random crop with zero padding and horizontal flip of stored images ``[..., C, H, W]``.
+
+    ``bits`` (32-bit hashes, one per image, shape ``images.shape[:-3]``) fix each image's crop
+    offsets (0..2*padding in each direction, uniform) and its flip (probability 1/2): the
+    transforms RandomCrop(H, padding) then RandomHorizontalFlip of the papers' code. Padding
+    is 0 in stored units, which standardisation maps where Normalize maps a black border.
+    """
+    *lead, c, h, w = images.shape
+    flat = images.reshape(-1, c, h, w)
+    bits = bits.reshape(-1)
+    span = 2 * padding + 1
+    top, left = bits % span, (bits // span) % span
+    flip = (bits >> 31).bool()
+    padded = F.pad(flat, (padding, padding, padding, padding))
+    rows = top[:, None] + torch.arange(h, device=images.device)
+    columns = torch.arange(w, device=images.device).expand(len(flat), w)
+    columns = torch.where(flip[:, None], w - 1 - columns, columns) + left[:, None]
+    picked_rows = padded.gather(2, rows[:, None, :, None].expand(-1, c, h, w + 2 * padding))
+    cropped = picked_rows.gather(3, columns[:, None, None, :].expand(-1, c, h, w))
+    return cropped.view(*lead, c, h, w)
 
 
 def channel_statistics(images: np.ndarray, chunk: int = 2048) -> tuple[np.ndarray, np.ndarray]:
