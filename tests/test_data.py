@@ -317,7 +317,7 @@ def test_cli_download_end_to_end(server, tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(dl.SOURCES, "mnist", mnist_sources(base, files)["mnist"])
     out = tmp_path / "run"
     argv = ["run", "--algorithm", "sg_focus", "--problem", "nn:data=mnist,model=logreg,partition=iid,clients=2,batch=4",
-            "--data-dir", str(tmp_path / "cache"), "--rounds", "2", "--out", str(out)]
+            "--data-dir", str(tmp_path / "cache"), "--rounds", "2", "--lr", "0.01", "--out", str(out)]
     assert main(argv) == 2  # without --download: the one-line "not found" error
     assert "not found" in capsys.readouterr().err
     assert main(argv + ["--download"]) == 0

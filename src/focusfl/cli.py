@@ -200,14 +200,19 @@ def _add_participation(sub) -> None:
 
 
 def _cmd_participation(args) -> int:
+    from .errors import ConfigError
     from .participation import make_participation
     from .participation.statistics import summarize
 
     process = make_participation(args.spec, args.clients, seed=args.seed)
     if args.plot and Path(args.plot).suffix.lower() not in (".png", ".pdf"):
-        from .errors import ConfigError
-
         raise ConfigError(f"--plot must end in .png or .pdf, got {args.plot!r}")
+    from .limits import check_allocation
+
+    # The mask (1 byte an entry) and the statistics' per-round tables (int64 delays and more).
+    check_allocation(args.rounds * args.clients * 17,
+                     f"participation statistics of {args.rounds:,} rounds x {args.clients:,} clients",
+                     error=ConfigError)
     mask = process.mask(args.rounds)
     stats = summarize(mask)
     nominal = process.nominal_p()

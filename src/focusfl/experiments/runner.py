@@ -213,4 +213,3 @@ def execute(
             bar.close()
 
 
-from .run_folder import Interrupted, run_to_folder  # noqa: E402  (the CLI's entry point lives there)

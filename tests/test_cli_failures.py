@@ -1,0 +1,93 @@
+"""Failures around a run, as a user meets them: each one line, the right exit status, nothing lost."""
+from __future__ import annotations
+
+import errno
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cli_harness import assert_one_line_error, cli_env, run_cli, snapshot
+from focusfl.cli import main
+
+SMALL = ["--problem", "ridge:clients=4,dim=3,samples=5"]
+
+
+def test_a_huge_step_diverges_with_exit_1_and_keeps_its_rows(tmp_path):
+    out = tmp_path / "boom"
+    proc = run_cli("run", "--algorithm", "focus", *SMALL, "--lr", "1e308", "--rounds", "5", "--out", str(out))
+    line = assert_one_line_error(proc, 1, contains="diverged")
+    assert str(out) in line
+    assert json.loads((out / "config.json").read_text())["status"] == "diverged"
+    assert (out / "curve.png").is_file() and not (out / "checkpoint.pt").exists()
+
+
+def test_output_piped_into_head_ends_quietly():
+    proc = subprocess.Popen([sys.executable, "-m", "focusfl.cli", "participation", "bernoulli", "--clients", "5000",
+                             "--rounds", "20"], env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.readline()
+    proc.stdout.close()  # what `| head -1` does after its line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0 and first.startswith(b"bernoulli") and err == ""
+
+
+@pytest.mark.parametrize("delay", [0.3, 1.0, 2.5])
+def test_ctrl_c_during_start_up_is_one_line_and_writes_nothing(tmp_path, delay):
+    proc = subprocess.Popen([sys.executable, "-m", "focusfl.cli", "run", "--algorithm", "focus", *SMALL,
+                             "--rounds", "100000000", "--out", str(tmp_path / "x")],
+                            env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip() and "round/s" not in line]
+    if proc.returncode == 130 and lines and "stopped after round" in lines[-1]:
+        return  # start-up was over: the run stopped with a checkpoint, as tested elsewhere
+    assert proc.returncode in (130, -signal.SIGINT), err
+    assert lines in ([], ["focusfl: interrupted"]), err
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_full_disk_is_one_line_and_leaves_no_partial_folder(tmp_path, capsys, monkeypatch):
+    import focusfl.experiments.run_folder as run_folder
+
+    def no_space(path, checkpoint):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(run_folder, "save_checkpoint", no_space)
+    out = tmp_path / "full"
+    assert main(["run", "--algorithm", "focus", *SMALL, "--rounds", "20", "--checkpoint-every", "5",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("focusfl: error: cannot access") and "No space left on device" in err
+    assert "\n" not in err and not list(tmp_path.iterdir())
+
+
+def test_an_unreadable_config_is_one_line(tmp_path):
+    before = snapshot(tmp_path)
+    for content in (None, "{not json", "[1, 2]", "x" * (2 << 20)):
+        path = tmp_path / "c.json"
+        if content is not None:
+            path.write_text(content)
+        proc = run_cli("run", "--config", str(path), "--out", str(tmp_path / "o"), limit_gib=None)
+        assert_one_line_error(proc, 2)
+        path.unlink(missing_ok=True)
+    assert snapshot(tmp_path) == before
+
+
+def test_sighup_stops_with_exit_129_and_a_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "focusfl.cli", "run", "--algorithm", "focus", *SMALL,
+                             "--rounds", "100000000", "--eval-every", "500", "--out", str(out)],
+                            env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = tmp_path / ".run.focusfl-partial" / "metrics.csv"
+    deadline = time.monotonic() + 90
+    while not (metrics.exists() and metrics.stat().st_size > 0) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGHUP)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 129, err
+    assert json.loads((out / "config.json").read_text())["status"] == "interrupted"
