@@ -11,6 +11,7 @@ import torch
 from ..algorithms.base import Algorithm, State
 from ..errors import ConfigError
 from ..problems.base import Problem
+from .divergence import BlowUpDetector
 from .reference import reference_round
 from .vectorized import vectorized_round
 
@@ -65,7 +66,8 @@ def simulate(
     (seed, r, client, step), so a run started from a saved ``state`` at ``start_round``
     continues exactly as the uninterrupted run would. Rows carry ``round`` (rounds completed),
     ``active`` (participants of the last round), cumulative ``comm_down``/``comm_up`` (floats
-    sent per direction) and the problem's metrics. A non-finite model stops the run.
+    sent per direction) and the problem's metrics. A non-finite model stops the run, and so does a
+    blow-up (engine/divergence.py); the last row then has ``diverged = True``.
     ``schedule`` maps the round to a factor on every step size ("constant" or "sqrt").
     """
     if engine not in ENGINES:
@@ -94,6 +96,7 @@ def simulate(
     floats_up = participants_before * comm.up * problem.dim
 
     result = RunResult(state=state, rounds_done=start_round)
+    blow_up = BlowUpDetector()  # a finite loss far above its start, sustained: engine/divergence.py
 
     def evaluate(done: int, active_count: int) -> bool:
         x = algorithm.model(result.state)
@@ -104,6 +107,10 @@ def simulate(
             finite = all(math.isfinite(v) for v in row.values())
         else:
             row.update({"loss": math.inf, "grad_norm": math.inf})
+        if finite and blow_up.update(row):
+            finite = False
+        if not finite:
+            row["diverged"] = True
         result.rows.append(row)
         if on_row is not None:
             on_row(row)
