@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,14 +165,21 @@ def format_table(summary: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def scenario_tag(spec: str) -> str:
+    """The <scenario> of the file names: the participation spec made file-safe
+    (``bernoulli`` -> figure_bernoulli.png, ``uniform:m=20`` -> figure_uniform-m-20.png)."""
+    return re.sub(r"[^A-Za-z0-9]+", "-", spec).strip("-")
+
+
 def write_outputs(scratch: Path, setup: Setup, panels, summary, problem) -> None:
     from ..data.plots import plot_label_histograms, plot_training_curves
 
     write_csv(scratch / "summary.csv", summary)
-    for k, (scenario, runs) in enumerate(panels.items()):
+    for scenario, runs in panels.items():
+        tag = scenario_tag(setup.scenarios[scenario])
         for name, rows in runs.items():
-            write_csv(scratch / f"metrics_{k}_{name}.csv", rows)
-        plot_training_curves(runs, [scratch / f"figure_{k}.png", scratch / f"figure_{k}.pdf"],
+            write_csv(scratch / f"metrics_{tag}_{name}.csv", rows)
+        plot_training_curves(runs, [scratch / f"figure_{tag}.png", scratch / f"figure_{tag}.pdf"],
                              title=f"{setup.title}\n{scenario}")
     plot_label_histograms(problem.label_histograms(), scratch / "partition.png")
 
