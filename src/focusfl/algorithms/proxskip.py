@@ -33,12 +33,13 @@ are Scaffnew under full participation, where sum_j h_j = 0; docs/algorithms.md m
   do not cancel. It plateaus.
 - ``plain``: the upload is xh_i and the server averages it over S_r; h_i updates as above. Then
   sum_{S_r} (x_{r+1} - xh_i) = 0, so sum_j h_j = 0 is kept in every round, and
-  (x*, grad f_i(x*)) is a fixed point for every active set.
+  (x*, grad f_i(x*)) is a fixed point for every active set. Measured exact under uniform,
+  weighted, Bernoulli and Markov participation; it plateaus under cyclic participation.
 - ``deferred``: the FOCUS authors' ridge notebook (BichengYing/FedASL, figures/focus.ipynb).
   An active client first applies the control update of its PREVIOUS participation against the
   server model it pulls NOW, h_i += (p/gamma)(x_r - xh_i) (xh_i: where its last local steps
   ended, x_0 at first), then takes T_r steps from x_r and uploads xh_i; the server averages over
-  S_r (1 vector each way). The h update uses a model the client did not average into, so
+  S_r (1 vector each way; ``pull`` is implied). The h update uses a model the client did not average into, so
   sum_j h_j drifts from 0 whenever the server moved while a client was away; (x*, grad f_i(x*))
   is still a fixed point, but the measured runs leave it (the "ProxSkip diverges" of the FOCUS
   paper's Figure 4 under partial participation).

@@ -82,20 +82,25 @@ def _palette(count: int) -> list:
 
 
 def coinciding_groups(
-    curves: dict[str, Sequence[dict]], metric: str = "rel_error", tolerance: float = 0.01
+    curves: dict[str, Sequence[dict]], metric: str = "rel_error", tolerance: float = 0.01,
+    x: str | None = None, x_factor: dict[str, float] | None = None,
 ) -> list[list[str]]:
     """Groups (of two or more) of curves that coincide on a log axis: equal length and
     |log10 a - log10 b| <= ``tolerance`` (2.3%) at every evaluated point where either is above
     ``FLOOR`` (below it both sit at the float64 rounding floor, whose jitter means nothing).
-    Non-finite values must match exactly."""
-    logs = {}
+    Non-finite values must match exactly. With ``x`` the curves must also share their x values
+    (times ``x_factor[name]``): curves against floats communicated coincide only if they cost the same.
+    """
+    logs, xs = {}, {}
     for name, rows in curves.items():
         logs[name] = [math.log10(v) if math.isfinite(v) else v for v in _positive(_values(rows, metric))]
+        factor = (x_factor or {}).get(name, 1.0)
+        xs[name] = [factor * float(r[x]) for r in rows] if x else None
     groups: list[list[str]] = []
     for name, mine in logs.items():
         for group in groups:
             other = logs[group[0]]
-            if len(other) == len(mine) and all(
+            if len(other) == len(mine) and xs[name] == xs[group[0]] and all(
                 (a == b) if not (math.isfinite(a) and math.isfinite(b))
                 else (abs(a - b) <= tolerance or max(a, b) <= LOG_FLOOR)
                 for a, b in zip(mine, other)
@@ -142,7 +147,7 @@ def plot_panels(
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.6), squeeze=False)
     handles: dict[str, object] = {}
     for ax, (scenario, curves) in zip(axes[0], panels.items()):
-        groups = coinciding_groups(curves, metric)
+        groups = coinciding_groups(curves, metric, x=x, x_factor=x_factor)
         rank = {name: k for group in groups for k, name in enumerate(group)}
         stopped = 0
         for algorithm, rows in curves.items():
