@@ -224,3 +224,16 @@ def test_report_command_rejects_a_missing_data_file(tmp_path):
     out = tmp_path / "report"
     assert main(["reproduce", "report", "--data", str(tmp_path / "none.npz"), "--out", str(out)]) == 2
     assert not out.exists()
+
+
+def test_reproductions_page_is_a_report_whose_figures_exist():
+    import re
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    text = (docs / "reproductions.md").read_text()
+    assert text.startswith("# Reproduction report") and "| # | paper | where | claim |" in text
+    figures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+    assert figures and all((docs / figure).is_file() for figure in figures)
+    verdicts = re.findall(r"\*\*(reproduced|reproduced on another axis|not reproduced|not checked here)\*\*", text)
+    assert len(verdicts) >= 20

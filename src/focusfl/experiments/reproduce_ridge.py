@@ -153,9 +153,9 @@ def format_table(summary: list[dict]) -> str:
 
 
 def many_lines_style():
-    """Matplotlib settings for a dozen curves: 20 distinct styles (10 dark solid colours, then
-    10 light dashed ones) instead of the 10-colour default, and scientific tick labels for the
-    large float counts of the communication figure."""
+    """Matplotlib settings for the figures: scientific tick labels for the large float counts of
+    the communication figure, and 20 distinct styles for any curve drawn without its own
+    (``plot_panels`` gives every algorithm its colour and marker itself)."""
     import matplotlib
     from cycler import cycler
 
