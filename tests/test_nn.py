@@ -488,7 +488,8 @@ def test_mnist_demo_preset_writes_its_outputs(tmp_path, capsys):
     assert code == 0
     summary = read_rows(out / "summary.csv")
     assert [row["algorithm"] for row in summary] == ["sg_focus", "fedavg"]
-    for name in ("figure_0.png", "figure_0.pdf", "partition.png", "metrics_0_sg_focus.csv"):
+    # Named as docs/neural-networks.md says: <scenario> is the participation spec.
+    for name in ("figure_bernoulli.png", "figure_bernoulli.pdf", "partition.png", "metrics_bernoulli_sg_focus.csv"):
         assert (out / name).is_file()
     assert "final acc" in capsys.readouterr().out
 

@@ -242,14 +242,15 @@ def _add_algorithms(sub) -> None:
 def _cmd_algorithms(args) -> int:
     from .algorithms import ALGORITHMS
 
-    print(f"{'name':<14} {'down':>5} {'up':>5} {'server mem':>11} {'client mem':>11}  what it is")
+    width = max(len("name"), *(len(name) for name in ALGORITHMS))  # names never push the columns
+    print(f"{'name':<{width}} {'down':>5} {'up':>5} {'server mem':>11} {'client mem':>11}  what it is")
     for name, cls in ALGORITHMS.items():
         comm = cls().communication()
         server = f"{comm.server_memory:g}"
         if comm.server_memory_per_client:  # N-row tables (MIFA, FedVARP)
             server += f"+{comm.server_memory_per_client:g}N".replace("+1N", "+N")
         print(
-            f"{name:<14} {comm.down:>5g} {comm.up:>5g} {server:>11} {comm.client_memory:>11g}  {cls.summary}"
+            f"{name:<{width}} {comm.down:>5g} {comm.up:>5g} {server:>11} {comm.client_memory:>11g}  {cls.summary}"
         )
     print("\ndown/up: vectors of d floats per participating client per round; memory in vectors (server: N d")
     print("tables count as N vectors); client memory is kept by every client between rounds.")

@@ -45,7 +45,8 @@ class FocusMessage(NamedTuple):
 @dataclass(frozen=True)
 class Focus(Algorithm):
     """FOCUS (Algorithm 1). ``skip_empty=True`` leaves the server untouched in rounds with no
-    participant, as the authors' code does; the default follows Algorithm 1 (step anyway)."""
+    participant, as the authors' PyTorch server does (their ridge notebook steps in every round);
+    the default follows Algorithm 1 (step anyway)."""
 
     name = "focus"
     summary = "push-pull gradient tracking; exact linear convergence under any participation"

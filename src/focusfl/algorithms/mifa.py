@@ -13,6 +13,16 @@ table, stale rows included:
 Server memory is O(N d), the cost FOCUS and FedSUM avoid. Under full participation MIFA is
 FedAvg with the same gamma. With tau > 1 the table stores drifted local updates, so the fixed
 point is not the minimizer of F.
+
+``notebook=true`` reproduces the MIFA of the FOCUS authors' ridge notebook (BichengYing/FedASL,
+figures/focus.ipynb), which is not the paper's rule: there the client pushes
+(its OWN previous local model - z_i) / eta, the previous local model being the z_i it ended its
+last participation with (x_0 before any), instead of (x_r - z_i) / eta. Under full
+participation the two coincide round by round (the server moves by m(x_r) - m(x_{r-1}), m the
+mean local model, which telescopes to FedAvg). Under partial participation a row holds the
+DIFFERENCE of two local models, a move to be made once, and the server applies it again in
+every round until the client returns: the error grows (the "MIFA diverges" of the paper's
+Figure 4, which the paper could not explain). The client keeps that vector (1 vector of client memory).
 """
 from __future__ import annotations
 
@@ -21,6 +31,7 @@ from typing import NamedTuple
 
 import torch
 
+from ..errors import ConfigError
 from .base import Algorithm, Communication, RoundContext, State
 from .fedavg import local_sgd, no_client_state
 
@@ -28,6 +39,10 @@ from .fedavg import local_sgd, no_client_state
 class MifaServer(NamedTuple):
     x: torch.Tensor  # [d] server model
     table: torch.Tensor  # [N, d] each client's latest G_i (0 before its first participation)
+
+
+class MifaClients(NamedTuple):
+    z_prev: torch.Tensor  # [N, d] the local model of the last participation (notebook variant)
 
 
 class MifaMessage(NamedTuple):
@@ -40,17 +55,26 @@ class Mifa(Algorithm):
     summary = "server table of every client's latest update (N d memory); steps on its mean"
 
     server_lr: float = 1.0
+    notebook: bool = False  # the FOCUS authors' notebook variant (module docstring)
 
     def validate(self) -> None:
         self._check_positive("server_lr", self.server_lr)
+        if not isinstance(self.notebook, bool):
+            raise ConfigError(f"mifa: notebook must be true or false, got {self.notebook!r}")
 
     def init(self, x0: torch.Tensor, num_clients: int) -> State:
         table = torch.zeros_like(x0).expand(num_clients, *x0.shape).clone()
-        return State(MifaServer(x=x0.clone(), table=table), no_client_state(x0, num_clients))
+        if self.notebook:
+            clients = MifaClients(z_prev=x0.expand(num_clients, *x0.shape).clone())
+        else:
+            clients = no_client_state(x0, num_clients)
+        return State(MifaServer(x=x0.clone(), table=table), clients)
 
     def client_round(self, server: MifaServer, clients, oracle, ctx: RoundContext):
         lr = self.lr * ctx.lr_scale
         z = local_sgd(server.x, ctx.active.numel(), oracle, lr, self.local_steps)
+        if self.notebook:
+            return MifaClients(z_prev=z), MifaMessage(update=(clients.z_prev - z) / lr)
         return clients, MifaMessage(update=(server.x - z) / lr)
 
     def server_round(self, server: MifaServer, message: MifaMessage, ctx: RoundContext) -> MifaServer:
@@ -59,4 +83,6 @@ class Mifa(Algorithm):
         return MifaServer(x=server.x - step * table.mean(0), table=table)
 
     def communication(self) -> Communication:
-        return Communication(down=1, up=1, server_memory=1, client_memory=0, server_memory_per_client=1)
+        return Communication(
+            down=1, up=1, server_memory=1, client_memory=1 if self.notebook else 0, server_memory_per_client=1
+        )

@@ -24,9 +24,27 @@ x_i = x_{r+1}. Absent clients do nothing and keep (x_i, h_i), as for every basel
   The coin seed defaults to the run's seed (taken from the participation process).
 - ``pull``: active clients start from the current server model instead of their own copy
   (2 vectors down: the pull and the new average).
-Under full participation this is Scaffnew (exact linear convergence). Under partial
-participation sum_{j in S_r} h_j is not 0, the average is biased by -(gamma/p) mean_{S_r} h_j
-and the method can stall or diverge, which the FOCUS paper observed (its Figure 4).
+
+Partial participation: Scaffnew's paper has none, so ``partial`` picks an adaptation (all three
+are Scaffnew under full participation, where sum_j h_j = 0; docs/algorithms.md measures each):
+- ``shifted`` (default): the upload is Scaffnew's xh_i - (gamma/p) h_i and the server averages it
+  over S_r. (x*, h_i = grad f_i(x*)) is NOT a fixed point: the average is
+  x* - (gamma/p) mean_{S_r} grad f_i(x*), off x* whenever the active clients' gradients at x*
+  do not cancel. It plateaus.
+- ``plain``: the upload is xh_i and the server averages it over S_r; h_i updates as above. Then
+  sum_{S_r} (x_{r+1} - xh_i) = 0, so sum_j h_j = 0 is kept in every round, and
+  (x*, grad f_i(x*)) is a fixed point for every active set. Measured exact under uniform,
+  weighted, Bernoulli and Markov participation; it plateaus under cyclic participation.
+- ``deferred``: the FOCUS authors' ridge notebook (BichengYing/FedASL, figures/focus.ipynb).
+  An active client first applies the control update of its PREVIOUS participation against the
+  server model it pulls NOW, h_i += (p/gamma)(x_r - xh_i) (xh_i: where its last local steps
+  ended, x_0 at first), then takes T_r steps from x_r and uploads xh_i; the server averages over
+  S_r (1 vector each way; ``pull`` is implied). The h update uses a model the client did not average into, so
+  sum_j h_j drifts from 0 whenever the server moved while a client was away; (x*, grad f_i(x*))
+  is still a fixed point, but the measured runs leave it (the "ProxSkip diverges" of the FOCUS
+  paper's Figure 4 under partial participation).
+The FOCUS paper's Figure 4 draws this algorithm against communication counted twice per round
+(two vectors, as SCAFFOLD), although one vector goes each way.
 """
 from __future__ import annotations
 
@@ -52,7 +70,10 @@ class ProxClients(NamedTuple):
 
 
 class ProxMessage(NamedTuple):
-    shifted: torch.Tensor  # [n, d] xh_i - (gamma/p) h_i
+    upload: torch.Tensor  # [n, d] xh_i - (gamma/p) h_i (partial="shifted"), else xh_i
+
+
+PARTIAL = ("shifted", "plain", "deferred")
 
 
 @dataclass(frozen=True)
@@ -65,8 +86,11 @@ class ProxSkip(Algorithm):
     random_steps: bool = False
     pull: bool = False
     coin_seed: int | None = None
+    partial: str = "shifted"  # adaptation to partial participation (module docstring)
 
     def validate(self) -> None:
+        if self.partial not in PARTIAL:
+            raise ConfigError(f"proxskip: partial must be one of {', '.join(PARTIAL)}, got {self.partial!r}")
         for field in ("random_steps", "pull"):
             if not isinstance(getattr(self, field), bool):
                 raise ConfigError(f"proxskip: {field} must be true or false, got {getattr(self, field)!r}")
@@ -102,23 +126,30 @@ class ProxSkip(Algorithm):
 
     def client_round(self, server: ModelServer, clients: ProxClients, oracle, ctx: RoundContext):
         lr = self.lr * ctx.lr_scale
-        z = server.x.expand_as(clients.x) if self.pull else clients.x
+        h = clients.h
+        if self.partial == "deferred":  # last participation's control update, against x_r
+            h = h + (self.p / lr) * (server.x - clients.x)
+        z = server.x.expand_as(clients.x) if self.pull or self.partial == "deferred" else clients.x
         for step in range(self.steps_this_round(ctx.round)):
-            z = z - lr * (oracle(z, step) - clients.h)
+            z = z - lr * (oracle(z, step) - h)
+        upload = z - (lr / self.p) * h if self.partial == "shifted" else z
         # Rows hold xh_i until client_finish, which needs it for the h update.
-        return ProxClients(x=z, h=clients.h), ProxMessage(shifted=z - (lr / self.p) * clients.h)
+        return ProxClients(x=z, h=h), ProxMessage(upload=upload)
 
     def server_round(self, server: ModelServer, message: ProxMessage, ctx: RoundContext) -> ModelServer:
         n = ctx.active.numel()
         if n == 0:
             return server
-        return ModelServer(x=message.shifted.sum(0) / n)
+        return ModelServer(x=message.upload.sum(0) / n)
 
     def client_finish(self, server: ModelServer, clients: ProxClients, ctx: RoundContext) -> ProxClients:
+        if self.partial == "deferred":  # keeps xh_i; the control update waits for the next pull
+            return clients
         lr = self.lr * ctx.lr_scale
         average = server.x.expand_as(clients.x)
         h = clients.h + (self.p / lr) * (average - clients.x)
         return ProxClients(x=average.clone(), h=h)
 
     def communication(self) -> Communication:
-        return Communication(down=2 if self.pull else 1, up=1, server_memory=1, client_memory=2)
+        down = 2 if self.pull and self.partial != "deferred" else 1
+        return Communication(down=down, up=1, server_memory=1, client_memory=2)

@@ -71,6 +71,12 @@ def plot_training_curves(
     fig, (acc_ax, loss_ax) = plt.subplots(1, 2, figsize=(11, 4))
     for k, (label, rows) in enumerate(runs.items()):
         colour = f"C{k % 10}"
+        if rows and str(rows[-1].get("diverged", "")).lower() in ("true", "1"):  # engine/divergence.py
+            label = f"{label} (diverged at round {rows[-1]['round']})"
+            for ax, key in ((acc_ax, "test_accuracy"), (loss_ax, "test_loss")):
+                xs, ys = _series(rows, key)
+                if xs:
+                    ax.plot(xs[-1:], ys[-1:], marker="X", markersize=9, color=colour, markeredgecolor="black")
         acc_ax.plot(*_series(rows, "test_accuracy"), color=colour, label=label)
         loss_ax.semilogy(*_series(rows, "test_loss"), color=colour, label=f"{label} (test)")
         loss_ax.semilogy(*_series(rows, "train_loss"), color=colour, linestyle=":", label=f"{label} (train)")

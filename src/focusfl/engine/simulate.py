@@ -11,6 +11,7 @@ import torch
 from ..algorithms.base import Algorithm, State
 from ..errors import ConfigError
 from ..problems.base import Problem
+from .divergence import BlowUpDetector
 from .reference import reference_round
 from .vectorized import vectorized_round
 
@@ -39,6 +40,7 @@ class RunResult:
     diverged_at: int | None = None  # round count at which the model stopped being finite
     last_row: dict | None = None  # the latest evaluated row (kept even without rows)
     comm: tuple[float, float] = (0.0, 0.0)  # cumulative floats sent (down, up) after rounds_done
+    blow_up: BlowUpDetector | None = None  # the run's detector (its state goes into checkpoints)
 
 
 # Rounds whose active sets are drawn at once: memory stays independent of the run's length.
@@ -83,6 +85,7 @@ def simulate(
     keep_rows: bool = True,
     evaluate_start: bool = True,
     eval_origin: int | None = None,
+    blow_up: BlowUpDetector | None = None,
     progress=None,
     schedule: str | Callable[[int], float] = "constant",
 ) -> RunResult:
@@ -92,7 +95,8 @@ def simulate(
     (seed, r, client, step), so a run started from a saved ``state`` at ``start_round``
     continues exactly as the uninterrupted run would. Rows carry ``round`` (rounds completed),
     ``active`` (participants of the last round), cumulative ``comm_down``/``comm_up`` (floats
-    sent per direction) and the problem's metrics. A non-finite model stops the run.
+    sent per direction) and the problem's metrics. A non-finite model stops the run, and so does a
+    blow-up (engine/divergence.py); the last row then has ``diverged = True``.
     ``schedule`` maps the round to a factor on every step size ("constant" or "sqrt").
 
     For long runs: active sets are drawn in chunks (memory does not grow with ``rounds``);
@@ -102,7 +106,7 @@ def simulate(
     ``start_round``, else it is recounted from the participation) and ``evaluate_start=False``
     when the row of ``start_round`` was already written, and ``eval_origin`` (the round its run
     started from) so that it evaluates the same rounds; by default rounds are counted from
-    ``start_round``.
+    ``start_round``; and ``blow_up``, the detector restored from its checkpoint.
     """
     if engine not in ENGINES:
         raise ConfigError(f"unknown engine {engine!r} (known: {', '.join(ENGINES)})")
@@ -129,6 +133,8 @@ def simulate(
     floats_down, floats_up = (float(v) for v in comm_before)
 
     result = RunResult(state=state, rounds_done=start_round, comm=(floats_down, floats_up))
+    # A finite loss far above its start, sustained, is a divergence too (engine/divergence.py).
+    result.blow_up = blow_up if blow_up is not None else BlowUpDetector()
 
     def evaluate(done: int, active_count: int) -> bool:
         x = algorithm.model(result.state)
@@ -139,6 +145,10 @@ def simulate(
             finite = all(math.isfinite(v) for v in row.values())
         else:
             row.update({"loss": math.inf, "grad_norm": math.inf})
+        if finite and result.blow_up.update(row):
+            finite = False
+        if not finite:
+            row["diverged"] = True
         result.last_row = row
         if keep_rows:
             result.rows.append(row)

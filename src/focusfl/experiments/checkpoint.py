@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import pickle
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ class Checkpoint:
     comm: tuple[float, float]  # cumulative floats sent (down, up) after ``round``
     metrics_bytes: int  # length of metrics.csv that belongs to rounds 0..round
     stream: dict[str, Any]  # participation.stream_state()
+    blow_up: dict[str, Any] = field(default_factory=dict)  # BlowUpDetector.state()
 
 
 def _owned(tensor: torch.Tensor) -> torch.Tensor:
@@ -83,6 +84,7 @@ def save_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
         "server": _fields(checkpoint.state.server),
         "clients": _fields(checkpoint.state.clients),
         "participation": stream,
+        "blow_up": dict(checkpoint.blow_up),
     }
     atomic_torch_save(payload, path)
 
@@ -159,7 +161,18 @@ def load_checkpoint(path: Path, reference: State, num_clients: int) -> Checkpoin
         comm=(_number(payload, "comm_down", float, path), _number(payload, "comm_up", float, path)),
         metrics_bytes=_number(payload, "metrics_bytes", int, path),
         stream=stream,
+        blow_up=_blow_up(payload.get("blow_up") or {}, path),
     )
+
+
+def _blow_up(state: Any, path: Path) -> dict[str, Any]:
+    from ..engine.divergence import BlowUpDetector
+
+    try:
+        BlowUpDetector().restore(state)
+    except (ValueError, AttributeError):
+        raise DataError(f"checkpoint {str(path)!r}: its blow-up detector state is malformed") from None
+    return state
 
 
 def load_model(path: Path) -> torch.Tensor:

@@ -25,11 +25,40 @@ def _positive(values):
     return [max(v, 1e-300) if math.isfinite(v) else math.nan for v in values]
 
 
-def plot_curve(rows: Sequence[dict], path: Path, title: str, x: str = "round") -> None:
+def _values(rows: Sequence[dict], key: str) -> list[float]:
+    """``key`` of every row as floats (a missing value, as in a non-finite model's last row, is nan)."""
+    return [float(r[key]) if r.get(key) not in (None, "") else math.nan for r in rows]
+
+
+def ended_early(rows: Sequence[dict]) -> bool:
+    """A run whose last row says it diverged (non-finite model or blow-up: engine/divergence.py)."""
+    return bool(rows) and str(rows[-1].get("diverged", "")).lower() in ("true", "1")
+
+
+def _mark_end(ax, xs: list[float], ys: list[float], label: str, color=None, slot: int = 0) -> None:
+    """A cross on the last finite point of a run that stopped, with a word saying why."""
+    finite = [(x, y) for x, y in zip(xs, ys) if math.isfinite(y) and y > 0]
+    if not finite:
+        return
+    x, y = finite[-1]
+    ax.plot([x], [y], marker="X", markersize=9, color=color or "black", markeredgecolor="black", zorder=5)
+    # Several runs may stop at the same place: their labels are stacked (slot) to stay legible.
+    ax.annotate(label, (x, y), textcoords="offset points", xytext=(6, -10 - 9 * slot), fontsize=7,
+                color=color or "black")
+
+
+def plot_curve(
+    rows: Sequence[dict], path: Path, title: str, x: str = "round", stopped: str | None = None
+) -> None:
+    """One run. A diverged run (its last row says so) is marked where it stopped; so is a run
+    that ``stopped`` for another reason (e.g. ``"interrupted"``)."""
     plt = _pyplot()
     metric = curve_metric(rows)
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.semilogy([r[x] for r in rows], _positive([float(r[metric]) for r in rows]))
+    xs, ys = [float(r[x]) for r in rows], _positive(_values(rows, metric))
+    ax.semilogy(xs, ys)
+    if ended_early(rows) or stopped:
+        _mark_end(ax, xs, ys, f"{stopped or 'diverged'} at round {rows[-1]['round']}")
     ax.set_xlabel(x.replace("_", " "))
     ax.set_ylabel(metric.replace("_", " "))
     ax.set_title(title)
@@ -37,6 +66,60 @@ def plot_curve(rows: Sequence[dict], path: Path, title: str, x: str = "round") -
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+# Distinct colours (tab20: 10 dark, then their 10 light partners) and markers for a dozen curves.
+MARKERS = "o^sDv<>pPh*X"
+LINESTYLES = ["-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1))]
+
+
+def _palette(count: int) -> list:
+    import matplotlib
+
+    colors = list(matplotlib.colormaps["tab20"].colors)
+    colors = colors[0::2] + colors[1::2]
+    return [colors[k % len(colors)] for k in range(count)]
+
+
+def coinciding_groups(
+    curves: dict[str, Sequence[dict]], metric: str = "rel_error", tolerance: float = 0.01,
+    x: str | None = None, x_factor: dict[str, float] | None = None,
+) -> list[list[str]]:
+    """Groups (of two or more) of curves that coincide on a log axis: equal length and
+    |log10 a - log10 b| <= ``tolerance`` (2.3%) at every evaluated point where either is above
+    ``FLOOR`` (below it both sit at the float64 rounding floor, whose jitter means nothing).
+    Non-finite values must match exactly. With ``x`` the curves must also share their x values
+    (times ``x_factor[name]``): curves against floats communicated coincide only if they cost the same.
+    """
+    logs, xs = {}, {}
+    for name, rows in curves.items():
+        logs[name] = [math.log10(v) if math.isfinite(v) else v for v in _positive(_values(rows, metric))]
+        factor = (x_factor or {}).get(name, 1.0)
+        xs[name] = [factor * float(r[x]) for r in rows] if x else None
+    groups: list[list[str]] = []
+    for name, mine in logs.items():
+        for group in groups:
+            other = logs[group[0]]
+            if len(other) == len(mine) and xs[name] == xs[group[0]] and all(
+                (a == b) if not (math.isfinite(a) and math.isfinite(b))
+                else (abs(a - b) <= tolerance or max(a, b) <= LOG_FLOOR)
+                for a, b in zip(mine, other)
+            ):
+                group.append(name)
+                break
+        else:
+            groups.append([name])
+    return [group for group in groups if len(group) > 1]
+
+
+FLOOR = 1e-12
+LOG_FLOOR = math.log10(FLOOR)
+
+
+def _wrap(text: str, width: int = 62) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width))
 
 
 def plot_panels(
@@ -47,21 +130,50 @@ def plot_panels(
     x: str = "round",
     suptitle: str | None = None,
     xlabel: str | None = None,
+    x_factor: dict[str, float] | None = None,
 ) -> None:
-    """One panel per scenario, one line per algorithm: ``panels[scenario][algorithm] = rows``."""
+    """One panel per scenario, one line per algorithm: ``panels[scenario][algorithm] = rows``.
+
+    Every algorithm keeps one colour and marker in every panel, and markers are staggered so
+    that curves which coincide stay visible (a coinciding curve after the first of its group is
+    also dashed); each panel's x label names the groups that coincide. A diverged run is marked
+    with a cross where it stopped. ``x_factor`` multiplies an algorithm's x values (the FOCUS
+    notebook's axis counts SCAFFOLD's and ProxSkip's rounds twice).
+    """
     plt = _pyplot()
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.2), squeeze=False)
+    names = list(dict.fromkeys(name for curves in panels.values() for name in curves))
+    colors = dict(zip(names, _palette(len(names))))
+    markers = {name: MARKERS[k % len(MARKERS)] for k, name in enumerate(names)}
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.6), squeeze=False)
+    handles: dict[str, object] = {}
     for ax, (scenario, curves) in zip(axes[0], panels.items()):
+        groups = coinciding_groups(curves, metric, x=x, x_factor=x_factor)
+        rank = {name: k for group in groups for k, name in enumerate(group)}
+        stopped = 0
         for algorithm, rows in curves.items():
-            ax.semilogy(
-                [float(r[x]) for r in rows], _positive([float(r[metric]) for r in rows]), label=algorithm
+            factor = (x_factor or {}).get(algorithm, 1.0)
+            xs = [factor * float(r[x]) for r in rows]
+            ys = _positive(_values(rows, metric))
+            every = max(1, len(rows) // 8)
+            offset = (names.index(algorithm) * every) // max(1, len(names))
+            (line,) = ax.semilogy(
+                xs, ys, color=colors[algorithm], marker=markers[algorithm], markersize=5,
+                markevery=(offset, every), linestyle=LINESTYLES[rank.get(algorithm, 0) % len(LINESTYLES)],
+                linewidth=1.4, label=algorithm,
             )
+            handles.setdefault(algorithm, line)
+            if ended_early(rows):
+                _mark_end(ax, xs, ys, f"{algorithm} diverged", colors[algorithm], slot=stopped)
+                stopped += 1
         ax.set_title(scenario)
-        ax.set_xlabel(xlabel or x.replace("_", " "))
+        label = xlabel or x.replace("_", " ")
+        if groups:
+            label += "\n" + _wrap("coincide: " + "; ".join(" = ".join(group) for group in groups))
+        ax.set_xlabel(label, fontsize=9)
         ax.grid(True, which="major", alpha=0.3)
     axes[0][0].set_ylabel(r"$\|x - x^\star\| / \|x^\star\|$" if metric == "rel_error" else metric)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), frameon=False)
+    labels = list(handles)
+    fig.legend([handles[n] for n in labels], labels, loc="lower center", ncol=min(len(labels), 6), frameon=False)
     if suptitle:
         fig.suptitle(suptitle)
     fig.tight_layout(rect=(0, 0.12 if len(labels) > 6 else 0.08, 1, 1))

@@ -28,6 +28,7 @@ def load_presets() -> dict[str, Preset]:
     from . import reproduce_delays  # noqa: F401
     from . import reproduce_ridge  # noqa: F401
     from . import reproduce_nn  # noqa: F401
+    from . import reproduce_report  # noqa: F401
 
     return PRESETS
 

@@ -110,7 +110,7 @@ def plot_delays(summary: list[dict], traces: dict[str, np.ndarray], paths: list[
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.6), gridspec_kw={"width_ratios": [3, 2]})
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 5.4), gridspec_kw={"width_ratios": [3, 2]})
     for label, tau in traces.items():
         shown = tau[:SHOWN_ROUNDS]
         left.step(np.arange(shown.size), shown, where="post", label=label, linewidth=1.1)
@@ -118,7 +118,8 @@ def plot_delays(summary: list[dict], traces: dict[str, np.ndarray], paths: list[
     left.set_ylabel(r"$\tau(r) = \max_i\,(r - l_i(r))$")
     left.set_title(f"per-round delay, first {SHOWN_ROUNDS} rounds (first seed)")
     left.grid(True, alpha=0.3)
-    left.legend(fontsize=7, loc="upper right")
+    # Below the axes: inside, the seven labels covered the highest curves.
+    left.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, frameon=False)
 
     positions = np.arange(len(summary))
     width = 0.4
@@ -126,6 +127,7 @@ def plot_delays(summary: list[dict], traces: dict[str, np.ndarray], paths: list[
     right.bar(positions + width / 2, [row["tau_avg_mean"] for row in summary], width, label=r"$\tau_{avg}$")
     right.set_xticks(positions, [row["pattern"].split(":")[0] for row in summary])
     right.set_yscale("log")
+    right.set_ylabel("delay (rounds, log scale)")
     right.set_title("delay metrics (mean over seeds)")
     right.grid(True, axis="y", which="both", alpha=0.3)
     right.legend()

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..engine import RunResult
+from ..engine.divergence import BlowUpDetector
 from ..errors import ConfigError, DataError
 from ..problems.models import refuse_model_import
 from .checkpoint import CHECKPOINT, MODEL, Checkpoint, load_checkpoint, save_checkpoint, save_model
@@ -141,6 +142,7 @@ class _Checkpointer:
         checkpoint = Checkpoint(
             state=result.state, round=result.rounds_done, comm=result.comm,
             metrics_bytes=self.metrics.sync(), stream=self.built.participation.stream_state(),
+            blow_up=result.blow_up.state(),
         )
         save_checkpoint(self.path, checkpoint)
         self.saved_at = time.monotonic()
@@ -214,8 +216,9 @@ def _drive(
     built: BuiltRun, output: Output, start: Checkpoint | None, *, progress: bool, checkpoint_every: int | None
 ) -> RunResult:
     work, out = output.work, output.target
+    # "diverged" marks the row where a run blew up (engine/divergence.py): no earlier row has it.
     metrics = _MetricsWriter(work / METRICS, truncate_to=None if start is None else start.metrics_bytes,
-                             late_columns=built.problem.late_metrics)
+                             late_columns=(*built.problem.late_metrics, "diverged"))
     checkpointer = _Checkpointer(built, work, metrics, checkpoint_every)
     flag = _StopFlag()
 
@@ -229,7 +232,8 @@ def _drive(
     resume: dict[str, Any] = {"keep_rows": False, "on_round": on_round, "eval_origin": 0}
     if start is not None:
         built.participation.restore_stream(start.stream)
-        resume.update(state=start.state, start_round=start.round, comm_before=start.comm, evaluate_start=False)
+        resume.update(state=start.state, start_round=start.round, comm_before=start.comm, evaluate_start=False,
+                      blow_up=BlowUpDetector().restore(start.blow_up))
     try:
         with _stop_on_signals(flag):
             result = execute(built, progress=progress, on_row=metrics.write, **resume)
@@ -261,6 +265,7 @@ def _drive(
         save_checkpoint(work / CHECKPOINT, Checkpoint(
             state=result.state, round=result.rounds_done, comm=result.comm,
             metrics_bytes=(work / METRICS).stat().st_size, stream=built.participation.stream_state(),
+            blow_up=result.blow_up.state(),
         ))
         save_model(work / MODEL, built.algorithm.model(result.state))
         status = "complete"

@@ -134,8 +134,10 @@ def tune(algorithms: Sequence[str | dict], grid: Sequence[float], setup: TuneSet
 
 
 def format_best(best: Sequence[dict], target: float) -> str:
+    """The best run per algorithm; the first line names the metric it was ranked by."""
+    metrics = sorted({row["metric"] for row in best})
     header = f"{'algorithm':<28} {'best lr':>10} {'final':>11} {'min':>11} {'first <= ' + format(target, 'g'):>16}"
-    lines = [header, "-" * len(header)]
+    lines = [f"ranked by {', '.join(metrics) or 'nothing'}: final and min are its values", header, "-" * len(header)]
     for row in best:
         first = row["first_round_below_target"]
         lines.append(

@@ -15,6 +15,7 @@ which is what :func:`expected_matrices` returns.
 """
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -203,9 +204,47 @@ def smoothness(quad: Quadratic) -> float:
     return float(torch.linalg.eigvalsh(quad.hessians).max())
 
 
+# -- warm-up of FedAvg's average ----------------------------------------------------------------
+class SlowestMode(NamedTuple):
+    eigenvalue: float  # lambda_min(sum_i q_i H_i)
+    rounds_per_efold: float  # T = 1 / (tau * eta * lambda_min)
+
+
+def slowest_mode(quad: Quadratic, q, lr: float, local_steps: int = 1) -> SlowestMode:
+    """The slowest mode of FedAvg's expected iteration.
+
+    With tau = 1 and a memoryless process, E[x_{r+1}] = E[x_r] - eta sum_i q_i grad f_i(E[x_r])
+    exactly (empty rounds weigh 0), so E[x_r] - x_q = (I - eta H_q)^r (x_0 - x_q) with
+    H_q = sum_i q_i H_i, and the error along H_q's smallest eigenvector shrinks by e every
+    T = 1/(eta lambda_min) rounds. With tau > 1 local steps, tau eta replaces eta (an estimate)."""
+    hq = _weighted_hessian(quad, q)
+    smallest = float(torch.linalg.eigvalsh(hq)[0])
+    return SlowestMode(smallest, math.inf if smallest <= 0 else 1.0 / (local_steps * lr * smallest))
+
+
+def warmup_in_average(
+    quad: Quadratic, q, x0: torch.Tensor, lr: float, start: int, stop: int, local_steps: int = 1
+) -> float:
+    """|| mean_{r=start..stop} E[x_r] - x_q ||: what is left of the start x_0 in FedAvg's iterate
+    averaged over rounds start..stop (inclusive), from the expected iteration of
+    :func:`slowest_mode` (exact for tau = 1 and memoryless processes; an estimate otherwise)."""
+    hq = _weighted_hessian(quad, q)
+    eigenvalues, vectors = torch.linalg.eigh(hq)
+    factor = (1.0 - local_steps * lr * eigenvalues).clamp(min=0.0)  # per-round contraction
+    rounds = torch.arange(start, stop + 1, dtype=hq.dtype, device=hq.device)
+    mean_powers = (factor[None, :] ** rounds[:, None]).mean(0)  # [d]
+    offset = vectors.T @ (x0 - weighted_target(quad, q))
+    return float(torch.linalg.vector_norm(vectors @ (mean_powers * offset)))
+
+
+def _weighted_hessian(quad: Quadratic, q) -> torch.Tensor:
+    qt = torch.as_tensor(np.asarray(q), dtype=quad.hessians.dtype, device=quad.hessians.device)
+    return torch.einsum("i,ide->de", qt, quad.hessians)
+
+
 # -- limit points -------------------------------------------------------------------------------
 class LimitPoints(NamedTuple):
-    fedavg_average: torch.Tensor  # FedAvg's server model averaged over the second half of rounds
+    fedavg_average: torch.Tensor  # FedAvg's server model averaged over rounds average_from..R
     fedavg_last: torch.Tensor
     focus_last: torch.Tensor
 
@@ -223,10 +262,14 @@ def server_trajectory(algorithm, problem: Problem, mask: np.ndarray, seed: int =
 
 def limit_points(
     problem: Problem, process, *, rounds: int, fedavg_lr: float, focus_lr: float,
-    local_steps: int = 1, seed: int = 0,
+    local_steps: int = 1, seed: int = 0, average_from: int | None = None,
 ) -> LimitPoints:
-    """FedAvg and FOCUS run for ``rounds`` rounds on the same participation sequence."""
+    """FedAvg and FOCUS run for ``rounds`` rounds on the same participation sequence; FedAvg's
+    iterate is averaged over rounds ``average_from``..``rounds`` (default: the second half)."""
+    start = rounds // 2 if average_from is None else average_from
+    if not 0 <= start <= rounds:
+        raise ConfigError(f"the average must start within 0..{rounds}, got {start}")
     mask = process.mask(rounds)
     fedavg = server_trajectory(FedAvg(lr=fedavg_lr, local_steps=local_steps), problem, mask, seed)
     focus = server_trajectory(Focus(lr=focus_lr, local_steps=local_steps), problem, mask, seed)
-    return LimitPoints(fedavg[rounds // 2 :].mean(0), fedavg[-1], focus[-1])
+    return LimitPoints(fedavg[start:].mean(0), fedavg[-1], focus[-1])

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,10 @@ DEFAULT_BIAS_PROBLEM = "ridge:dim=10,samples=50,hetero=1"
 # Default step sizes, as fractions of 1/L (FedAvg) and 1/(N L) (FOCUS, whose y is a sum).
 FEDAVG_STEP = 0.05
 FOCUS_STEP = 0.5
+# FedAvg's average starts after this many e-folds of its slowest mode (e^-10 = 4.5e-5 of the
+# start is left along it), and the run is twice as long, unless --rounds/--average-from say.
+WARMUP_EFOLDS = 10
+MIN_ROUNDS = 3000
 
 
 # -- bias ---------------------------------------------------------------------------------------
@@ -21,7 +26,11 @@ def add_bias_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--problem", default=DEFAULT_BIAS_PROBLEM,
                    help=f"quadratic problem SPEC (default {DEFAULT_BIAS_PROBLEM})")
     p.add_argument("--participation", default="bernoulli", help="participation SPEC (default bernoulli)")
-    p.add_argument("--rounds", type=positive_int, default=3000, help="rounds of FedAvg and FOCUS (default 3000)")
+    p.add_argument("--rounds", type=positive_int, default=None,
+                   help=f"rounds of FedAvg and FOCUS (default: twice --average-from, at least {MIN_ROUNDS})")
+    p.add_argument("--average-from", type=int, default=None,
+                   help=f"first round of FedAvg's averaged iterate (default: {WARMUP_EFOLDS} e-folds of its slowest "
+                   "mode, capped at half the rounds when --rounds is given)")
     p.add_argument("--fedavg-lr", type=positive_float, default=None,
                    help=f"FedAvg step size (default {FEDAVG_STEP}/L, L = max_i lambda_max of f_i's Hessian)")
     p.add_argument("--focus-lr", type=positive_float, default=None,
@@ -64,15 +73,26 @@ def run_bias(args) -> int:
     gap = _distance(target, x_star)
     print(f"||x*|| = {scale:.6g}; weighted target argmin sum q_i f_i: ||x_q - x*|| = {gap:.6g}")
 
+    mode = bias.slowest_mode(quad, weights.q, fedavg_lr, args.local_steps)
+    rounds, start = averaging_window(mode.rounds_per_efold, args.rounds, args.average_from)
     limits = bias.limit_points(
-        problem, process, rounds=args.rounds, fedavg_lr=fedavg_lr, focus_lr=focus_lr,
-        local_steps=args.local_steps, seed=args.seed,
+        problem, process, rounds=rounds, fedavg_lr=fedavg_lr, focus_lr=focus_lr,
+        local_steps=args.local_steps, seed=args.seed, average_from=start,
     )
-    print(f"L = {lipschitz:.6g}; {args.rounds} rounds, tau = {args.local_steps}; "
+    print(f"L = {lipschitz:.6g}; {rounds} rounds, tau = {args.local_steps}; "
           f"FedAvg lr = {fedavg_lr:.4g}, FOCUS lr = {focus_lr:.4g}")
+    print(f"FedAvg's slowest mode: lambda_min(sum q_i H_i) = {mode.eigenvalue:.6g}, "
+          f"one e-fold every {mode.rounds_per_efold:.0f} rounds")
+    warmup = bias.warmup_in_average(
+        quad, weights.q, problem.initial_point(), fedavg_lr, start, rounds, args.local_steps
+    )
+    share = f" = {100 * warmup / gap:.2g}% of ||x_q - x*||" if gap > 0 else ""
+    exact = "" if args.local_steps == 1 else " (estimate: tau > 1)"
+    print(f"warm-up left in the average over rounds {start}..{rounds} "
+          f"(||mean E[x_r] - x_q||{exact}): {warmup:.3g}{share}")
     fedavg = _distance(limits.fedavg_average, x_star)
     ratio = f" = {fedavg / gap:.4f} x ||x_q - x*||" if gap > 0 else ""
-    print(f"FedAvg (mean over rounds {args.rounds // 2}..{args.rounds}): ||x - x*|| = {fedavg:.6g}{ratio}, "
+    print(f"FedAvg (mean over rounds {start}..{rounds}): ||x - x*|| = {fedavg:.6g}{ratio}, "
           f"||x - x_q|| = {_distance(limits.fedavg_average, target):.6g}")
     print(f"FedAvg (last round):                  ||x - x*|| = {_distance(limits.fedavg_last, x_star):.6g}")
     print(f"FOCUS  (last round):                  ||x - x*|| = {_distance(limits.focus_last, x_star):.6g}, "
@@ -87,6 +107,22 @@ def _refuse_diverged(models: dict) -> None:
     for name, (model, lr, flag) in models.items():
         if not np.isfinite(np.asarray(model.cpu() if hasattr(model, "cpu") else model, dtype=float)).all():
             raise DivergenceError(f"{name} diverged (non-finite model) at step size {lr:.4g}; choose a smaller {flag}")
+
+
+def averaging_window(efold: float, rounds: int | None, average_from: int | None) -> tuple[int, int]:
+    """(rounds, first averaged round): by default the average starts after WARMUP_EFOLDS e-folds
+    of the slowest mode and covers as many rounds again (at least MIN_ROUNDS in all)."""
+    if average_from is not None and average_from < 0:
+        raise ConfigError(f"--average-from must be >= 0, got {average_from}")
+    auto = math.ceil(WARMUP_EFOLDS * efold) if math.isfinite(efold) else MIN_ROUNDS // 2
+    if rounds is None:
+        start = auto if average_from is None else average_from
+        rounds = max(2 * start, MIN_ROUNDS)
+    else:
+        start = min(auto, rounds // 2) if average_from is None else average_from
+    if start > rounds:
+        raise ConfigError(f"--average-from {start} is after the last round {rounds}")
+    return rounds, start
 
 
 def _distance(a, b) -> float:

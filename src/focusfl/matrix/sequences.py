@@ -14,7 +14,7 @@ Index conventions (derived here; the paper counts local steps from 1, we count f
   D_k = diag(d_0, 1_{S_r}) where d_0 = 1 at t = 0 only: the server's step x_0 <- x_0 - eta y_0 is
   taken at the pull, so the step that Algorithm 1 calls x_{r+1} = x_r - eta y_{r+1} happens at
   iteration (r+1) tau (the paper's shift of the x/y order). With ``skip_empty`` (the authors'
-  code) that step is dropped when S_r was empty.
+  PyTorch server; not their ridge notebook) that step is dropped when S_r was empty.
 - Push-sum (seed 003): k = r (tau+1) + t, t = 0..tau. t = 0 is the pull (server shares its mass;
   D holds the server only, which matters for the tracking variant), t = 1..tau are local steps of
   S_r, and the push to the server closes t = tau.

@@ -1,7 +1,6 @@
 """Problems: convex benchmarks with known optima, and (see nn.py) neural networks."""
 from __future__ import annotations
 
-from typing import Any
 
 import torch
 

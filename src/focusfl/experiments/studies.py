@@ -1,0 +1,266 @@
+"""Studies behind the reproduction report (``focusfl reproduce report``): each a pure function of
+its sizes that returns rows of numbers, so the report prints them and the tests recompute them
+at smaller sizes.
+
+- :func:`low_participation`: rounds to 1e-8 against the smallest p_i (the FOCUS reviewers'
+  question, seed 003), at tuned step sizes.
+- :func:`long_absences`: the same under Markov participation with growing persistence rho.
+- :func:`proxskip_adaptations`: ProxSkip's three adaptations to partial participation under
+  every participation process.
+- :func:`pushsum_against_focus`: the push-sum variants the authors proposed (seed 003) and FOCUS.
+- :func:`scaffold_fixed_point`: SCAFFOLD started at (x*, c_i = grad f_i(x*)) under partial
+  participation, with c = mean c_i and with c off that mean.
+- :func:`scaffold_against_focus`: tuned SCAFFOLD and FOCUS per round and per float.
+- :func:`reductions`: the FedSUM family's equivalences, as maximum differences of server models.
+
+Every run is a plain :func:`focusfl.engine.simulate` run through the runner's
+``RunConfig``; tuning follows ``focusfl tune`` (reaching the target first wins, else the lowest
+final error).
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+
+from .tune import TuneSetup, lr_grid, pick_best, run_trial
+
+# The exactness table's problem: small enough for hundreds of runs in seconds.
+SMALL_RIDGE = "ridge:dim=10,clients=8,samples=20"
+TARGET = 1e-8
+GRID = lr_grid(3e-4, 3e-2, 5)  # brackets every tuned step of the exactness table on SMALL_RIDGE
+OTHER_RATES = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)  # clients 1..7; client 0 gets the smallest rate
+
+
+def _rates(p_min: float) -> str:
+    return ";".join(f"{p:g}" for p in (p_min, *OTHER_RATES))
+
+
+def tuned(algorithm: str, setup: TuneSetup, grid: Sequence[float] = GRID) -> dict:
+    """Best trial of ``algorithm`` over ``grid`` (the rule of ``focusfl tune``)."""
+    return pick_best(run_trial(algorithm, lr, setup) for lr in grid)
+
+
+def outcome_row(best: dict) -> dict:
+    """rounds to the target, or the plateau (final) / divergence when it never gets there."""
+    first = best["first_round_below_target"]
+    return {
+        "lr": best["lr"],
+        "rounds_to_target": first,
+        "final": best["final"],
+        "diverged": best["diverged_at"] is not None,
+    }
+
+
+def format_outcome(row: dict) -> str:
+    if row["rounds_to_target"] is not None:
+        return f"{row['rounds_to_target']} (η={row['lr']:.3g})"
+    if row["diverged"] or not math.isfinite(row["final"]):
+        return "diverges"
+    return f"never: {row['final']:.1e} (η={row['lr']:.3g})"
+
+
+# -- (a) low-probability clients ------------------------------------------------------------------
+LOW_P = (0.3, 0.1, 0.03, 0.01)
+LOW_P_ALGORITHMS = ("focus", "scaffold", "fedau", "fedvarp", "mifa")
+
+
+def low_participation(
+    p_mins: Sequence[float] = LOW_P, algorithms: Sequence[str] = LOW_P_ALGORITHMS, *,
+    rounds: int = 3000, problem: str = SMALL_RIDGE, local_steps: int = 2, grid: Sequence[float] = GRID,
+    eval_every: int = 10,
+) -> list[dict]:
+    """Bernoulli participation, client 0 at rate p_min and the others at 0.3..0.9; per algorithm
+    and p_min, the tuned step size and the rounds to rel_error 1e-8 (or the final error)."""
+    rows = []
+    for p_min in p_mins:
+        setup = TuneSetup(problem=problem, participation=f"bernoulli:p={_rates(p_min)}", rounds=rounds,
+                          local_steps=local_steps, target=TARGET, eval_every=eval_every)
+        for algorithm in algorithms:
+            rows.append({"p_min": p_min, "algorithm": algorithm, **outcome_row(tuned(algorithm, setup, grid))})
+    return rows
+
+
+# -- (b) long absences ----------------------------------------------------------------------------
+RHOS = (0.0, 0.5, 0.9, 0.97, 0.99)
+ABSENCE_ALGORITHMS = ("focus", "scaffold", "fedau", "mifa")
+MARKOV_RATES = "0.2;0.3;0.4;0.5;0.6;0.7;0.8;0.9"
+
+
+def long_absences(
+    rhos: Sequence[float] = RHOS, algorithms: Sequence[str] = ABSENCE_ALGORITHMS, *,
+    rounds: int = 3000, problem: str = SMALL_RIDGE, local_steps: int = 2, grid: Sequence[float] = GRID,
+    eval_every: int = 10,
+) -> list[dict]:
+    """Markov participation with stationary rates 0.2..0.9 and persistence rho (the lag-one
+    autocorrelation of presence: absences last 1/((1-rho) (1-... )) rounds on average). Adds the
+    measured delay metrics of each rho."""
+    from ..participation import make_participation, summarize
+
+    rows = []
+    for rho in rhos:
+        spec = f"markov:p={MARKOV_RATES},rho={rho:g}"
+        stats = summarize(make_participation(spec, 8, seed=0).mask(rounds))
+        setup = TuneSetup(problem=problem, participation=spec, rounds=rounds, local_steps=local_steps,
+                          target=TARGET, eval_every=eval_every)
+        for algorithm in algorithms:
+            rows.append({"rho": rho, "tau_max": stats.tau_max, "tau_avg": stats.tau_avg, "algorithm": algorithm,
+                         **outcome_row(tuned(algorithm, setup, grid))})
+    return rows
+
+
+# -- ProxSkip under partial participation ---------------------------------------------------------
+PROCESSES = {
+    "full": "full",
+    "uniform (2 of 8)": "uniform:m=2",
+    "weighted (2 of 8)": "weighted:m=2",
+    "bernoulli (0.2..0.9)": f"bernoulli:p={MARKOV_RATES}",
+    "markov (0.2..0.9, rho 0.5)": f"markov:p={MARKOV_RATES},rho=0.5",
+    "cyclic (4 groups)": "cyclic:groups=4",
+}
+PROXSKIP_VARIANTS = ("proxskip", "proxskip:partial=plain", "proxskip:partial=deferred")
+
+
+def proxskip_adaptations(
+    variants: Sequence[str] = PROXSKIP_VARIANTS, processes: dict[str, str] = PROCESSES, *,
+    rounds: int = 1000, problem: str = SMALL_RIDGE, local_steps: int = 2, grid: Sequence[float] = GRID,
+    eval_every: int = 10,
+) -> list[dict]:
+    rows = []
+    for label, spec in processes.items():
+        setup = TuneSetup(problem=problem, participation=spec, rounds=rounds, local_steps=local_steps,
+                          target=TARGET, eval_every=eval_every)
+        for variant in variants:
+            rows.append({"process": label, "algorithm": variant, **outcome_row(tuned(variant, setup, grid))})
+    return rows
+
+
+# -- push-sum (seed 003) ----------------------------------------------------------------------------
+PUSHSUM_PROBLEM = "ridge:dim=10,samples=50,hetero=1"
+PUSHSUM_PROCESSES = {"uniform (4 of 16)": "uniform:m=4", "bernoulli (FOCUS preset)": "bernoulli"}
+
+
+def pushsum_against_focus(
+    processes: dict[str, str] = PUSHSUM_PROCESSES, *, rounds: int = 3000, problem: str = PUSHSUM_PROBLEM,
+    grid: Sequence[float] = lr_grid(1e-5, 1e-3, 5), eval_every: int = 20,
+) -> list[dict]:
+    """tau = 1 (the framework page's setting): FOCUS, push-sum and push-sum with tracking."""
+    rows = []
+    for label, spec in processes.items():
+        setup = TuneSetup(problem=problem, participation=spec, rounds=rounds, local_steps=1, target=TARGET,
+                          eval_every=eval_every)
+        for algorithm in ("focus", "pushsum_tracking", "pushsum"):
+            rows.append({"process": label, "algorithm": algorithm, **outcome_row(tuned(algorithm, setup, grid))})
+    return rows
+
+
+# -- SCAFFOLD ---------------------------------------------------------------------------------------
+def scaffold_fixed_point(
+    problem_spec: str = SMALL_RIDGE, participation: str = "bernoulli:p=0.1;0.2;0.3;0.4;0.5;0.6;0.7;0.9",
+    *, lr: float = 0.01, local_steps: int = 2, rounds: int = 200, offset: float = 0.0,
+) -> float:
+    """max_r ||x_r - x*|| / ||x*|| of SCAFFOLD started at x* with c_i = grad f_i(x*) and
+    c = mean_i c_i + ``offset`` (a constant vector of that size) under partial participation.
+
+    With offset 0 this is a fixed point for every active set: the corrected local gradient
+    grad f_i(x*) - c_i + c = 0, so z = x*, and c_i^new = c_i. With an offset every local step moves
+    by -eta * offset, and c - mean c_i never changes (the server adds (1/N) sum Delta c_i), so the
+    bias stays."""
+    from ..algorithms import make_algorithm
+    from ..algorithms.base import State
+    from ..algorithms.scaffold import ScaffoldClients, ScaffoldServer
+    from ..engine.simulate import active_sets
+    from ..engine.vectorized import vectorized_round
+    from ..participation import make_participation
+    from ..problems import make_problem
+
+    problem = make_problem(problem_spec)
+    algorithm = make_algorithm("scaffold", lr=lr, local_steps=local_steps)
+    x_star = problem.x_star
+    n = problem.num_clients
+    grads = problem.client_gradients(x_star.expand(n, -1), torch.arange(n), seed=0, round=0, step=0)
+    c = grads.mean(0) + offset
+    state = State(ScaffoldServer(x=x_star.clone(), c=c), ScaffoldClients(c=grads.clone()))
+    mask = make_participation(participation, n, seed=0).mask(rounds)
+    worst = 0.0
+    for r, active in enumerate(active_sets(mask, problem.device)):
+        state = vectorized_round(algorithm, state, problem, active, r, 0)
+        worst = max(worst, float((state.server.x - x_star).norm() / x_star.norm()))
+    return worst
+
+
+ARBITRARY = "weighted:m=4"
+PAPER_RIDGE = "ridge:clients=16,samples=100,dim=100,reg=0.01"
+
+
+def scaffold_against_focus(
+    *, problem: str = PAPER_RIDGE, participation: str = ARBITRARY, local_steps: int = 5, rounds: int = 500,
+    grid: Sequence[float] = lr_grid(5e-5, 5e-3, 7), eval_every: int = 5,
+) -> list[dict]:
+    """Tuned FOCUS and SCAFFOLD on the paper's ridge under arbitrary participation: rounds and
+    floats communicated (down + up, per d) to 1e-8."""
+    from ..algorithms import make_algorithm
+
+    rows = []
+    for algorithm in ("focus", "scaffold"):
+        setup = TuneSetup(problem=problem, participation=participation, rounds=rounds, local_steps=local_steps,
+                          target=TARGET, eval_every=eval_every)
+        best = outcome_row(tuned(algorithm, setup, grid))
+        comm = make_algorithm(algorithm).communication()
+        rows.append({"algorithm": algorithm, **best, "vectors_per_participant": comm.down + comm.up,
+                     # weighted:m=4: exactly 4 participants per round
+                     "vectors_to_target": None if best["rounds_to_target"] is None
+                     else best["rounds_to_target"] * 4 * (comm.down + comm.up)})
+    return rows
+
+
+# -- FedSUM reductions ------------------------------------------------------------------------------
+def reductions(problem_spec: str = "ridge:dim=8,clients=6,samples=20,hetero=1", rounds: int = 60) -> dict[str, float]:
+    """Max over rounds of ||x_a - x_b|| / ||x*|| for each equivalence of ALGORITHMS.md 3.4."""
+    from ..algorithms import make_algorithm
+    from ..matrix.bias import server_trajectory
+    from ..participation import make_participation
+    from ..problems import make_problem
+
+    problem = make_problem(problem_spec)
+    n = problem.num_clients
+    full = make_participation("full", n).mask(rounds)
+    partial = make_participation("bernoulli:p=0.2;0.3;0.5;0.6;0.8;0.9", n, seed=0).mask(rounds)
+    scale = float(problem.x_star.norm())
+
+    def gap(a, b, mask) -> float:
+        ta = server_trajectory(make_algorithm(a[0], **a[1]), problem, mask)
+        tb = server_trajectory(make_algorithm(b[0], **b[1]), problem, mask)
+        return float((ta - tb).norm(dim=1).max()) / scale
+
+    eta = 1e-3
+    return {
+        "full: FedSUM = SCAFFOLD (option II)": gap(("fedsum", dict(lr=eta, local_steps=3)),
+                                                  ("scaffold", dict(lr=eta, local_steps=3)), full),
+        "full: FedSUM-CR = FedSUM": gap(("fedsum_cr", dict(lr=eta, local_steps=3)),
+                                       ("fedsum", dict(lr=eta, local_steps=3)), full),
+        "bernoulli: FedSUM-B (K=1, γ=N) = FOCUS (τ=1)": gap(
+            ("fedsum_b", dict(lr=eta, local_steps=1, server_lr=float(n))), ("focus", dict(lr=eta, local_steps=1)), partial),
+        "bernoulli: FedSUM (K=1) = FedSUM-B (K=1)": gap(("fedsum", dict(lr=eta, local_steps=1)),
+                                                        ("fedsum_b", dict(lr=eta, local_steps=1)), partial),
+        "full: ProxSkip (p = 1/τ) = SCAFFOLD": gap(("proxskip", dict(lr=eta, local_steps=3)),
+                                                   ("scaffold", dict(lr=eta, local_steps=3)), full),
+        "full: MIFA = FedVARP = FedAvg": max(
+            gap(("mifa", dict(lr=eta, local_steps=3)), ("fedavg", dict(lr=eta, local_steps=3)), full),
+            gap(("fedvarp", dict(lr=eta, local_steps=3)), ("fedavg", dict(lr=eta, local_steps=3)), full)),
+    }
+
+
+def first_below(rows: Sequence[dict], threshold: float, metric: str = "rel_error") -> int | None:
+    return next((row["round"] for row in rows if float(row.get(metric, math.inf)) < threshold), None)
+
+
+def as_table(rows: Sequence[dict], row_key: str, column_key: str, cell=format_outcome) -> tuple[list, list, dict]:
+    """(row labels, column labels, {(row, column): text}) of a long table."""
+    row_labels = list(dict.fromkeys(r[row_key] for r in rows))
+    column_labels = list(dict.fromkeys(r[column_key] for r in rows))
+    return row_labels, column_labels, {(r[row_key], r[column_key]): cell(r) for r in rows}
+
+
+__all__ = [name for name in dir() if not name.startswith("_") and name not in ("annotations", "math", "np", "torch")]
