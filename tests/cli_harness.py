@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import resource
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +31,22 @@ def cli_env(**extra: str) -> dict[str, str]:
     env.setdefault("OMP_NUM_THREADS", "1")
     env.update(extra)
     return env
+
+
+def default_signals() -> None:
+    """preexec_fn: SIGINT, SIGTERM and SIGHUP at their default dispositions in the child.
+
+    A test runner started as a background job of a non-interactive shell ignores SIGINT, and
+    children inherit that; signal tests must not depend on how the suite was started."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def popen_cli(*args: str, **kwargs) -> subprocess.Popen:
+    """``python -m focusfl.cli ARGS`` started in the background, signals at their defaults."""
+    return subprocess.Popen([sys.executable, "-m", "focusfl.cli", *args], env=kwargs.pop("env", None) or cli_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_signals, **kwargs)
 
 
 def run_cli(

@@ -102,6 +102,8 @@ def test_interrupted_run_keeps_the_rounds_it_evaluated(tmp_path, capsys, monkeyp
         return real_simulate(*args, on_row=row_then_ctrl_c, **kwargs)
 
     monkeypatch.setattr(runner, "simulate", ctrl_c_at_round_12)
+    # As in a terminal (a suite started as a background job inherits an ignored SIGINT).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     out = tmp_path / "a"
     assert main(RUN + ["--out", str(out)]) == 130
     err = capsys.readouterr().err

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from cli_harness import assert_one_line_error, cli_env, run_cli, snapshot
+from cli_harness import assert_one_line_error, cli_env, popen_cli, run_cli, snapshot
 from focusfl.cli import main
 
 SMALL = ["--problem", "ridge:clients=4,dim=3,samples=5"]
@@ -36,9 +36,7 @@ def test_output_piped_into_head_ends_quietly():
 
 @pytest.mark.parametrize("delay", [0.3, 1.0, 2.5])
 def test_ctrl_c_during_start_up_is_one_line_and_writes_nothing(tmp_path, delay):
-    proc = subprocess.Popen([sys.executable, "-m", "focusfl.cli", "run", "--algorithm", "focus", *SMALL,
-                             "--rounds", "100000000", "--out", str(tmp_path / "x")],
-                            env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = popen_cli("run", "--algorithm", "focus", *SMALL, "--rounds", "100000000", "--out", str(tmp_path / "x"))
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
@@ -80,9 +78,8 @@ def test_an_unreadable_config_is_one_line(tmp_path):
 
 def test_sighup_stops_with_exit_129_and_a_checkpoint(tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "focusfl.cli", "run", "--algorithm", "focus", *SMALL,
-                             "--rounds", "100000000", "--eval-every", "500", "--out", str(out)],
-                            env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = popen_cli("run", "--algorithm", "focus", *SMALL, "--rounds", "100000000", "--eval-every", "500",
+                     "--out", str(out))
     metrics = tmp_path / ".run.focusfl-partial" / "metrics.csv"
     deadline = time.monotonic() + 90
     while not (metrics.exists() and metrics.stat().st_size > 0) and time.monotonic() < deadline:
@@ -91,3 +88,26 @@ def test_sighup_stops_with_exit_129_and_a_checkpoint(tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 129, err
     assert json.loads((out / "config.json").read_text())["status"] == "interrupted"
+
+
+def test_a_signal_ignored_by_the_parent_stays_ignored(tmp_path):
+    """nohup's SIGHUP (or a background job's SIGINT) does not stop a run."""
+    import os
+
+    def ignore_hup():
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "focusfl.cli", "run", "--algorithm", "focus", *SMALL,
+                             "--rounds", "3000", "--eval-every", "500", "--out", str(out)],
+                            env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=ignore_hup)
+    metrics = tmp_path / ".run.focusfl-partial" / "metrics.csv"
+    deadline = time.monotonic() + 90
+    while not metrics.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGHUP)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert json.loads((out / "config.json").read_text())["status"] == "complete"

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from cli_harness import assert_one_line_error, cli_env, run_cli
+from cli_harness import assert_one_line_error, cli_env, popen_cli, run_cli
 from focusfl.algorithms import ALGORITHMS
 from focusfl.cli import main
 from focusfl.engine import simulate
@@ -44,7 +44,7 @@ sys.exit(main(sys.argv[2:]))
 CASES = {
     # sequential participation (its stream is checkpointed) and minibatches keyed by round
     "float64": ["--algorithm", "sg_focus", "--problem", "ridge:clients=8,dim=6,samples=12,batch=4,hetero=1",
-                "--participation", "markov", "--dtype", "float64", "--lr", "2e-3"],
+                "--participation", "markov", "--dtype", "float64"],
     # client memory of another shape, float32 state
     "float32": ["--algorithm", "fedau", "--problem", "logistic:clients=8,dim=5,samples=10",
                 "--participation", "bernoulli", "--dtype", "float32", "--local-steps", "3"],
@@ -85,8 +85,7 @@ def test_sigterm_stops_with_a_checkpoint_and_resume_finishes(tmp_path):
     out = tmp_path / "run"
     args = ["run", "--algorithm", "focus", "--problem", "ridge:clients=4,dim=3,samples=5", "--rounds", "10000000",
             "--eval-every", "1000", "--out", str(out)]
-    proc = subprocess.Popen([sys.executable, "-m", "focusfl.cli", *args], env=cli_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = popen_cli(*args)
     # Wait until rounds are running (a signal during start-up just ends the process, writing nothing).
     metrics = tmp_path / ".run.focusfl-partial" / "metrics.csv"
     deadline = time.monotonic() + 90
@@ -255,8 +254,10 @@ def test_lr_auto_is_one_over_n_l_for_focus_and_refused_without_l():
 
 def test_default_run_converges_and_nn_without_lr_says_so(tmp_path):
     assert main(["run", "--algorithm", "focus", "--out", str(tmp_path / "a")]) == 0
-    rows = (tmp_path / "a" / "metrics.csv").read_text().splitlines()
-    assert float(rows[-1].split(",")[-1]) < 1e-5
+    from focusfl.experiments.outputs import read_csv
+
+    last = read_csv(tmp_path / "a" / "metrics.csv")[-1]
+    assert float(last["rel_error"]) < 1e-5 and last["diverged"] == ""
     proc = run_cli("run", "--algorithm", "focus", "--problem", "nn:data=tests/fixtures/mnist1500.npz,test_fraction=0.2",
                    "--out", str(tmp_path / "b"))
     assert_one_line_error(proc, 2, contains="--lr")

@@ -65,7 +65,8 @@ class _StopFlag:
 @contextlib.contextmanager
 def _stop_on_signals(flag: _StopFlag) -> Iterator[None]:
     """The first SIGINT/SIGTERM/SIGHUP asks the run to stop at the end of its round; a second
-    SIGINT stops it at once (the last checkpoint stays). Only the main thread can do this."""
+    SIGINT stops it at once (the last checkpoint stays). Only the main thread can do this, and
+    signals ignored by the process's parent stay ignored."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -75,7 +76,10 @@ def _stop_on_signals(flag: _StopFlag) -> Iterator[None]:
             raise KeyboardInterrupt
         flag.signum = signum
 
-    previous = {sig: signal.signal(sig, handler) for sig in _SIGNAL_CODES}
+    # A signal ignored when focusfl started (a background job's SIGINT, SIGHUP under nohup) stays
+    # ignored: whoever started the run asked for that.
+    previous = {sig: signal.signal(sig, handler) for sig in _SIGNAL_CODES
+                if signal.getsignal(sig) is not signal.SIG_IGN}
     try:
         yield
     finally:
