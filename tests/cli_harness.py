@@ -42,11 +42,26 @@ def default_signals() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
+_STARTED: list[subprocess.Popen] = []
+
+
+def stop_started() -> None:
+    """Kill what popen_cli started and is still running (a failed test must leave no orphan)."""
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def popen_cli(*args: str, **kwargs) -> subprocess.Popen:
-    """``python -m focusfl.cli ARGS`` started in the background, signals at their defaults."""
-    return subprocess.Popen([sys.executable, "-m", "focusfl.cli", *args], env=kwargs.pop("env", None) or cli_env(),
+    """``python -m focusfl.cli ARGS`` started in the background, signals at their defaults;
+    the ``no_orphans`` fixture of conftest.py kills it after the test if it still runs."""
+    proc = subprocess.Popen([sys.executable, "-m", "focusfl.cli", *args], env=kwargs.pop("env", None) or cli_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=default_signals, **kwargs)
+                            preexec_fn=kwargs.pop("preexec_fn", default_signals), **kwargs)
+    _STARTED.append(proc)
+    return proc
 
 
 def run_cli(

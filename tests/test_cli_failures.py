@@ -98,10 +98,8 @@ def test_a_signal_ignored_by_the_parent_stays_ignored(tmp_path):
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "focusfl.cli", "run", "--algorithm", "focus", *SMALL,
-                             "--rounds", "3000", "--eval-every", "500", "--out", str(out)],
-                            env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=ignore_hup)
+    proc = popen_cli("run", "--algorithm", "focus", *SMALL, "--rounds", "3000", "--eval-every", "500",
+                     "--out", str(out), preexec_fn=ignore_hup)
     metrics = tmp_path / ".run.focusfl-partial" / "metrics.csv"
     deadline = time.monotonic() + 90
     while not metrics.exists() and proc.poll() is None and time.monotonic() < deadline:
