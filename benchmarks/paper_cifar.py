@@ -280,6 +280,8 @@ def main() -> None:
     parser.add_argument("--train", type=int, default=50_000, help="synthetic training images")
     parser.add_argument("--test", type=int, default=10_000, help="synthetic test images")
     parser.add_argument("--skip-eval", action="store_true")
+    parser.add_argument("--client-chunk", default="auto", help="clients per batched call of focusfl's engine (default auto: measured)")
+    parser.add_argument("--layout", default="auto", choices=["auto", "channels_last", "nchw"])
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                         help="cpu: this process's CPU time (with --threads 1 on a machine shared with other "
                              "jobs, closer to what a quiet machine's wall clock would show)")
@@ -289,8 +291,9 @@ def main() -> None:
     device = torch.device(args.device)
     dataset = synthetic_cifar(args.train, args.test)
 
+    chunk_option = args.client_chunk if args.client_chunk == "auto" else int(args.client_chunk)
     problem = NeuralNetwork(dataset=dataset, model="focus-cnn", clients=CLIENTS, alpha=ALPHA, batch=BATCH,
-                            augment="crop-flip", device=device)
+                            augment="crop-flip", device=device, client_chunk=chunk_option, layout=args.layout)
     setup = time.perf_counter()
     chunk, layout = problem.formulation()
     setup = time.perf_counter() - setup
