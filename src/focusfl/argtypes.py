@@ -4,24 +4,22 @@ from __future__ import annotations
 import argparse
 
 
-def positive_int(text: str) -> int:
+def _integer_at_least(text: str, lowest: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    if value < lowest:
+        raise argparse.ArgumentTypeError(f"must be >= {lowest}, got {value}")
     return value
+
+
+def positive_int(text: str) -> int:
+    return _integer_at_least(text, 1)
 
 
 def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
+    return _integer_at_least(text, 0)
 
 
 def positive_float(text: str) -> float:
