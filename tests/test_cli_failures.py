@@ -109,3 +109,35 @@ def test_a_signal_ignored_by_the_parent_stays_ignored(tmp_path):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     assert json.loads((out / "config.json").read_text())["status"] == "complete"
+
+
+@pytest.mark.parametrize("argv", [["run", "--rounds", "0"], ["reproduce", "ridge", "--rounds", "x"], [],
+                                  ["run", "--checkpoint-every", "-1"], ["nonsense"]])
+def test_usage_errors_are_one_line(argv):
+    assert_one_line_error(run_cli(*argv, limit_gib=None), 2, contains="--help")
+
+
+def _commands(parser, name=""):
+    import argparse
+
+    yield name, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub_name, sub in action.choices.items():
+                yield from _commands(sub, f"{name} {sub_name}".strip())
+
+
+def test_every_command_has_a_description_examples_and_option_help():
+    from focusfl.cli import build_parser
+
+    for name, parser in _commands(build_parser()):
+        assert parser.description, name
+        assert "examples:" in (parser.epilog or ""), name
+        for action in parser._actions:
+            if action.option_strings and action.dest != "help":
+                assert action.help, (name, action.option_strings)
+        text = parser.format_help()
+        assert "(default: None)" not in text, name
+    run_help = build_parser()._subparsers._group_actions[0].choices["run"].format_help()
+    for needle in ("ridge", "bernoulli", "markov", "trace", "focus", "--resume", "default: 'auto'"[:7]):
+        assert needle in run_help, needle

@@ -283,6 +283,13 @@ def _add_matrices(sub) -> None:
     p.set_defaults(handler=run_matrices)
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line, like every other error (subcommand parsers inherit the class)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 class _HelpFormatter(argparse.HelpFormatter):
     """Wraps descriptions, keeps example blocks as written, and appends each option's default."""
 
@@ -330,6 +337,9 @@ def _command_texts() -> dict[str, tuple[str, str]]:
                                 "focusfl reproduce mnist-demo --data PATH/mnist.npz")),
         "reproduce ridge": (None, _examples("focusfl reproduce ridge", "focusfl reproduce ridge --rounds 3000 --out runs/fig4")),
         "reproduce delays": (None, _examples("focusfl reproduce delays --out runs/delays")),
+        "reproduce report": (None, _examples("focusfl reproduce report --out runs/report",
+                                             "focusfl reproduce report --data PATH/mnist.npz  # with the mnist-demo",
+                                             "focusfl reproduce report --quick")),
         "reproduce mnist-demo": (None, _examples("focusfl reproduce mnist-demo --data PATH/mnist.npz")),
         "reproduce fedsum-mnist": (None, _examples("focusfl reproduce fedsum-mnist --data-dir DATA --download")),
         "reproduce focus-cifar10": (None, _examples("focusfl reproduce focus-cifar10 --data-dir DATA --download")),
@@ -369,7 +379,7 @@ def _finish_help(parser: argparse.ArgumentParser, name: str, texts: dict) -> Non
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="focusfl", description="Federated optimization under arbitrary client participation.",
         epilog=_examples("focusfl run --algorithm focus --participation bernoulli --out runs/focus",
                          "focusfl reproduce ridge", "focusfl COMMAND --help"),
