@@ -6,7 +6,9 @@ one line (``focusfl: error: ...``) and exits with status 2, without a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -401,7 +403,8 @@ def main(argv: list[str] | None = None) -> int:
     """Parse and run a command; every failure is one line on stderr and an exit status:
     2 for bad input or an environment problem, 1 for a diverged run, 128+N for signal N."""
     try:
-        parser = build_parser()
+        with _interrupts_deferred():
+            parser = build_parser()  # imports torch, numpy and every command's modules
         args = parser.parse_args(argv)
         return args.handler(args)
     except DivergenceError as exc:
@@ -419,6 +422,26 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         where = f" {exc.filename!r}" if getattr(exc, "filename", None) else ""
         return _fail(f"focusfl: error: cannot access{where}: {exc.strerror or exc}", 2)
+
+
+@contextlib.contextmanager
+def _interrupts_deferred():
+    """Hold Ctrl-C while the heavy modules import, then act on it.
+
+    A KeyboardInterrupt raised inside torch's or numpy's own import code can be swallowed there,
+    leaving a half-imported module (a later AttributeError) or a run that ignores the Ctrl-C.
+    An ignored SIGINT (a background job) stays ignored."""
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    pending: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if pending:
+        raise KeyboardInterrupt
 
 
 def _fail(message: str, code: int) -> int:
