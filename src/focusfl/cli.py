@@ -395,8 +395,29 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tune(sub)
     _add_bias(sub)
     _add_matrices(sub)
+    _add_federation(sub)
     _finish_help(parser, "", _command_texts())
     return parser
+
+
+def _add_federation(sub) -> None:
+    """``focusfl federation``: needs Flower (``pip install "focusfl[flower]"``)."""
+    import importlib.util
+
+    if importlib.util.find_spec("flwr") is None:
+        p = sub.add_parser("federation", help="run on a Flower deployment (needs: pip install 'focusfl[flower]')")
+        p.set_defaults(handler=_no_flower)
+        p.add_argument("rest", nargs="*")
+        return
+    from .flower.cli import add_parser  # imports no Flower module until a command runs
+
+    add_parser(sub)
+
+
+def _no_flower(args) -> int:
+    from .errors import ConfigError
+
+    raise ConfigError('focusfl federation needs Flower: pip install "focusfl[flower]"')
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,101 @@
+"""``focusfl federation``: run an algorithm on a real Flower deployment.
+
+- ``focusfl federation local --nodes N ...``: a SuperLink and N SuperNodes on loopback
+  (subprocesses, stopped on exit, Ctrl-C or failure), the run, and its run folder.
+- ``focusfl federation app DIR ...``: the Flower app folder and its run config, to submit with
+  ``flwr run DIR CONNECTION --run-config DIR/run.toml`` to your own SuperLink.
+"""
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from ..errors import ConfigError
+
+EXAMPLES = """examples:
+  focusfl federation local --nodes 3 --algorithm focus --problem ridge:clients=3 --rounds 20 --out runs/fed
+  focusfl federation local --nodes 3 --tls --auth --participation bernoulli --out runs/fed-tls
+  focusfl federation app flower-app --algorithm focus --problem ridge:clients=3 --rounds 50 --out /srv/runs/fed
+
+docs/federation.md: from one laptop to real machines, TLS, node authentication, the commit protocol."""
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("federation", help="run an algorithm on a real Flower deployment",
+                       description=__doc__.split("\n\n")[0], epilog=EXAMPLES)
+    kinds = p.add_subparsers(dest="federation_command", required=True)
+    local = kinds.add_parser("local", help="a SuperLink and N SuperNodes on loopback, one run", epilog=EXAMPLES)
+    local.add_argument("--nodes", type=int, required=True, help="SuperNodes (node k runs client k)")
+    _common(local)
+    local.add_argument("--tls", action="store_true", help="TLS with a throwaway CA for 127.0.0.1")
+    local.add_argument("--auth", action="store_true", help="SuperNode authentication (keys registered first)")
+    local.add_argument("--workdir", help="where Flower's home, logs and node state go (default: a temp folder)")
+    local.set_defaults(handler=_local)
+    app = kinds.add_parser("app", help="write the Flower app and run config for `flwr run`", epilog=EXAMPLES)
+    app.add_argument("folder", help="folder to write (pyproject.toml, run.toml)")
+    _common(app)
+    app.set_defaults(handler=_app)
+
+
+def _common(p) -> None:
+    p.add_argument("--algorithm", default="focus")
+    p.add_argument("--problem", default="ridge", help="problem SPEC; each node builds its client from it")
+    p.add_argument("--participation", default="available",
+                   help="'available' (every node that answers in time) or a participation SPEC (S_r requested)")
+    p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--local-steps", type=int)
+    p.add_argument("--lr", default="auto")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--eval-every", type=int, default=1)
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds a round waits for replies (default 60)")
+    p.add_argument("--out", help="run folder (metrics.csv, config.json, curve.png, trace.csv, ...)")
+
+
+def _config(args):
+    from .server_app import FederationConfig
+
+    lr = args.lr if args.lr == "auto" else float(args.lr)
+    out = str(Path(args.out).expanduser().resolve()) if args.out else None
+    return FederationConfig(algorithm=args.algorithm, problem=args.problem, participation=args.participation,
+                            rounds=args.rounds, local_steps=args.local_steps, lr=lr, seed=args.seed,
+                            eval_every=args.eval_every, timeout=args.timeout, out=out)
+
+
+def _check(config) -> None:
+    """Fail on bad input before any process starts."""
+    from .server_app import build_strategy
+
+    build_strategy(config, log=lambda text: None)
+
+
+def _local(args) -> int:
+    from .local import LocalFederation
+    from .problems_nodes import check_nodes
+
+    config = _config(args)
+    _check(config)
+    check_nodes(config, args.nodes)
+    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="focusfl-federation-"))
+    print(f"federation: {args.nodes} SuperNodes on 127.0.0.1{' with TLS' if args.tls else ''}"
+          f"{' and node authentication' if args.auth else ''}; logs in {workdir / 'logs'}")
+    with LocalFederation(workdir, args.nodes, tls=args.tls, auth=args.auth) as federation:
+        result = federation.run(config, timeout=max(600.0, args.rounds * (3 * args.timeout + 30)))
+    print("\n".join(line for line in result.stdout.splitlines() if line.startswith(("focusfl", "audit", "done"))))
+    if result.returncode != 0 or (config.out and not (Path(config.out) / "metrics.csv").is_file()):
+        raise ConfigError(f"the federation failed (flwr run exit {result.returncode}); see {workdir / 'logs'}")
+    if config.out:
+        print(f"results in {config.out}")
+    return 0
+
+
+def _app(args) -> int:
+    from .local import write_app
+
+    config = _config(args)
+    _check(config)
+    folder = write_app(Path(args.folder))
+    (folder / "run.toml").write_text(f"focusfl = {json.dumps(config.to_json())}\n")
+    print(f"wrote {folder}/pyproject.toml and run.toml; submit with:\n"
+          f"  flwr run {folder} YOUR-SUPERLINK-CONNECTION --run-config {folder}/run.toml --stream")
+    return 0

@@ -1,0 +1,145 @@
+"""The ClientApp: a Flower node runs one focusfl client.
+
+Message types (all carry the run's RunSpec, so a node needs nothing but its partition id):
+
+- ``query``: handshake; the node answers with its client index (``partition-id`` from its
+  node config) and the round its memory holds for this run.
+- ``train``: one client round. The node applies the server's acknowledgement (node.py),
+  runs ``algorithm.client_round`` on its row with the problem's oracle bound to its index,
+  (exactly the reference engine's call for one client), keeps the new rows as pending and
+  answers with the message.
+- ``train.finish``: ``client_finish`` on the pending rows, with the new server state
+  (algorithms that have one: FedAWE, ProxSkip).
+- ``query.state``: the node's committed rows, for the audit at the end of a run.
+
+Every failure is answered with an error reply whose reason starts with ``focusfl:<reason>``;
+the node never raises into Flower.
+"""
+from __future__ import annotations
+
+import torch
+from flwr.app import ConfigRecord, Context, Error, Message, RecordDict
+from flwr.clientapp import ClientApp
+
+from .codec import (CTX, MESSAGE, ROWS, RUN, SERVER, STATUS, Malformed, decode_ctx, decode_run, decode_tree,
+                    encode_tree, round_context)
+from .node import NO_ROUND, LostState, Memory, build, fresh, has_memory, load, store, sync
+
+ERROR_CODE = 4100  # every focusfl error reply; the reason names what went wrong
+
+
+def error_reply(message: Message, reason: str, detail: str) -> Message:
+    return Message(Error(code=ERROR_CODE, reason=f"focusfl:{reason} {detail}"[:500]), reply_to=message)
+
+
+def partition_id(context: Context, num_clients: int) -> int:
+    value = context.node_config.get("partition-id")
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < num_clients:
+        raise Malformed("malformed", f"node config partition-id={value!r} is not a client index "
+                                     f"in 0..{num_clients - 1}")
+    return value
+
+
+def _node(message: Message, context: Context):
+    run = decode_run(message.content.get(RUN))
+    built = build(run, dict(context.node_config))
+    client = partition_id(context, built.problem.num_clients)
+    memory = load(context.state, built, run, dict(context.node_config))
+    if memory is not None and memory.client != client:
+        raise Malformed("malformed", f"node memory is client {memory.client}, partition-id is {client}")
+    return run, built, client, memory
+
+
+def handle(message: Message, context: Context) -> Message:
+    """Answer one message (every type); errors become error replies."""
+    kind = message.metadata.message_type
+    try:
+        run, built, client, memory = _node(message, context)
+        if kind == "query":
+            status = {"client": client, "num_clients": built.problem.num_clients,
+                      "committed_round": -1 if memory is None else memory.committed_round,
+                      "token": run.token}
+            return Message(RecordDict({STATUS: ConfigRecord(status)}), reply_to=message)
+        ctx = decode_ctx(message.content.get(CTX))
+        if ctx.client != client:
+            raise Malformed("malformed", f"message for client {ctx.client} reached client {client}")
+        if ctx.num_clients != built.problem.num_clients:
+            raise Malformed("malformed", f"num_clients {ctx.num_clients} != {built.problem.num_clients}")
+        if kind == "query.state":  # the audit: commit what the server acknowledges, then report
+            memory = sync(fresh(built, client) if memory is None else memory, ctx.ack,
+                          tracked=has_memory(built.initial.clients))
+            store(context.state, memory, run, dict(context.node_config))
+            content = RecordDict({ROWS: encode_tree(memory.committed),
+                                  STATUS: ConfigRecord({"client": client, "committed_round": memory.committed_round})})
+            return Message(content, reply_to=message)
+        if kind == "train":
+            return _train(message, context, run, built, ctx, memory)
+        if kind == "train.finish":
+            return _finish(message, context, run, built, ctx, memory)
+        raise Malformed("malformed", f"unknown message type {kind!r}")
+    except LostState as exc:
+        return error_reply(message, "lost_state", str(exc))
+    except Malformed as exc:
+        return error_reply(message, exc.reason, str(exc))
+    except Exception as exc:  # a node answers; it does not crash its SuperNode
+        return error_reply(message, "client_failure", f"{type(exc).__name__}: {exc}")
+
+
+def _train(message, context, run, built, ctx, memory: Memory | None) -> Message:
+    algorithm, problem = built.algorithm, built.problem
+    tracked = has_memory(built.initial.clients)
+    if memory is None:
+        memory = fresh(built, ctx.client)
+    memory = sync(memory, ctx.ack, tracked=tracked)
+    server = decode_tree(message.content.get(SERVER), built.initial.server, _fields(message))
+    one = round_context(ctx)
+    oracle = problem.oracle(one.active, seed=run.seed, round=ctx.round)
+    rows, out = algorithm.client_round(server, memory.committed, oracle, one)
+    finished = not has_finish(algorithm)
+    memory = memory._replace(pending_round=ctx.round, pending=_own(rows), pending_finished=finished)
+    # Stored (and written to disk) before the reply leaves: a node killed after answering
+    # still has the rows the server may accept.
+    store(context.state, memory, run, dict(context.node_config))
+    content = RecordDict({MESSAGE: encode_tree(out),
+                          CTX: ConfigRecord({"round": ctx.round, "client": ctx.client})})
+    return Message(content, reply_to=message)
+
+
+def _finish(message, context, run, built, ctx, memory: Memory | None) -> Message:
+    if memory is None or memory.pending is None or memory.pending_round != ctx.round:
+        held = NO_ROUND if memory is None else memory.pending_round
+        raise LostState(f"finish of round {ctx.round}, but the node holds pending round {held}")
+    server = decode_tree(message.content.get(SERVER), built.initial.server, _fields(message))
+    rows = built.algorithm.client_finish(server, memory.pending, round_context(ctx))
+    memory = memory._replace(pending=_own(rows), pending_finished=True)
+    store(context.state, memory, run, dict(context.node_config))
+    return Message(RecordDict({CTX: ConfigRecord({"round": ctx.round, "client": ctx.client})}), reply_to=message)
+
+
+def _fields(message: Message) -> tuple[str, ...]:
+    return tuple(message.content[SERVER].keys()) if SERVER in message.content else ()
+
+
+def _own(rows):
+    """Rows as tensors of their own (views of the server's broadcast are not stored)."""
+    return type(rows)(*(torch.as_tensor(field).clone() for field in rows))
+
+
+def has_finish(algorithm) -> bool:
+    from ..algorithms.base import Algorithm
+
+    return type(algorithm).client_finish is not Algorithm.client_finish
+
+
+def make_client_app() -> ClientApp:
+    app = ClientApp()
+    app.train()(handle)
+    app.train("finish")(handle)
+    app.query()(handle)
+    app.query("state")(handle)
+    return app
+
+
+app = make_client_app()

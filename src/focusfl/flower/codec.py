@@ -1,0 +1,150 @@
+"""What focusfl puts on Flower's wire: NamedTuples of tensors as ArrayRecords, contexts and run
+descriptions as ConfigRecords, and the checks every received record passes.
+
+A record from the network is untrusted: :func:`decode_tree` accepts it only if it holds exactly
+the template's fields, each with the template's dtype and shape and (for floating point) only
+finite values; anything else raises :class:`Malformed` with a short reason, which the strategy
+counts as non-participation. Arrays travel as NumPy ``.npy`` bytes (Flower's own ``Array``),
+which round-trip float64 bit for bit.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+from flwr.app import Array, ArrayRecord, ConfigRecord
+
+from ..algorithms.base import RoundContext
+
+# Keys of the records in a message's RecordDict.
+SERVER = "focusfl.server"  # ArrayRecord: the server state fields a node needs
+MESSAGE = "focusfl.message"  # ArrayRecord: a client's message (rows [1, ...])
+ROWS = "focusfl.rows"  # ArrayRecord: a client's committed rows (audit only)
+CTX = "focusfl.ctx"  # ConfigRecord: round, client, protocol fields
+RUN = "focusfl.run"  # ConfigRecord: algorithm, problem, seed, dtype, run token (JSON)
+STATUS = "focusfl.status"  # ConfigRecord: a node's answer to the handshake
+
+
+class Malformed(ValueError):
+    """A received record that does not match what the protocol expects."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason  # "malformed" or "non_finite": the rejection counters' names
+
+
+def encode_tree(tree: Any, fields: tuple[str, ...] | None = None) -> ArrayRecord:
+    """The named fields (default: all) of a NamedTuple of tensors as an ArrayRecord."""
+    names = tree._fields if fields is None else fields
+    record = ArrayRecord()
+    for name in names:
+        tensor = getattr(tree, name).detach().cpu().contiguous()
+        record[name] = Array(tensor.numpy())
+    return record
+
+
+def decode_tree(record: Any, template: Any, fields: tuple[str, ...] | None = None,
+                device: torch.device | str = "cpu") -> Any:
+    """Rebuild a NamedTuple of type ``type(template)`` from ``record``.
+
+    Each field must be in ``record`` with the template field's dtype and shape and be finite;
+    fields not in ``fields`` are set to None (a node gets only what it reads)."""
+    if not isinstance(record, ArrayRecord):
+        raise Malformed("malformed", "missing array record")
+    names = template._fields if fields is None else fields
+    unknown = sorted(set(names) - set(template._fields))
+    if unknown:
+        raise Malformed("malformed", f"unknown field {unknown[0]!r}")
+    extra = sorted(set(record.keys()) - set(names))
+    if extra:
+        raise Malformed("malformed", f"unexpected field {extra[0]!r}")
+    values = {}
+    for name in names:
+        if name not in record:
+            raise Malformed("malformed", f"missing field {name!r}")
+        expected = getattr(template, name)
+        array = record[name]
+        want_dtype = str(expected.dtype).removeprefix("torch.")
+        if array.dtype != want_dtype:
+            raise Malformed("malformed", f"field {name!r} has dtype {array.dtype}, expected {want_dtype}")
+        if tuple(array.shape) != tuple(expected.shape):
+            raise Malformed("malformed", f"field {name!r} has shape {tuple(array.shape)}, "
+                                         f"expected {tuple(expected.shape)}")
+        try:
+            data = array.numpy()
+        except (ValueError, TypeError, OSError) as exc:
+            raise Malformed("malformed", f"field {name!r} cannot be read ({exc})") from None
+        if data.dtype != np.dtype(want_dtype) or data.shape != tuple(expected.shape):
+            raise Malformed("malformed", f"field {name!r} bytes disagree with its header")
+        tensor = torch.from_numpy(np.ascontiguousarray(data)).to(device)
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise Malformed("non_finite", f"field {name!r} holds NaN or inf")
+        values[name] = tensor
+    return type(template)(**{name: values.get(name) for name in template._fields})
+
+
+class WireContext(NamedTuple):
+    """The per-client part of a round on the wire."""
+
+    round: int
+    client: int
+    num_clients: int
+    lr_scale: float
+    ack: int  # the server's record of this client's last committed round (-1: initial state)
+    phase: str  # "train" or "finish"
+
+
+def encode_ctx(ctx: WireContext) -> ConfigRecord:
+    return ConfigRecord(dict(ctx._asdict()))
+
+
+def decode_ctx(record: Any) -> WireContext:
+    if not isinstance(record, ConfigRecord):
+        raise Malformed("malformed", "missing context record")
+    try:
+        ctx = WireContext(**{name: record[name] for name in WireContext._fields})
+    except KeyError as exc:
+        raise Malformed("malformed", f"context lacks {exc.args[0]!r}") from None
+    for name in ("round", "client", "num_clients", "ack"):
+        if isinstance(getattr(ctx, name), bool) or not isinstance(getattr(ctx, name), int):
+            raise Malformed("malformed", f"context {name!r} is not an integer")
+    if not isinstance(ctx.lr_scale, float) or not np.isfinite(ctx.lr_scale):
+        raise Malformed("malformed", "context lr_scale is not a finite float")
+    return ctx
+
+
+def round_context(ctx: WireContext, device: torch.device | str = "cpu") -> RoundContext:
+    """The one-client RoundContext of the reference engine for this client and round."""
+    return RoundContext(round=ctx.round, active=torch.tensor([ctx.client], device=device),
+                        num_clients=ctx.num_clients, lr_scale=ctx.lr_scale)
+
+
+class RunSpec(NamedTuple):
+    """What a node needs to build its client: resolved algorithm and problem, seed, dtype."""
+
+    algorithm: dict
+    problem: dict
+    seed: int
+    dtype: str
+    token: str  # identifies one federation run (durable node state is keyed by it)
+
+    def key(self) -> str:
+        return json.dumps(self._asdict(), sort_keys=True)
+
+
+def encode_run(run: RunSpec) -> ConfigRecord:
+    return ConfigRecord({"algorithm": json.dumps(run.algorithm, sort_keys=True),
+                         "problem": json.dumps(run.problem, sort_keys=True),
+                         "seed": run.seed, "dtype": run.dtype, "token": run.token})
+
+
+def decode_run(record: Any) -> RunSpec:
+    if not isinstance(record, ConfigRecord):
+        raise Malformed("malformed", "missing run record")
+    try:
+        return RunSpec(algorithm=json.loads(record["algorithm"]), problem=json.loads(record["problem"]),
+                       seed=int(record["seed"]), dtype=str(record["dtype"]), token=str(record["token"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise Malformed("malformed", f"bad run record ({exc})") from None

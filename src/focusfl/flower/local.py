@@ -1,0 +1,253 @@
+"""A real Flower deployment on loopback: one SuperLink and N SuperNodes as subprocesses.
+
+``LocalFederation`` starts ``flower-superlink`` and ``flower-supernode`` processes on free ports
+of 127.0.0.1, each in its own process group, with their own ``FLWR_HOME`` and telemetry off;
+writes the Flower app (a pyproject naming focusfl's ServerApp and ClientApp) and a SuperLink
+connection; submits the run with ``flwr run``; and stops every process group it started when
+it is closed, also on Ctrl-C and on errors, so no process outlives it. SuperNode k runs client
+k (``--node-config partition-id=k``) and keeps durable state in its own ``state-dir``, so a
+node killed with SIGKILL can be restarted and continue (node.py).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+
+APP_PYPROJECT = """[build-system]
+requires = ["hatchling"]
+build-backend = "hatchling.build"
+
+[project]
+name = "focusfl-federation"
+version = "1.0.0"
+description = "focusfl algorithms on Flower"
+license = "MIT"
+dependencies = ["focusfl[flower]"]
+
+[tool.hatch.build.targets.wheel]
+packages = ["."]
+
+[tool.flwr.app]
+publisher = "focusfl"
+
+[tool.flwr.app.components]
+serverapp = "focusfl.flower.server_app:app"
+clientapp = "focusfl.flower.client_app:app"
+
+[tool.flwr.app.config]
+focusfl = "{}"
+"""
+
+
+def write_app(folder: Path) -> Path:
+    """The Flower app folder that ``flwr run`` submits (focusfl must be installed where it runs)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "pyproject.toml").write_text(APP_PYPROJECT)
+    return folder
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _wait_for(path: Path, text: str, seconds: float, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if path.is_file() and text in path.read_text(errors="replace"):
+            return
+        if process.poll() is not None:
+            raise ConfigError(f"{process.args[0]} exited with status {process.returncode}; see {path}")
+        time.sleep(0.2)
+    raise ConfigError(f"{process.args[0]} did not start within {seconds:g} s; see {path}")
+
+
+class LocalFederation:
+    """Context manager: ``with LocalFederation(workdir, nodes=3) as fed: fed.run(config)``."""
+
+    def __init__(self, workdir: str | Path, nodes: int, *, tls: bool = False, auth: bool = False,
+                 durable: bool = True, start_timeout: float = 90.0) -> None:
+        if nodes < 1:
+            raise ConfigError("a federation needs at least one node")
+        self.workdir = Path(workdir).resolve()
+        self.nodes, self.tls, self.auth, self.durable = nodes, tls, auth, durable
+        self.start_timeout = start_timeout
+        self.processes: dict[str, subprocess.Popen] = {}
+        self.retired: list[subprocess.Popen] = []  # processes of nodes that were restarted
+        self.home = self.workdir / "flwr-home"
+        self.logs = self.workdir / "logs"
+        self.port = 0
+        self.certs: dict[str, Path] = {}
+        self.keys: dict[int, Path] = {}
+
+    # -- environment -----------------------------------------------------------------------
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(FLWR_HOME=str(self.home), FLWR_TELEMETRY_ENABLED="0", PYTHONUNBUFFERED="1")
+        # The processes import the same focusfl as this one (a source checkout included).
+        import focusfl
+
+        source = str(Path(focusfl.__file__).resolve().parents[1])
+        env["PYTHONPATH"] = os.pathsep.join([source, *filter(None, [env.get("PYTHONPATH")])])
+        return env
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        log = open(self.logs / f"{name}.log", "ab")
+        try:
+            process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.env(),
+                                       cwd=self.workdir, start_new_session=True)
+        finally:
+            log.close()
+        self.processes[name] = process
+        return process
+
+    # -- life cycle ------------------------------------------------------------------------
+    def __enter__(self) -> "LocalFederation":
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.home.mkdir(parents=True, exist_ok=True)
+        write_app(self.workdir / "app")
+        if self.tls:
+            from .tls import make_certificates
+
+            self.certs = make_certificates(self.workdir / "certs")
+        self.port = free_port()
+        args = [_tool("flower-superlink"), "--disable-runtime-dependency-installation",
+                "--host", "127.0.0.1", "--port", str(self.port)]
+        if self.tls:
+            args += ["--ssl-ca-certfile", str(self.certs["ca"]), "--ssl-certfile", str(self.certs["cert"]),
+                     "--ssl-keyfile", str(self.certs["key"])]
+        else:
+            args += ["--insecure"]
+        if self.auth:
+            args += ["--enable-supernode-auth"]
+        link = self._spawn("superlink", args)
+        _wait_for(self.logs / "superlink.log", "Uvicorn running", self.start_timeout, link)
+        self._write_connection()
+        for k in range(self.nodes):
+            if self.auth:
+                self.register_node(k)
+            self.start_node(k)
+        for k in range(self.nodes):
+            _wait_for(self.logs / f"node{k}.log", "SuperNode ID", self.start_timeout, self.processes[f"node{k}"])
+
+    def _write_connection(self) -> None:
+        lines = ['[superlink]', 'default = "focusfl-local"', '', '[superlink.focusfl-local]',
+                 f'address = "127.0.0.1:{self.port}"']
+        lines += [f'root-certificates = "{self.certs["ca"]}"'] if self.tls else ["insecure = true"]
+        (self.home / "config.toml").write_text("\n".join(lines) + "\n")
+
+    def node_args(self, k: int, *, tls: bool | None = None, key: Path | None = None) -> list[str]:
+        config = f"partition-id={k} num-partitions={self.nodes}"
+        if self.durable:
+            config += f' state-dir="{self.workdir / "node-state" / f"node{k}"}"'
+        args = [_tool("flower-supernode"), "--superlink", f"127.0.0.1:{self.port}", "--port", str(free_port()),
+                "--node-config", config]
+        if self.tls if tls is None else tls:
+            args += ["--root-certificates", str(self.certs["ca"])]
+        else:
+            args += ["--insecure"]
+        key = key or self.keys.get(k)
+        if key is not None:
+            args += ["--auth-supernode-private-key", str(key)]
+        return args
+
+    def start_node(self, k: int, **kwargs: Any) -> subprocess.Popen:
+        name = f"node{k}"
+        if name in self.processes:
+            if self.processes[name].poll() is None:
+                raise ConfigError(f"node {k} is running")
+            self.retired.append(self.processes.pop(name))  # reaped (and its group checked) in stop()
+        log = self.logs / f"{name}.log"
+        if log.exists():  # a restart: keep the old log beside the new one
+            log.rename(self.logs / f"{name}.{int(time.time() * 1000)}.log")
+        return self._spawn(name, self.node_args(k, **kwargs))
+
+    def register_node(self, k: int) -> None:
+        """Node authentication: a key pair for node k, its public key registered with the SuperLink."""
+        from .tls import make_node_key
+
+        private, public = make_node_key(self.workdir / "node-keys", k)
+        self.keys[k] = private
+        result = subprocess.run([_tool("flwr"), "supernode", "register", str(public), "focusfl-local"],
+                                env=self.env(), cwd=self.workdir, capture_output=True, text=True, timeout=60)
+        if result.returncode != 0:
+            raise ConfigError(f"could not register node {k}: {(result.stdout + result.stderr).strip()[-300:]}")
+
+    def pids(self) -> list[int]:
+        """Process-group ids of everything started here (each process leads its own group)."""
+        return [p.pid for p in (*self.retired, *self.processes.values())]
+
+    def kill_node(self, k: int, sig: int = signal.SIGKILL) -> None:
+        process = self.processes[f"node{k}"]
+        _kill_group(process, sig)
+
+    def run(self, config, *, timeout: float = 1800.0) -> subprocess.CompletedProcess:
+        """Submit ``config`` (a FederationConfig) with ``flwr run`` and stream until it ends."""
+        run_toml = self.workdir / "run.toml"
+        run_toml.write_text(f"focusfl = {json.dumps(config.to_json())}\n")
+        args = [_tool("flwr"), "run", str(self.workdir / "app"), "focusfl-local", "--run-config", str(run_toml),
+                "--stream"]
+        process = subprocess.Popen(args, env=self.env(), cwd=self.workdir, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        self.processes["flwr-run"] = process
+        try:
+            output, _ = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(process, signal.SIGKILL)
+            output, _ = process.communicate()
+            raise ConfigError(f"the federation did not finish within {timeout:g} s") from None
+        (self.logs / "flwr-run.log").write_text(output)
+        return subprocess.CompletedProcess(args, process.returncode, output, "")
+
+    def stop(self) -> None:
+        """Stop every process group started here: SIGTERM, then SIGKILL after a grace period."""
+        every = [*self.retired, *self.processes.values()]
+        for process in every:
+            _kill_group(process, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for process in every:
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for process in every:
+            _kill_group(process, signal.SIGKILL)
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def _kill_group(process: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(process.pid, sig)  # the group: flwr-serverapp / flwr-clientapp children too
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _tool(name: str) -> str:
+    """A Flower console script next to this Python (the one focusfl runs in)."""
+    candidate = Path(sys.executable).parent / name
+    return str(candidate) if candidate.exists() else name

@@ -1,0 +1,186 @@
+"""The ServerApp: builds the run from its configuration, runs AlgorithmStrategy, writes the run
+folder (the same metrics.csv / config.json / curve.png as ``focusfl run``, plus the realized
+trace).
+
+The federation's configuration travels as one run-config value, ``focusfl``: a JSON object with
+the keys of :class:`FederationConfig`. ``flwr run APP --run-config 'focusfl="{...}"'`` or
+``focusfl federation local`` sets it.
+
+Outputs (``out``):
+- ``metrics.csv``: evaluated rows as in ``focusfl run`` plus cumulative rejection counts
+  (``rejected_<reason>``), clients requested so far and clients whose state was lost;
+- ``trace.csv``: the accepted clients per round (0/1, rounds x clients), and ``config.json``,
+  which replays the federation with the reference engine on that trace:
+  ``focusfl run --config OUT/config.json --out OUT-replay`` gives the same model bits;
+- ``participation.csv``: every requested client and every rejection, with the reason;
+- ``federation.json``: the settings, nodes, rejection totals, lost clients and the audit.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from flwr.app import Context
+from flwr.serverapp import Grid, ServerApp
+
+from .. import __version__
+from ..errors import ConfigError
+from ..experiments.outputs import open_output, write_csv, write_json
+from ..experiments.runner import RunConfig, build
+from .strategy import AlgorithmStrategy, FederationResult
+
+RUN_CONFIG_KEY = "focusfl"
+
+
+@dataclass
+class FederationConfig:
+    algorithm: str | dict = "focus"
+    problem: str | dict = "ridge"
+    participation: str | dict = "available"  # or any focusfl participation SPEC
+    rounds: int = 100
+    local_steps: int | None = None
+    lr: float | str | None = "auto"
+    seed: int = 0
+    dtype: str = "float64"
+    eval_every: int = 1
+    schedule: str = "constant"
+    timeout: float = 30.0  # seconds an exchange waits for replies
+    out: str | None = None  # run folder (None: results are only logged)
+    token: str | None = None
+    audit: bool = True  # ask nodes for their committed state at the end and check it
+
+    @classmethod
+    def from_json(cls, text: str) -> "FederationConfig":
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise ConfigError(f"run config {RUN_CONFIG_KEY!r} is not JSON: {exc}") from None
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known) if isinstance(data, dict) else ["(not an object)"]
+        if unknown:
+            raise ConfigError(f"run config {RUN_CONFIG_KEY!r}: unknown key {unknown[0]!r}")
+        return cls(**data)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+
+def build_strategy(config: FederationConfig, log=print) -> tuple[AlgorithmStrategy, Any]:
+    available = config.participation in ("available", {"name": "available"})
+    run = RunConfig(algorithm=config.algorithm, problem=config.problem,
+                    participation="full" if available else config.participation, rounds=config.rounds,
+                    local_steps=config.local_steps, lr=config.lr, seed=config.seed, dtype=config.dtype,
+                    eval_every=config.eval_every, schedule=config.schedule, engine="reference")
+    built = build(run)
+    strategy = AlgorithmStrategy(built.algorithm, built.problem, rounds=config.rounds,
+                                 participation=None if available else built.participation, seed=config.seed,
+                                 dtype=config.dtype, schedule=config.schedule, eval_every=config.eval_every,
+                                 timeout=config.timeout, token=config.token, log=log)
+    return strategy, built
+
+
+def run_federation(grid: Grid, config: FederationConfig, log=print) -> FederationResult:
+    strategy, built = build_strategy(config, log=log)
+    started = time.monotonic()
+    result = strategy.start(grid)
+    if config.audit:
+        result.audit = strategy.audit(grid)
+        gap = result.audit.get("tracking")
+        if gap:
+            log(f"audit: {gap} holds to {result.audit['tracking_gap']:.3e} (relative)")
+        if result.audit["unverified_clients"]:
+            log(f"audit: clients {result.audit['unverified_clients']} could not be verified")
+    seconds = time.monotonic() - started
+    last = result.rows[-1] if result.rows else {}
+    log(f"done: {len(result.mask)} rounds in {seconds:.1f} s; "
+        + ", ".join(f"{k}={last[k]:.3e}" for k in ("loss", "rel_error") if k in last))
+    if config.out:
+        write_results(Path(config.out), strategy, built, config, result, seconds)
+    return result
+
+
+def write_results(out: Path, strategy: AlgorithmStrategy, built, config: FederationConfig,
+                  result: FederationResult, seconds: float) -> None:
+    out = out.expanduser().resolve()
+    mask = result.mask.astype(np.int8)
+    every_client = bool(mask.any(axis=0).all()) and mask.shape[0] > 0
+    with open_output(out, kind="federation", keep_partial=False) as output:
+        work = output.work
+        write_csv(work / "metrics.csv", result.rows)
+        header = ",".join(f"client{i}" for i in range(mask.shape[1]))
+        lines = [header] + [",".join(str(int(v)) for v in row) for row in mask]
+        (work / "trace.csv").write_text("\n".join(lines) + "\n")
+        events = []
+        for entry in result.log:
+            why = {}
+            for client, reason, detail in entry.rejected:
+                if client in entry.requested and client not in why:
+                    why[client] = (reason, detail)
+                else:  # replies that belong to no request of this round's client (stale, duplicate)
+                    events.append({"round": entry.round, "client": client, "outcome": "reply_rejected",
+                                   "reason": reason, "detail": detail[:200]})
+            for client in entry.requested:
+                reason, detail = why.get(client, ("", ""))
+                outcome = "accepted" if client in entry.accepted else "rejected"
+                events.append({"round": entry.round, "client": client, "outcome": outcome, "reason": reason,
+                               "detail": detail[:200]})
+        write_csv(work / "participation.csv", events, ["round", "client", "outcome", "reason", "detail"])
+        status = "diverged" if result.diverged_at is not None else "complete"
+        replay = {
+            "focusfl_version": __version__,
+            "algorithm": strategy.algorithm.describe(),
+            "problem": built.problem.describe(),
+            "participation": {"name": "trace", "path": str(out / "trace.csv")},
+            "rounds": int(mask.shape[0]), "seed": config.seed, "dtype": config.dtype, "device": "cpu",
+            "engine": "reference", "eval_every": config.eval_every, "schedule": config.schedule,
+            "status": status, "rounds_done": int(mask.shape[0]),
+        }
+        write_json(work / "config.json", replay)
+        audit = dict(result.audit or {})
+        audit.pop("clients", None)
+        audit.pop("rows", None)
+        write_json(work / "federation.json", {
+            "focusfl_version": __version__, "federation": json.loads(config.to_json()),
+            "participation": built.participation.describe() if strategy.participation is not None else "available",
+            "nodes": {str(node): client for node, client in sorted(result.nodes.items())},
+            "rejections": dict(sorted(result.counts.items())), "lost_clients": result.lost,
+            "audit": audit, "seconds": round(seconds, 3),
+            # The trace replays with --participation trace:path=... only if every client took part.
+            "replayable": every_client,
+        })
+        if result.rows:
+            from ..experiments.plots import plot_curve
+
+            title = f"{strategy.algorithm.name} on {built.problem.name}, federated ({len(result.nodes)} nodes)"
+            plot_curve(result.rows, work / "curve.png", title)
+        output.publish()
+
+
+def make_server_app(config: FederationConfig, sink: dict | None = None, log=print) -> ServerApp:
+    """A ServerApp for ``config`` given in code (Flower simulation, tests); the result goes into
+    ``sink["result"]`` when the ServerApp runs in this process."""
+    server_app = ServerApp()
+
+    @server_app.main()
+    def _main(grid: Grid, context: Context) -> None:
+        result = run_federation(grid, config, log=log)
+        if sink is not None:
+            sink["result"] = result
+
+    return server_app
+
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    text = context.run_config.get(RUN_CONFIG_KEY)
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigError(f"the run config needs {RUN_CONFIG_KEY}=<JSON of the federation>")
+    run_federation(grid, FederationConfig.from_json(text))
