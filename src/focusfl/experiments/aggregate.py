@@ -138,7 +138,7 @@ def aggregate(experiment, runs, folder: Path, *, band: str, failures: Sequence[d
     written.append(RESULTS)
     failed_keys = {}
     for failure in failures:
-        failed_keys.setdefault(tuple(failure[c] for c in AXIS_COLUMNS if c != "seed"), []).append(failure)
+        failed_keys.setdefault(_group({c: failure[c] for c in AXIS_COLUMNS}), []).append(failure)
     if metric is not None:
         write_csv(folder / SUMMARY, summarize(series, metric, experiment.targets, failed_keys))
         written.append(SUMMARY)

@@ -55,18 +55,20 @@ def run_task(task: RunTask) -> dict:
         if task.ship:
             with tempfile.TemporaryDirectory(prefix="focusfl-run-") as tmp:
                 out = Path(tmp) / "run"
-                result = run_to_folder(config, out, checkpoint_every=0)
+                result = run_to_folder(config, out, checkpoint_every=0, curve=False)
                 files = {entry.name: entry.read_bytes() for entry in out.iterdir()
                          if entry.is_file() and not entry.name.startswith(".")}
             return _outcome(result, started, files=files)
         if task.resume:
             try:
-                result = resume_folder(task.out, checkpoint_every=task.checkpoint_every)
+                result = resume_folder(task.out, checkpoint_every=task.checkpoint_every, curve=False)
             except DataError:  # an unreadable checkpoint: run it again from the start
-                result = run_to_folder(config, task.out, checkpoint_every=task.checkpoint_every, restart=True)
+                result = run_to_folder(config, task.out, checkpoint_every=task.checkpoint_every, restart=True,
+                                       curve=False)
         else:
             # run_state found no checkpoint to lose: clear whatever partial folder is there.
-            result = run_to_folder(config, task.out, checkpoint_every=task.checkpoint_every, restart=True)
+            result = run_to_folder(config, task.out, checkpoint_every=task.checkpoint_every, restart=True,
+                                       curve=False)
         return _outcome(result, started)
     except Interrupted as exc:
         return {"status": "interrupted", "error": str(exc), "seconds": time.perf_counter() - started}
