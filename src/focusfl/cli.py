@@ -275,7 +275,8 @@ def _add_sweep(sub) -> None:
                    "skips the runs finished there")
     p.add_argument("--workers", type=positive_int, default=1, help="runs at a time on this machine")
     p.add_argument("--threads", type=positive_int,
-                   help="torch threads per worker (default: cores / workers; with --executor ray, 1)")
+                   help="torch threads per worker (default 1: small runs are fastest so, and the results do not "
+                   "depend on --workers; a thread count changes float rounding)")
     p.add_argument("--executor", choices=["local", "ray"], default="local",
                    help="local: this machine; ray: tasks on a Ray cluster (pip install 'focusfl[ray]')")
     p.add_argument("--address", help="with --executor ray: the cluster's address (default: start a local Ray)")

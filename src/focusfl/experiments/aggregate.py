@@ -279,6 +279,7 @@ def plot_series(series: Sequence[Series], folder: Path, *, metric: str, band: st
 
     log = use_log(series)
     labels = curve_labels(series)
+    families = {labels[_group(s.axes)]: f"{s.axes.get('source', '')}{s.axes.get('algorithm')}" for s in series}
     problems = list(dict.fromkeys(s.axes.get("problem") for s in series))
     panels: dict[str, dict[tuple, list[Series]]] = {}
     for s in series:
@@ -294,7 +295,8 @@ def plot_series(series: Sequence[Series], folder: Path, *, metric: str, band: st
                   for panel, groups in panels.items()}
         paths = [folder / f"{stem}.{ext}" for ext in formats]
         plot_band_panels(curves, paths, xlabel=X_AXES[x], ylabel=_metric_label(metric), log=log,
-                         suptitle=f"{title} ({'geometric mean, ' if log else ''}band: {band_name})")
+                         suptitle=f"{title} ({'geometric mean, ' if log else ''}band: {band_name})",
+                         families=families)
         written += [p.name for p in paths]
     return written
 

@@ -2,7 +2,7 @@
 
 An executor only moves tasks and outcomes: every run is ``run_task``, which calls
 ``run_to_folder`` or ``resume_folder`` exactly as ``focusfl run`` does, so a run's files are the
-same bytes whichever executor ran it (with the same thread count: see ``default_threads``).
+same bytes whichever executor ran it, given the same torch thread count (``DEFAULT_THREADS``).
 
 - ``local`` with one worker runs the tasks here, one after another.
 - ``local`` with K workers uses ``concurrent.futures.ProcessPoolExecutor`` with the ``spawn``
@@ -100,13 +100,11 @@ def publish_shipped(task: RunTask, files: dict[str, bytes]) -> None:
         output.publish()
 
 
-def default_threads(workers: int) -> int:
-    """Threads per worker: the cores this process may use, shared evenly among the workers."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
-    return max(1, cores // max(1, workers))
+# One torch thread per worker unless told otherwise. Measured on this 2-core machine (the
+# benchmark sweep, d = 40): two intra-op threads made small runs 5x slower, and they split
+# reductions differently, so the bytes changed with the thread count. With one thread each,
+# K workers write the bytes one worker writes; give big models more with --threads.
+DEFAULT_THREADS = 1
 
 
 # -- this machine --------------------------------------------------------------------------------
@@ -137,7 +135,7 @@ class LocalExecutor:
         if workers < 1:
             raise ConfigError(f"--workers must be >= 1, got {workers}")
         self.workers = workers
-        self.threads = threads or default_threads(workers)
+        self.threads = threads or DEFAULT_THREADS
         self.slots = workers
 
     def describe(self) -> str:
@@ -219,7 +217,7 @@ class RayExecutor:
             raise ConfigError("--executor ray needs Ray: pip install 'focusfl[ray]' "
                               "(Flower's simulation extra brings it too)") from None
         self.address = address
-        self.threads = threads or 1
+        self.threads = threads or DEFAULT_THREADS
         self.slots = 1
         self._started = False
 

@@ -190,9 +190,11 @@ def plot_band_panels(
     ylabel: str,
     log: bool,
     suptitle: str | None = None,
+    families: dict[str, str] | None = None,
 ) -> None:
     """One panel per scenario, one curve per configuration: ``panels[scenario][label]`` is a
     band (``xs``, ``center``, ``lo``, ``hi``, ``seeds``, ``diverged``: experiments/aggregate.py).
+    ``families[label]`` (the algorithm) gives configurations of one algorithm shades of one hue.
 
     Each configuration keeps its colour and marker in every panel; curves that coincide (on the
     same x values, within 2.3% on a log axis) are drawn dashed after the first of their group,
@@ -201,7 +203,7 @@ def plot_band_panels(
     """
     plt = _pyplot()
     names = list(dict.fromkeys(name for curves in panels.values() for name in curves))
-    colors = dict(zip(names, _palette(len(names))))
+    colors = _family_colors(names, families) if families else dict(zip(names, _palette(len(names))))
     markers = {name: MARKERS[k % len(MARKERS)] for k, name in enumerate(names)}
     columns = min(len(panels), 3)
     rows = math.ceil(len(panels) / columns)
@@ -250,10 +252,31 @@ def plot_band_panels(
         fig.suptitle(_wrap(suptitle, 110), fontsize=10)
     legend_rows = math.ceil(len(labels) / max(ncol, 1))
     height = fig.get_size_inches()[1]
-    fig.tight_layout(rect=(0, min(0.45, (0.25 * legend_rows + 0.2) / height), 1, 1))
+    fig.tight_layout(rect=(0, min(0.45, (0.17 * legend_rows + 0.1) / height), 1, 1))
     for path in paths:
         fig.savefig(path)
     plt.close(fig)
+
+
+_HUES = ("Blues", "Oranges", "Greens", "Reds", "Purples", "Greys", "YlOrBr", "PuRd", "BuGn", "GnBu")
+
+
+def _family_colors(names: Sequence[str], families: dict[str, str]) -> dict[str, tuple]:
+    """One hue per family, its members from dark to light; with more families than hues (or one
+    member each) the plain palette, which tells more curves apart."""
+    import matplotlib
+
+    order = list(dict.fromkeys(families.get(n, n) for n in names))
+    if len(order) > len(_HUES) or len(order) == len(names):
+        return dict(zip(names, _palette(len(names))))
+    members = {family: [n for n in names if families.get(n, n) == family] for family in order}
+    colors = {}
+    for family, hue in zip(order, _HUES):
+        cmap = matplotlib.colormaps[hue]
+        group = members[family]
+        for k, name in enumerate(group):
+            colors[name] = cmap(0.9 - 0.5 * k / max(1, len(group) - 1)) if len(group) > 1 else cmap(0.75)
+    return colors
 
 
 def _equal_groups(curves: dict[str, Sequence[dict]]) -> list[list[str]]:
