@@ -233,3 +233,39 @@ def test_plot_overlays_a_sweep_and_runs_grouping_seeds(reference, tmp_path):
     assert "92 runs in 19 configurations" in proc.stdout
     bad = run_cli("plot", str(reference), "--y", "accuracy", "--out", str(tmp_path / "figs" / "x.png"))
     assert_one_line_error(bad, 2, "--y accuracy")
+
+
+# -- focusfl tune over seeds --------------------------------------------------------------------
+def test_tune_over_seeds_ranks_step_sizes_by_their_mean_and_reports_the_spread(tmp_path):
+    import math
+
+    from focusfl.experiments.tune import ranking_key
+
+    out = tmp_path / "tune"
+    argv = ["tune", "--algorithm", "fedavg", "--problem", SMALL, "--participation", "bernoulli", "--rounds", "30",
+            "--lr-min", "1e-3", "--lr-max", "1e-1", "--points", "3", "--seeds", "3", "--workers", "2", "--out", str(out)]
+    proc = run_cli(*argv)
+    assert proc.returncode == 0, proc.stderr
+    assert "means over 3 seeds" in proc.stdout
+    grid = read_csv(out / "grid.csv")
+    assert [row["seeds"] for row in grid] == ["3"] * 3
+    for row in grid:  # the mean and spread of the three runs' last rel_error
+        finals = []
+        for run in (out / "runs").iterdir():
+            info = (run / "config.json").read_text()
+            if f'"lr": {row["lr"]}' in info:
+                finals.append(float(read_csv(run / "metrics.csv")[-1]["rel_error"]))
+        assert len(finals) == 3
+        assert float(row["final"]) == pytest.approx(sum(finals) / 3, rel=1e-12)
+        assert float(row["final_min"]) == min(finals) and float(row["final_max"]) == max(finals)
+
+    def parsed(row):
+        first = row["first_round_below_target"]
+        return {"lr": float(row["lr"]), "final": float(row["final"]),
+                "first_round_below_target": float(first) if first else None}
+
+    best = read_csv(out / "summary.csv")[0]
+    assert ranking_key(parsed(best)) == min(ranking_key(parsed(row)) for row in grid)
+    assert math.isfinite(float(best["final_std"]))
+    again = run_cli(*argv)  # the same command reuses every trial
+    assert "reused 9 trial(s)" in again.stdout

@@ -441,6 +441,7 @@ class SweepReport:
     interrupted: int = 0
     seconds: float = 0.0
     written: list[str] = field(default_factory=list)
+    runs: list[SweepRun] = field(default_factory=list)
 
 
 def run_sweep(
@@ -455,18 +456,21 @@ def run_sweep(
     band: str | None = None,
     progress: bool = False,
     allow_model_import: bool = False,
+    kind: str = "sweep",
+    tables=None,
 ) -> SweepReport:
     """Run every run of ``experiment`` not yet finished in ``out``, then write results.csv,
-    summary.csv and the figures from all of them."""
+    summary.csv and the figures from all of them (or what ``tables(experiment, runs, folder,
+    band=, failures=)`` writes instead: ``focusfl tune``'s tables; it returns the names)."""
     from .aggregate import aggregate
     from .executors import RunTask, make_executor
     from .outputs import open_store, write_text
 
     runs = expand(experiment, allow_model_import=allow_model_import)
     pool = make_executor(executor, workers=workers, threads=threads, address=address)  # checks Ray is there
-    report = SweepReport(total=len(runs))
+    report = SweepReport(total=len(runs), runs=runs)
     started = time.monotonic()
-    with open_store(out, kind="sweep") as store:
+    with open_store(out, kind=kind) as store:
         write_text(store.path / EXPERIMENT, experiment.text)
         folder = store.path / RUNS
         folder.mkdir(exist_ok=True)
@@ -498,8 +502,8 @@ def run_sweep(
 
             raise Interrupted(f"sweep interrupted: {report.interrupted} run(s) stopped with a checkpoint; "
                               "run the same command again to continue")
-        report.written = aggregate(experiment, runs, store.path, band=band or experiment.band,
-                                   failures=report.failed)
+        report.written = (tables or aggregate)(experiment, runs, store.path, band=band or experiment.band,
+                                               failures=report.failed)
         store.mark([EXPERIMENT, *report.written], folders=[RUNS])
     report.seconds = time.monotonic() - started
     return report
