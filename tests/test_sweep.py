@@ -2,8 +2,6 @@
 equal to sequential, a SIGKILLed sweep resumed, and `focusfl plot`."""
 from __future__ import annotations
 
-import csv
-import os
 import signal
 import time
 from pathlib import Path

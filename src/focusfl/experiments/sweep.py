@@ -20,7 +20,6 @@ import hashlib
 import itertools
 import json
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -315,7 +314,6 @@ def run_key(resolved: dict) -> str:
 def expand(experiment: Experiment, *, allow_model_import: bool = False) -> list[SweepRun]:
     """Every run of the grid, resolved (step sizes, defaults) and hashed; ConfigError naming the
     key of the first run that cannot be built. Problems are built once each."""
-    from ..algorithms import ALGORITHMS  # noqa: F401  (registry import before make_run_algorithm)
     from ..participation import make_participation
     from ..problems import default_dtype, make_problem
     from ..spec import format_spec

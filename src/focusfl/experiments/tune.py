@@ -119,27 +119,6 @@ def pick_best(trials: Iterable[dict]) -> dict:
     return min(trials, key=ranking_key)
 
 
-def tune(algorithms: Sequence[str | dict], grid: Sequence[float], setup: TuneSetup, progress=None, cache=None):
-    """Every algorithm at every step size: returns (all trial rows, best row per algorithm).
-
-    With a ``ResultCache``, trials finished by an interrupted earlier call are not run again.
-    """
-    trials, best = [], []
-    for algorithm in algorithms:
-        mine = []
-        for lr in grid:
-            if cache is None:
-                mine.append(run_trial(algorithm, lr, setup))
-            else:
-                key = {"command": "tune", "algorithm": algorithm, "lr": lr, "setup": asdict(setup)}
-                mine.append(cache.get_or_compute(key, lambda: [run_trial(algorithm, lr, setup)])[0])
-            if progress is not None:
-                progress.update(1)
-        trials.extend(mine)
-        best.append(pick_best(mine))
-    return trials, best
-
-
 def format_best(best: Sequence[dict], target: float) -> str:
     """The best run per algorithm; the first line names the metric it was ranked by."""
     metrics = sorted({row["metric"] for row in best})
