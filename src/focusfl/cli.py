@@ -268,6 +268,89 @@ def _add_tune(sub) -> None:
     p.set_defaults(handler=run)
 
 
+# -- sweep and plot ------------------------------------------------------------------------------
+def _add_sweep(sub) -> None:
+    p = sub.add_parser("sweep", help="run a grid of runs declared in a TOML file: seeds, step sizes, "
+                       "algorithms; parallel and resumable")
+    p.add_argument("experiment", help="experiment file (TOML; docs/experiments.md)")
+    p.add_argument("--out", help="sweep folder (default runs/NAME, NAME the experiment file's stem); a rerun "
+                   "skips the runs finished there")
+    p.add_argument("--workers", type=positive_int, default=1, help="runs at a time on this machine")
+    p.add_argument("--threads", type=positive_int,
+                   help="torch threads per worker (default 1: small runs are fastest so, and the results do not "
+                   "depend on --workers; a thread count changes float rounding)")
+    p.add_argument("--executor", choices=["local", "ray"], default="local",
+                   help="local: this machine; ray: tasks on a Ray cluster (pip install 'focusfl[ray]')")
+    p.add_argument("--address", help="with --executor ray: the cluster's address (default: start a local Ray)")
+    p.add_argument("--checkpoint-every", type=non_negative_int, metavar="R",
+                   help="each run saves a checkpoint every R rounds (default: once a minute)")
+    p.add_argument("--band", choices=["std", "minmax"],
+                   help="band around the mean in the figures (default: the file's 'band', else std)")
+    p.set_defaults(handler=_cmd_sweep)
+
+
+def _cmd_sweep(args) -> int:
+    from .experiments.sweep import load_experiment, run_sweep
+
+    experiment = load_experiment(args.experiment)
+    out = Path(args.out or f"runs/{Path(args.experiment).stem}")
+    report = run_sweep(experiment, out, workers=args.workers, threads=args.threads, executor=args.executor,
+                       address=args.address, checkpoint_every=args.checkpoint_every, band=args.band,
+                       progress=True)
+    _print_summary(out / "summary.csv")
+    print(f"{report.total} runs: {report.skipped} finished earlier, {report.ran} ran"
+          f"{f' ({report.resumed} resumed)' if report.resumed else ''}, {len(report.failed)} failed; "
+          f"{report.seconds:.1f} s")
+    print(f"wrote {out}/results.csv, " + ", ".join(n for n in report.written if n != "results.csv"))
+    if report.failed:
+        first = report.failed[0]
+        return _fail(f"focusfl: {len(report.failed)} of {report.total} runs failed (the first, "
+                     f"{first['algorithm']} seed {first['seed']}: {first['error']}); they are listed in "
+                     f"{out}/failures.csv; run the same command again to retry them", 1)
+    return 0
+
+
+def _print_summary(path: Path, limit: int = 24) -> None:
+    from .experiments.outputs import read_csv
+
+    if not path.is_file():
+        return
+    rows = read_csv(path)
+    if not rows:
+        return
+    metric = rows[0]["metric"]
+    final = f"final {metric} mean (min-max)"
+    print(f"{'participation':<22} {'algorithm':<24} {'lr':>9} {'seeds':>5} {final:>34}")
+    for row in rows[:limit]:
+        span = f"{float(row[f'final_{metric}_mean']):.3e} ({float(row[f'final_{metric}_min']):.2e}-" \
+               f"{float(row[f'final_{metric}_max']):.2e})"
+        print(f"{row['participation'][:22]:<22} {row['algorithm'][:24]:<24} {float(row['lr']):>9.3g} "
+              f"{row['seeds']:>5} {span:>34}")
+    if len(rows) > limit:
+        print(f"... {len(rows) - limit} more configurations in {path}")
+
+
+def _add_plot(sub) -> None:
+    p = sub.add_parser("plot", help="overlay finished runs and sweeps (seeds grouped into mean and band)")
+    p.add_argument("folders", nargs="+", metavar="RUN_OR_SWEEP_DIR", help="run folders and sweep folders")
+    p.add_argument("--x", choices=["round", "comm_up", "comm_total"], default="round",
+                   help="x axis: rounds, floats sent up, or floats sent down + up")
+    p.add_argument("--y", metavar="METRIC", help="a column of metrics.csv (default rel_error, else loss)")
+    p.add_argument("--band", choices=["std", "minmax"], default="std", help="band around the mean over seeds")
+    p.add_argument("--title", help="figure title")
+    p.add_argument("--out", default="plot.png", help="figure file; PNG and PDF are both written")
+    p.set_defaults(handler=_cmd_plot)
+
+
+def _cmd_plot(args) -> int:
+    from .experiments.aggregate import iter_groups, write_plot
+
+    written, series = write_plot(args.folders, Path(args.out), x=args.x, metric=args.y, band=args.band,
+                                 title=args.title)
+    print(f"{len(series)} runs in {len(iter_groups(series))} configurations; wrote {written[0]} and {written[1]}")
+    return 0
+
+
 # -- bias and matrices (focusfl.matrix) ----------------------------------------------------------
 def _add_bias(sub) -> None:
     from .matrix.commands import add_bias_arguments, run_bias
@@ -356,6 +439,18 @@ def _command_texts() -> dict[str, tuple[str, str]]:
                  "process; prints the best step of each and writes grid.csv and summary.csv. " + names,
                  _examples("focusfl tune --algorithm focus,fedavg --problem ridge --participation bernoulli",
                            "focusfl tune --algorithm all --local-steps 5 --out runs/tune")),
+        "sweep": ("Run every combination of the axes an experiment file declares (algorithms and their "
+                  "hyperparameters, problems, participation processes, step sizes, seeds, rounds, local steps) "
+                  "and write results.csv (one row per run and round), summary.csv (mean, std, min, max over "
+                  "seeds) and figures of the mean with a band. Each run is a run folder under DIR/runs/; "
+                  "the same command again skips finished runs and resumes killed ones (docs/experiments.md).",
+                  _examples("focusfl sweep experiment.toml --out runs/sweep --workers 2",
+                            "focusfl sweep experiment.toml --out runs/sweep --executor ray --address auto",
+                            "focusfl reproduce ridge --export experiment.toml   # a file to start from")),
+        "plot": ("Overlay finished runs and sweeps: runs that differ only in their seed are drawn as their "
+                 "mean with a band; one panel per participation process. Writes PNG and PDF.",
+                 _examples("focusfl plot runs/sweep --x comm_total", "focusfl plot runs/focus runs/fedavg --y loss",
+                           "focusfl plot runs/sweep-a runs/sweep-b --band minmax --out compare.png")),
         "bias": ("Participation bias: q_i, delta_q^2, and the limit points of FedAvg (biased towards "
                  "frequent clients) and FOCUS (exact) on a problem (docs/framework.md). A diverged run exits 1. "
                  + names, _examples("focusfl bias", "focusfl bias --problem ridge:dim=10,samples=50,hetero=1 "
@@ -393,6 +488,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_participation(sub)
     _add_algorithms(sub)
     _add_tune(sub)
+    _add_sweep(sub)
+    _add_plot(sub)
     _add_bias(sub)
     _add_matrices(sub)
     _add_federation(sub)

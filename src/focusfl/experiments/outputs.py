@@ -71,6 +71,21 @@ def _write_atomic(path: Path, text: str, *, durable: bool = False) -> None:
         _fsync_dir(path.parent)
 
 
+@contextlib.contextmanager
+def open_atomic(path: Path) -> Iterator[io.TextIOBase]:
+    """A text file written through a temporary file and renamed into place when the block ends
+    (for tables too large to build in memory); on an exception the temporary file is removed."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}{TMP_SUFFIX}")
+    try:
+        with open(tmp, "w", newline="") as handle:
+            yield handle
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
 def write_csv(path: Path, rows: Iterable[dict], columns: list[str] | None = None) -> None:
     rows = list(rows)
     if columns is None:
@@ -513,6 +528,75 @@ def output_folder(target: str | Path, *, kind: str = "output", keep_partial: boo
         output.publish()
     finally:
         output.close()
+
+
+# -- folders updated in place (sweeps) -----------------------------------------------------------
+def write_text(path: Path, text: str) -> None:
+    _write_atomic(path, text)
+
+
+class Store:
+    """A folder that focusfl fills over several commands (a sweep's ``DIR``), held under a lock.
+
+    Unlike an :class:`Output` it is never swapped as a whole: what it holds (run folders, each
+    written atomically by its own ``open_output``) stays between commands, so that a rerun can
+    skip the finished parts. Its marker says ``partial`` until ``mark`` lists what it holds.
+    """
+
+    def __init__(self, path: Path, kind: str, lock: _Lock):
+        self.path, self.kind, self._lock = path, kind, lock
+
+    def mark(self, files: Iterable[str], folders: Iterable[str] = ()) -> None:
+        """Mark the store complete, listing ``files`` (those that exist) and everything below ``folders``."""
+        listed = [f for f in files if (self.path / f).is_file()]
+        below_folders = []
+        for folder in folders:
+            if (self.path / folder).is_dir():
+                inner_files, inner_folders = _contents(self.path / folder)
+                listed += [f"{folder}/{f}" for f in inner_files if not f.endswith(LOCK_SUFFIX)]
+                below_folders += [folder, *(f"{folder}/{d}" for d in inner_folders)]
+        _write_marker(self.path, "complete", self.kind, sorted(set(listed)), below_folders)
+
+    def close(self) -> None:
+        self._lock.release()
+
+
+@contextlib.contextmanager
+def open_store(target: str | Path, *, kind: str) -> Iterator[Store]:
+    """Check, create if needed, and lock a folder that focusfl updates in place.
+
+    An existing folder must be empty or a focusfl folder of the same ``kind``; anything else
+    (a user's folder, a run's output) is refused in one line, before anything is written.
+    """
+    given = target
+    try:
+        path = _check_place(target)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = _Lock(_sibling(path, LOCK_SUFFIX), given)
+    except OSError as exc:
+        raise _refuse(given, f"cannot be created: {exc.strerror or exc}") from None
+    try:
+        marker = read_marker(path) if path.is_dir() else None
+        if marker is None and path.is_dir() and next(os.scandir(path), None) is not None:
+            raise _refuse(given, f"is not empty and has no {MARKER}, so it is not focusfl's: "
+                                 "choose another folder")
+        if marker is not None and marker.get("kind") != kind:
+            raise _refuse(given, f"holds a focusfl {marker.get('kind')!r} output, not a {kind}: "
+                                 "choose another folder")
+        if marker is None:
+            path.mkdir(exist_ok=True)
+            _write_marker(path, "partial", kind)
+        store = Store(path, kind, lock)
+    except OSError as exc:
+        lock.release()
+        raise _refuse(given, f"cannot be written: {exc.strerror or exc}") from None
+    except BaseException:
+        lock.release()
+        raise
+    try:
+        yield store
+    finally:
+        store.close()
 
 
 # -- finished units of work ----------------------------------------------------------------------

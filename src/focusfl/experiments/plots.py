@@ -180,3 +180,117 @@ def plot_panels(
     for path in paths:
         fig.savefig(path)
     plt.close(fig)
+
+
+def plot_band_panels(
+    panels: dict[str, dict[str, object]],
+    paths: Sequence[Path],
+    *,
+    xlabel: str,
+    ylabel: str,
+    log: bool,
+    suptitle: str | None = None,
+    families: dict[str, str] | None = None,
+) -> None:
+    """One panel per scenario, one curve per configuration: ``panels[scenario][label]`` is a
+    band (``xs``, ``center``, ``lo``, ``hi``, ``seeds``, ``diverged``: experiments/aggregate.py).
+    ``families[label]`` (the algorithm) gives configurations of one algorithm shades of one hue.
+
+    Each configuration keeps its colour and marker in every panel; curves that coincide (on the
+    same x values, within 2.3% on a log axis) are drawn dashed after the first of their group,
+    with staggered markers, and the legend names the configurations each one coincides with. A
+    configuration whose seeds diverged ends in a cross.
+    """
+    plt = _pyplot()
+    names = list(dict.fromkeys(name for curves in panels.values() for name in curves))
+    colors = _family_colors(names, families) if families else dict(zip(names, _palette(len(names))))
+    markers = {name: MARKERS[k % len(MARKERS)] for k, name in enumerate(names)}
+    columns = min(len(panels), 3)
+    rows = math.ceil(len(panels) / columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(5.2 * columns, 4.2 * rows + 0.4), squeeze=False)
+    handles: dict[str, object] = {}
+    coincide: dict[str, set[str]] = {}
+    for ax, (scenario, curves) in zip(axes.flat, panels.items()):
+        as_rows = {name: [{"x": x, "y": y} for x, y in zip(b.xs, b.center)] for name, b in curves.items()}
+        groups = coinciding_groups(as_rows, "y", x="x") if log else _equal_groups(as_rows)
+        rank = {name: k for group in groups for k, name in enumerate(group)}
+        for group in groups:
+            for name in group:
+                coincide.setdefault(name, set()).update(n for n in group if n != name)
+        stopped = 0
+        for name, b in curves.items():
+            if not b.xs:
+                continue
+            every = max(1, len(b.xs) // 8)
+            offset = (names.index(name) * every) // max(1, len(names))
+            style = LINESTYLES[rank.get(name, 0) % len(LINESTYLES)]
+            (line,) = ax.plot(b.xs, b.center, color=colors[name], marker=markers[name], markersize=4.5,
+                              markevery=(offset, every), linestyle=style, linewidth=1.3)
+            if b.seeds > 1:
+                ax.fill_between(b.xs, b.lo, b.hi, color=colors[name], alpha=0.15, linewidth=0)
+            handles.setdefault(name, line)
+            if b.diverged:
+                _mark_end(ax, b.xs, b.center if log else [abs(v) + 1e-300 for v in b.center],
+                          f"{b.diverged} of {b.seeds} diverged", colors[name], slot=stopped)
+                stopped += 1
+        if log:
+            ax.set_yscale("log")
+        ax.set_title(scenario, fontsize=10)
+        ax.set_xlabel(xlabel, fontsize=9)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.ticklabel_format(axis="x", style="sci", scilimits=(-3, 4))
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for row in axes:
+        row[0].set_ylabel(ylabel, fontsize=9)
+    labels = list(handles)
+    shown = [label + (f"  (= {', '.join(sorted(coincide[label]))})" if label in coincide else "")
+             for label in labels]
+    ncol = min(len(labels), 3)
+    fig.legend([handles[n] for n in labels], shown, loc="lower center", ncol=ncol, frameon=False, fontsize=8)
+    if suptitle:
+        fig.suptitle(_wrap(suptitle, 110), fontsize=10)
+    legend_rows = math.ceil(len(labels) / max(ncol, 1))
+    height = fig.get_size_inches()[1]
+    fig.tight_layout(rect=(0, min(0.45, (0.17 * legend_rows + 0.1) / height), 1, 1))
+    for path in paths:
+        fig.savefig(path)
+    plt.close(fig)
+
+
+_HUES = ("Blues", "Oranges", "Greens", "Reds", "Purples", "Greys", "YlOrBr", "PuRd", "BuGn", "GnBu")
+
+
+def _family_colors(names: Sequence[str], families: dict[str, str]) -> dict[str, tuple]:
+    """One hue per family, its members from dark to light; with more families than hues (or one
+    member each) the plain palette, which tells more curves apart."""
+    import matplotlib
+
+    order = list(dict.fromkeys(families.get(n, n) for n in names))
+    if len(order) > len(_HUES) or len(order) == len(names):
+        return dict(zip(names, _palette(len(names))))
+    members = {family: [n for n in names if families.get(n, n) == family] for family in order}
+    colors = {}
+    for family, hue in zip(order, _HUES):
+        cmap = matplotlib.colormaps[hue]
+        group = members[family]
+        for k, name in enumerate(group):
+            colors[name] = cmap(0.9 - 0.5 * k / max(1, len(group) - 1)) if len(group) > 1 else cmap(0.75)
+    return colors
+
+
+def _equal_groups(curves: dict[str, Sequence[dict]]) -> list[list[str]]:
+    """Curves on a linear axis that coincide: the same x and y values to 1e-9 relative."""
+    groups: list[list[str]] = []
+    for name, rows in curves.items():
+        for group in groups:
+            other = curves[group[0]]
+            if len(other) == len(rows) and all(
+                a["x"] == b["x"] and math.isclose(a["y"], b["y"], rel_tol=1e-9, abs_tol=1e-12)
+                for a, b in zip(rows, other)
+            ):
+                group.append(name)
+                break
+        else:
+            groups.append([name])
+    return [group for group in groups if len(group) > 1]

@@ -162,12 +162,15 @@ def run_to_folder(
     checkpoint_every: int | None = None,
     restart: bool = False,
     allow_model_import: bool = False,
+    curve: bool = True,
 ) -> RunResult:
     """Build, run and write metrics.csv, config.json, curve.png, checkpoint.pt and model.pt into ``out``.
 
     Everything is validated before anything is written. A partial run left in ``out`` by a
     killed process is continued only by :func:`resume_folder`; ``restart`` discards it instead.
     ``allow_model_import`` is the caller's permission to import a user's model (never stored).
+    ``curve=False`` leaves out curve.png (a sweep draws its runs together; drawing one costs more
+    than a small run).
     """
     built = build(config, allow_model_import=allow_model_import)
     with open_output(out, kind="run") as output:
@@ -178,11 +181,12 @@ def run_to_folder(
             )
         _clear(output.work)
         write_json(output.work / CONFIG, {**resolved_config(built), "status": "running"})
-        return _drive(built, output, None, progress=progress, checkpoint_every=checkpoint_every)
+        return _drive(built, output, None, progress=progress, checkpoint_every=checkpoint_every, curve=curve)
 
 
 def resume_folder(
-    out: str | Path, *, rounds: int | None = None, progress: bool = False, checkpoint_every: int | None = None
+    out: str | Path, *, rounds: int | None = None, progress: bool = False, checkpoint_every: int | None = None,
+    curve: bool = True,
 ) -> RunResult:
     """Continue the run in ``out`` from its checkpoint; ``rounds`` extends a finished run."""
     out = Path(out)
@@ -212,12 +216,13 @@ def resume_folder(
         if not (work / METRICS).is_file():
             raise DataError(f"{out}: metrics.csv is missing; the run cannot be resumed")
         write_json(work / CONFIG, {**resolved_config(built), "status": "running"})
-        return _drive(built, output, checkpoint, progress=progress, checkpoint_every=checkpoint_every)
+        return _drive(built, output, checkpoint, progress=progress, checkpoint_every=checkpoint_every, curve=curve)
 
 
 # -- the run -------------------------------------------------------------------------------------
 def _drive(
-    built: BuiltRun, output: Output, start: Checkpoint | None, *, progress: bool, checkpoint_every: int | None
+    built: BuiltRun, output: Output, start: Checkpoint | None, *, progress: bool, checkpoint_every: int | None,
+    curve: bool = True,
 ) -> RunResult:
     work, out = output.work, output.target
     # "diverged" marks the row where a run blew up (engine/divergence.py): no earlier row has it.
@@ -244,7 +249,7 @@ def _drive(
     except _StopRequested as stop:
         metrics.close()
         rounds = checkpointer.last_round
-        _finish(built, work, status="interrupted", rounds_done=rounds)
+        _finish(built, work, status="interrupted", rounds_done=rounds, curve=curve)
         output.publish()
         name = signal.Signals(stop.signum).name
         raise Interrupted(
@@ -276,18 +281,22 @@ def _drive(
     else:  # a non-finite state is nothing to resume from
         (work / CHECKPOINT).unlink(missing_ok=True)
         status = "diverged"
-    _finish(built, work, status=status, rounds_done=result.rounds_done, diverged_at=result.diverged_at)
+    _finish(built, work, status=status, rounds_done=result.rounds_done, diverged_at=result.diverged_at, curve=curve)
     output.publish()
     return result
 
 
-def _finish(built: BuiltRun, work: Path, *, status: str, rounds_done: int | None, diverged_at: int | None = None) -> None:
+def _finish(built: BuiltRun, work: Path, *, status: str, rounds_done: int | None, diverged_at: int | None = None,
+            curve: bool = True) -> None:
     info = {**resolved_config(built), "status": status, "rounds_done": rounds_done}
     if diverged_at is not None:
         info["diverged_at_round"] = diverged_at
     if status == "interrupted":
         info["interrupted_after_round"] = rounds_done
     write_json(work / CONFIG, info)
+    if not curve:
+        (work / "curve.png").unlink(missing_ok=True)  # a resumed run's copy of an older one
+        return
     rows = read_rows_for_plot(work / METRICS)
     if rows:
         _plot(built, rows, work)

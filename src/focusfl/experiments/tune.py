@@ -12,10 +12,17 @@ The tracked metric is rel_error when the problem knows its minimizer, else the l
 networks, the test loss: their rows carry no full training loss). Only the
 (local) step size ``lr`` is searched; other hyperparameters (server_lr, local_steps, ...) are
 fixed by the algorithm SPEC and the options.
+
+The command runs the grid x ``--seeds`` as a sweep (experiments/sweep.py): every trial is a run
+folder under ``OUT/runs/``, ``--workers`` runs them in parallel, and the same command again
+skips finished trials. With several seeds a step size is ranked by its mean over the seeds: the
+mean round at which it reaches the target (only if every seed reaches it), else its mean final
+value; grid.csv and summary.csv give the spread (std, min, max) beside the mean.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -112,39 +119,77 @@ def pick_best(trials: Iterable[dict]) -> dict:
     return min(trials, key=ranking_key)
 
 
-def tune(algorithms: Sequence[str | dict], grid: Sequence[float], setup: TuneSetup, progress=None, cache=None):
-    """Every algorithm at every step size: returns (all trial rows, best row per algorithm).
-
-    With a ``ResultCache``, trials finished by an interrupted earlier call are not run again.
-    """
-    trials, best = [], []
-    for algorithm in algorithms:
-        mine = []
-        for lr in grid:
-            if cache is None:
-                mine.append(run_trial(algorithm, lr, setup))
-            else:
-                key = {"command": "tune", "algorithm": algorithm, "lr": lr, "setup": asdict(setup)}
-                mine.append(cache.get_or_compute(key, lambda: [run_trial(algorithm, lr, setup)])[0])
-            if progress is not None:
-                progress.update(1)
-        trials.extend(mine)
-        best.append(pick_best(mine))
-    return trials, best
-
-
 def format_best(best: Sequence[dict], target: float) -> str:
     """The best run per algorithm; the first line names the metric it was ranked by."""
     metrics = sorted({row["metric"] for row in best})
-    header = f"{'algorithm':<28} {'best lr':>10} {'final':>11} {'min':>11} {'first <= ' + format(target, 'g'):>16}"
-    lines = [f"ranked by {', '.join(metrics) or 'nothing'}: final and min are its values", header, "-" * len(header)]
+    seeds = max((int(row.get("seeds", 1)) for row in best), default=1)
+    spread = seeds > 1
+    header = (f"{'algorithm':<28} {'best lr':>10} {'final':>11} {'(min - max)':>23} {'min':>11} "
+              f"{'first <= ' + format(target, 'g'):>16}") if spread else \
+        f"{'algorithm':<28} {'best lr':>10} {'final':>11} {'min':>11} {'first <= ' + format(target, 'g'):>16}"
+    what = f"means over {seeds} seeds" if spread else "its values"
+    lines = [f"ranked by {', '.join(metrics) or 'nothing'}: final and min are {what}", header, "-" * len(header)]
     for row in best:
         first = row["first_round_below_target"]
-        lines.append(
-            f"{row['algorithm']:<28} {row['lr']:>10.4g} {row['final']:>11.3e} {row['best']:>11.3e} "
-            f"{'never' if first is None else first:>16}"
-        )
+        first_text = "never" if first is None else f"{first:g}"
+        if spread:
+            span = f"({row['final_min']:.2e} - {row['final_max']:.2e})"
+            lines.append(f"{row['algorithm']:<28} {row['lr']:>10.4g} {row['final']:>11.3e} {span:>23} "
+                         f"{row['best']:>11.3e} {first_text:>16}")
+        else:
+            lines.append(f"{row['algorithm']:<28} {row['lr']:>10.4g} {row['final']:>11.3e} {row['best']:>11.3e} "
+                         f"{first_text:>16}")
     return "\n".join(lines)
+
+
+def _number(value: float) -> int | float:
+    return int(value) if value.is_integer() else value
+
+
+def grid_rows(runs, folder: Path, target: float) -> list[dict]:
+    """One row per (algorithm, lr) of a tune sweep: means over its seeds and their spread.
+
+    ``first_round_below_target`` is the mean round at which the seeds reach ``target``, and
+    only if every seed does (else None); ``final`` is the mean final value (inf if one diverged).
+    """
+    import csv
+
+    from .aggregate import Series, _Reducer, _stats
+    from .run_folder import CONFIG, METRICS
+    from .sweep import RUNS
+
+    groups: dict[tuple, list] = {}
+    metric = None
+    for run in runs:
+        path = folder / RUNS / run.key
+        if not (path / METRICS).is_file():
+            continue  # a failed trial
+        info = json.loads((path / CONFIG).read_text())
+        with open(path / METRICS, newline="") as handle:
+            reader = csv.DictReader(handle)
+            rows = list(reader)
+        metric = metric or tracked_metric(rows)
+        reducer = _Reducer(Series(dict(run.axes), info.get("status", "complete")), metric, (target,), 1 << 30)
+        for row in rows:
+            reducer.add(row)
+        series = reducer.finish()
+        series.axes["diverged_at"] = info.get("diverged_at_round")
+        groups.setdefault((run.axes["algorithm"], run.axes["lr"]), []).append(series)
+    out = []
+    for (algorithm, lr), members in groups.items():
+        finals = [m.final for m in members]
+        reached = [m.reached[target][0] for m in members if target in m.reached]
+        diverged = [m.axes["diverged_at"] for m in members if m.axes["diverged_at"] is not None]
+        stats = _stats(finals, "final")
+        out.append({
+            "algorithm": algorithm, "lr": lr, "metric": metric, "seeds": len(members),
+            "final": stats["final_mean"], "final_std": stats["final_std"], "final_min": stats["final_min"],
+            "final_max": stats["final_max"],
+            "best": math.fsum(m.best for m in members) / len(members),
+            "first_round_below_target": _number(math.fsum(reached) / len(reached)) if len(reached) == len(members) else None,
+            "reached": len(reached), "diverged": len(diverged), "diverged_at": min(diverged) if diverged else None,
+        })
+    return out
 
 
 # -- command line ------------------------------------------------------------------------------
@@ -160,7 +205,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--points", type=int, default=9, help="grid points, log-spaced (default 9)")
     parser.add_argument("--target", type=float, default=DEFAULT_TARGET,
                         help="success level of the tracked metric (default 1e-10)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="the first seed")
+    parser.add_argument("--seeds", type=int, default=1,
+                        help="seeds per step size (--seed, --seed + 1, ...); the best step is the best on average")
+    parser.add_argument("--workers", type=int, default=1, help="trials at a time on this machine")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads per worker (default 1)")
     parser.add_argument("--dtype", choices=["float32", "float64"], default=None,
                         help="default: the problem's (float32 for neural networks, float64 otherwise)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -201,34 +250,48 @@ def setup_from_args(args: argparse.Namespace) -> TuneSetup:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .outputs import ResultCache, output_folder, write_csv, write_json
-    from .runner import RunConfig, build
-
-    import torch
+    from .sweep import parse_experiment, run_sweep
+    from .outputs import write_csv, write_json
 
     setup = setup_from_args(args)
+    if args.seeds < 1 or args.workers < 1 or (args.threads is not None and args.threads < 1):
+        raise ConfigError("seeds, workers and threads must be >= 1")
     grid = lr_grid(args.lr_min, args.lr_max, args.points)
-    if setup.device == "cpu":
-        # Many short runs of small problems: intra-op threads cost more than they save.
-        torch.set_num_threads(1)
     algorithms = expand_algorithms(args.algorithm)
-    # Validate problem and participation once, before the first trial writes anything.
-    build(RunConfig(algorithm=algorithms[0], problem=setup.problem, participation=setup.participation,
-                    rounds=setup.rounds, seed=setup.seed, dtype=setup.dtype, device=setup.device))
-    # An interrupted tune keeps its finished trials in the partial folder; a rerun skips them.
-    with output_folder(args.out, kind="tune", keep_partial=True) as scratch:
-        from tqdm import tqdm
+    seeds = list(range(setup.seed, setup.seed + args.seeds))
+    experiment = parse_experiment({
+        "name": "tune", "algorithms": algorithms, "problems": [setup.problem], "participation": [setup.participation],
+        "lr": grid, "seeds": seeds, "rounds": setup.rounds, "eval_every": setup.eval_every,
+        "schedule": setup.schedule, "dtype": setup.dtype, "device": setup.device, "targets": [setup.target],
+        **({"local_steps": setup.local_steps} if setup.local_steps is not None else {}),
+    })
+    found: dict = {}
 
-        cache = ResultCache(scratch)
-        with tqdm(total=len(algorithms) * len(grid), desc="tune", unit="run", disable=None, leave=False) as bar:
-            trials, best = tune(algorithms, grid, setup, progress=bar, cache=cache)
-        write_csv(scratch / "grid.csv", trials)
-        write_csv(scratch / "summary.csv", best)
-        write_json(scratch / "config.json", {"tune": asdict(setup), "grid": grid, "algorithms": algorithms})
-    if cache.reused:
-        print(f"reused {cache.reused} trial(s) finished by an interrupted earlier run")
+    def tables(experiment, runs, folder, *, band, failures) -> list[str]:
+        trials = grid_rows(runs, folder, setup.target)
+        best = [pick_best([t for t in trials if t["algorithm"] == name])
+                for name in dict.fromkeys(t["algorithm"] for t in trials)]
+        write_csv(folder / "grid.csv", trials)
+        write_csv(folder / "summary.csv", best)
+        write_json(folder / "config.json", {"tune": asdict(setup), "grid": grid, "algorithms": algorithms,
+                                            "seeds": seeds})
+        found.update(trials=trials, best=best)
+        return ["grid.csv", "summary.csv", "config.json"]
+
+    # Every trial is a run folder under OUT/runs/: a rerun after a crash skips the finished ones.
+    report = run_sweep(experiment, args.out, workers=args.workers, threads=args.threads, progress=True,
+                       kind="tune", tables=tables)
+    if report.skipped:
+        print(f"reused {report.skipped} trial(s) finished by an earlier run")
+    best = found["best"]
     print(format_best(best, setup.target))
-    print(f"\nwrote {Path(args.out) / 'summary.csv'} (best per algorithm), grid.csv (every trial), config.json")
+    print(f"\nwrote {Path(args.out) / 'summary.csv'} (best per algorithm), grid.csv (every step size"
+          f"{', over ' + str(len(seeds)) + ' seeds' if len(seeds) > 1 else ''}), config.json, runs/")
+    if report.failed:
+        from ..errors import FocusflError
+
+        raise FocusflError(f"{len(report.failed)} trial(s) failed (the first: {report.failed[0]['error']}); "
+                           "run the same command again to retry them")
     diverged = [row["algorithm"] for row in best if row["diverged_at"] is not None]
     if diverged:
         from ..errors import DivergenceError

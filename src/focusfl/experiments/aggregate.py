@@ -1,0 +1,437 @@
+"""A sweep's tables and figures from its run folders: results.csv, summary.csv, figures.
+
+- ``results.csv`` is tidy: one row per run and evaluated round, every axis a column (``problem``,
+  ``participation``, ``algorithm`` with its hyperparameters, ``lr``, ``local_steps``, ``rounds``,
+  ``eval_every``, ``seed``), then ``run`` (its folder), ``status`` and the run's metrics.csv
+  columns, copied as written (full precision): the same runs give the same bytes.
+- ``summary.csv`` has one row per configuration (every axis but the seed): over its seeds, the
+  mean, sample std, min and max of the final and of the best value of the metric, and of the
+  rounds and floats communicated (down + up) to reach each target, over the seeds that reach it
+  (``reached_T`` counts them). A diverged run's final value is inf.
+- Figures: one panel per problem and participation process, one curve per configuration: the
+  mean over seeds with a band (std or min-max) against rounds (``figure.*``) and against floats
+  communicated (``figure_communication.*``). On a log axis (a positive metric spanning more than
+  two decades) the mean and std are those of log10 of the metric: the geometric mean, and a band
+  of one geometric standard deviation either side.
+
+``focusfl plot`` draws the same figures from run and sweep folders given on its command line.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from ..errors import ConfigError
+from .outputs import open_atomic, write_csv
+
+PLOT_POINTS = 600  # points per curve in a sweep's figures (a long run is thinned evenly)
+X_AXES = {"round": "round", "comm_up": "floats sent up (clients to server)",
+          "comm_total": "floats communicated (down + up)"}
+HIGHER_IS_BETTER = ("test_accuracy", "accuracy")
+
+
+@dataclass
+class Series:
+    """One run reduced to what tables and figures need."""
+
+    axes: dict[str, Any]
+    status: str
+    points: list[tuple[float, float, float, float]] = field(default_factory=list)  # round, comm_up, comm_total, y
+    final: float = math.nan
+    best: float = math.nan
+    reached: dict[float, tuple[float, float]] = field(default_factory=dict)  # target -> (round, floats)
+
+
+def default_metric(columns: Sequence[str]) -> str:
+    for metric in ("rel_error", "loss", "test_loss", "test_accuracy"):
+        if metric in columns:
+            return metric
+    raise ConfigError(f"no metric to summarize among the columns {', '.join(columns)}")
+
+
+def _float(text: Any) -> float:
+    try:
+        return float(text) if text not in (None, "") else math.nan
+    except ValueError:
+        return math.nan
+
+
+class _Reducer:
+    """Consumes one run's rows (dicts of strings) in order and fills a Series."""
+
+    def __init__(self, series: Series, metric: str, targets: Sequence[float], stride: int):
+        self.series, self.metric, self.targets, self.stride = series, metric, targets, stride
+        self.higher = metric in HIGHER_IS_BETTER
+        self.count = 0
+        self.last: tuple | None = None
+
+    def add(self, row: dict) -> None:
+        y = _float(row.get(self.metric))
+        comm_up = _float(row.get("comm_up"))
+        point = (_float(row.get("round")), comm_up, _float(row.get("comm_down")) + comm_up, y)
+        if self.count % self.stride == 0:
+            self.series.points.append(point)
+        self.count += 1
+        self.last = point
+        series = self.series
+        if math.isfinite(y):
+            if math.isnan(series.best) or (y > series.best if self.higher else y < series.best):
+                series.best = y
+            for target in self.targets:
+                if target not in series.reached and (y >= target if self.higher else y <= target):
+                    series.reached[target] = (point[0], point[2])
+
+    def finish(self) -> Series:
+        series = self.series
+        if self.last is not None:
+            if series.points[-1] is not self.last:
+                series.points.append(self.last)
+            series.final = self.last[3]
+        if series.status == "diverged":
+            series.final = -math.inf if self.higher else math.inf
+        return series
+
+
+def _stride(rounds: Any, eval_every: Any) -> int:
+    """Rows kept in a figure: every stride-th, the same for every seed of a configuration."""
+    try:
+        rows = int(rounds) // max(1, int(eval_every)) + 1
+    except (TypeError, ValueError):
+        return 1
+    return max(1, math.ceil(rows / PLOT_POINTS))
+
+
+# -- a sweep -------------------------------------------------------------------------------------
+def aggregate(experiment, runs, folder: Path, *, band: str, failures: Sequence[dict]) -> list[str]:
+    """Write results.csv, summary.csv (and failures.csv, or remove a stale one) and the
+    figures of ``runs`` into ``folder``; returns the names written."""
+    from .run_folder import CONFIG, METRICS
+    from .sweep import AXIS_COLUMNS, FAILURES, RESULTS, RUNS, SUMMARY, run_state
+
+    finished = [run for run in runs if run_state(folder / RUNS / run.key, run.key) == "done"]
+    columns: list[str] = []
+    for run in finished:
+        with open(folder / RUNS / run.key / METRICS, newline="") as handle:
+            columns.extend(c for c in next(csv.reader(handle), []) if c not in columns)
+    written = []
+    metric = experiment.metric or (default_metric(columns) if columns else None)
+    series = []
+    with open_atomic(folder / RESULTS) as handle:
+        writer = csv.writer(handle)
+        writer.writerow([*AXIS_COLUMNS, "run", "status", *columns])
+        for run in finished:
+            status = json.loads((folder / RUNS / run.key / CONFIG).read_text()).get("status")
+            reducer = _Reducer(Series(dict(run.axes), status), metric, experiment.targets,
+                               _stride(run.axes["rounds"], run.axes["eval_every"])) if metric else None
+            head = [_cell(run.axes[c]) for c in AXIS_COLUMNS] + [run.key, status]
+            with open(folder / RUNS / run.key / METRICS, newline="") as metrics:
+                for row in csv.DictReader(metrics):
+                    writer.writerow(head + [row.get(c, "") for c in columns])
+                    if reducer is not None:
+                        reducer.add(row)
+            if reducer is not None:
+                series.append(reducer.finish())
+    written.append(RESULTS)
+    failed_keys = {}
+    for failure in failures:
+        failed_keys.setdefault(_group({c: failure[c] for c in AXIS_COLUMNS}), []).append(failure)
+    if metric is not None:
+        write_csv(folder / SUMMARY, summarize(series, metric, experiment.targets, failed_keys))
+        written.append(SUMMARY)
+    if failures:
+        write_csv(folder / FAILURES, failures, [*AXIS_COLUMNS, "run", "error"])
+        written.append(FAILURES)
+    else:
+        (folder / FAILURES).unlink(missing_ok=True)
+    if series:
+        title = f"{experiment.name}: {_metric_label(metric)}, mean over seeds"
+        written += plot_series(series, folder, metric=metric, band=band, title=title)
+    return written
+
+
+def _cell(value: Any) -> Any:
+    return repr(value) if isinstance(value, float) else ("" if value is None else value)
+
+
+def _stats(values: Sequence[float], prefix: str) -> dict[str, float | None]:
+    """Mean, sample standard deviation (0 for one value), min and max; empty: all None."""
+    if not values:
+        return {f"{prefix}_{k}": None for k in ("mean", "std", "min", "max")}
+    n = len(values)
+    mean = math.fsum(values) / n
+    if n < 2:
+        std = 0.0
+    elif all(math.isfinite(v) for v in values):
+        std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+    else:
+        std = math.nan
+    return {f"{prefix}_mean": mean, f"{prefix}_std": std, f"{prefix}_min": min(values), f"{prefix}_max": max(values)}
+
+
+def _target_name(target: float) -> str:
+    return format(target, "g")
+
+
+def summarize(series: Sequence[Series], metric: str, targets: Sequence[float],
+              failed: dict[tuple, list] | None = None) -> list[dict]:
+    """One row per configuration (axes but the seed), in the order the configurations come."""
+    groups: dict[tuple, list[Series]] = {}
+    for item in series:
+        groups.setdefault(_group(item.axes), []).append(item)
+    rows = []
+    for key, members in groups.items():
+        row = {k: v for k, v in members[0].axes.items() if k != "seed"}
+        row.update(seeds=len(members), diverged=sum(m.status == "diverged" for m in members),
+                   failed=len((failed or {}).get(key, [])), metric=metric)
+        row.update(_stats([m.final for m in members], f"final_{metric}"))
+        row.update(_stats([m.best for m in members if not math.isnan(m.best)], f"best_{metric}"))
+        for target in targets:
+            hits = [m.reached[target] for m in members if target in m.reached]
+            name = _target_name(target)
+            row[f"reached_{name}"] = len(hits)
+            row.update(_stats([h[0] for h in hits], f"rounds_to_{name}"))
+            row.update(_stats([h[1] for h in hits], f"floats_to_{name}"))
+        rows.append(row)
+    return rows
+
+
+def _group(axes: dict) -> tuple:
+    return tuple((k, v) for k, v in axes.items() if k != "seed")
+
+
+# -- bands ---------------------------------------------------------------------------------------
+@dataclass
+class Band:
+    xs: list[float]
+    center: list[float]
+    lo: list[float]
+    hi: list[float]
+    seeds: int
+    diverged: int
+
+
+def band_of(members: Sequence[Series], x: str, band: str, log: bool) -> Band:
+    """Mean and band over the seeds at the rounds all of them evaluated (a diverged seed ends
+    the curve where it stopped)."""
+    column = {"round": 0, "comm_up": 1, "comm_total": 2}[x]
+    by_round = [{p[0]: p for p in m.points} for m in members]
+    common = sorted(set.intersection(*(set(r) for r in by_round)))
+    xs, center, lo, hi = [], [], [], []
+    for r in common:
+        points = [seed[r] for seed in by_round]
+        ys = [p[3] for p in points]
+        if not all(math.isfinite(y) for y in ys) or (log and min(ys) <= 0):
+            if log and all(math.isfinite(y) for y in ys):
+                ys = [max(y, 1e-300) for y in ys]
+            else:
+                break
+        xs.append(math.fsum(p[column] for p in points) / len(points))
+        values = [math.log10(y) for y in ys] if log else ys
+        mean = math.fsum(values) / len(values)
+        if band == "minmax":
+            low, high = min(values), max(values)
+        else:
+            std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
+            low, high = mean - std, mean + std
+        if log:
+            mean, low, high = 10 ** mean, 10 ** low, 10 ** high
+        center.append(mean)
+        lo.append(low)
+        hi.append(high)
+    return Band(xs, center, lo, hi, len(members), sum(m.status == "diverged" for m in members))
+
+
+def use_log(series: Sequence[Series]) -> bool:
+    """A log axis when every value is positive and they span more than two decades."""
+    values = [p[3] for s in series for p in s.points if math.isfinite(p[3])]
+    return bool(values) and min(values) > 0 and max(values) / min(values) > 100
+
+
+def curve_labels(series: Sequence[Series], keys: Sequence[str] = ("lr", "local_steps", "rounds", "eval_every")) -> dict:
+    """A legend label per configuration: the algorithm and the axes that vary in the sweep."""
+    varying = [k for k in keys if len({_fmt(s.axes.get(k)) for s in series}) > 1]
+    labels = {}
+    for s in series:
+        parts = [str(s.axes.get("algorithm"))] + [f"{k}={_fmt(s.axes.get(k))}" for k in varying]
+        if s.axes.get("source"):
+            parts.insert(0, f"{s.axes['source']}:")
+        labels[_group(s.axes)] = " ".join(parts)
+    return labels
+
+
+def _fmt(value: Any) -> str:
+    return format(value, ".3g") if isinstance(value, float) else str(value)
+
+
+def _metric_label(metric: str) -> str:
+    return "relative error ||x - x*|| / ||x*||" if metric == "rel_error" else metric.replace("_", " ")
+
+
+def plot_series(series: Sequence[Series], folder: Path, *, metric: str, band: str, title: str,
+                xs: Sequence[str] = ("round", "comm_total"), stems: Sequence[str] = ("figure", "figure_communication"),
+                formats: Sequence[str] = ("png", "pdf")) -> list[str]:
+    """Band figures of ``series`` against each of ``xs``: one panel per (problem, participation)."""
+    from .plots import plot_band_panels
+
+    log = use_log(series)
+    labels = curve_labels(series)
+    families = {labels[_group(s.axes)]: f"{s.axes.get('source', '')}{s.axes.get('algorithm')}" for s in series}
+    problems = list(dict.fromkeys(s.axes.get("problem") for s in series))
+    panels: dict[str, dict[tuple, list[Series]]] = {}
+    for s in series:
+        title_of = str(s.axes.get("participation"))
+        if len(problems) > 1:
+            title_of = f"{s.axes.get('problem')}\n{title_of}"
+        panels.setdefault(title_of, {}).setdefault(_group(s.axes), []).append(s)
+    band_name = "min-max over seeds" if band == "minmax" else (
+        "±1 geometric std over seeds" if log else "±1 std over seeds")
+    written = []
+    for x, stem in zip(xs, stems):
+        curves = {panel: {labels[key]: band_of(members, x, band, log) for key, members in groups.items()}
+                  for panel, groups in panels.items()}
+        paths = [folder / f"{stem}.{ext}" for ext in formats]
+        plot_band_panels(curves, paths, xlabel=X_AXES[x], ylabel=_metric_label(metric), log=log,
+                         suptitle=f"{title} ({'geometric mean, ' if log else ''}band: {band_name})",
+                         families=families)
+        written += [p.name for p in paths]
+    return written
+
+
+# -- focusfl plot --------------------------------------------------------------------------------
+def read_folders(paths: Sequence[str | Path], metric: str | None) -> tuple[list[Series], str]:
+    """Series of every finished run in the given run and sweep folders (a sweep through its
+    results.csv); seeds of one configuration are grouped by ``summarize`` and ``band_of``."""
+    from .run_folder import CONFIG, METRICS
+    from .sweep import AXIS_COLUMNS, RESULTS
+
+    sources = []
+    for given in paths:
+        path = Path(given)
+        if (path / RESULTS).is_file():
+            sources.append(("sweep", path))
+        elif (path / METRICS).is_file() and (path / CONFIG).is_file():
+            sources.append(("run", path))
+        elif path.is_dir():
+            raise ConfigError(f"{str(given)!r} holds neither a run (metrics.csv, config.json) nor a sweep (results.csv)")
+        else:
+            raise ConfigError(f"{str(given)!r} is not a folder")
+    names = {path.name for _, path in sources}
+    tag = len(sources) > 1 and len(names) == len(sources) and any(kind == "sweep" for kind, _ in sources)
+    series: list[Series] = []
+    chosen = metric
+    for kind, path in sources:
+        source = path.name if tag else None
+        if kind == "sweep":
+            with open(path / RESULTS, newline="") as handle:
+                reader = csv.DictReader(handle)
+                columns = reader.fieldnames or []
+                chosen = chosen or default_metric([c for c in columns if c not in AXIS_COLUMNS])
+                _require(chosen, columns, path / RESULTS)
+                current, reducer = None, None
+                for row in reader:
+                    if row["run"] != current:
+                        if reducer is not None:
+                            series.append(reducer.finish())
+                        current = row["run"]
+                        axes = {k: _axis_value(row[k]) for k in AXIS_COLUMNS}
+                        if source:
+                            axes["source"] = source
+                        reducer = _Reducer(Series(axes, row["status"]), chosen, (),
+                                           _stride(axes["rounds"], axes["eval_every"]))
+                    reducer.add(row)
+                if reducer is not None:
+                    series.append(reducer.finish())
+        else:
+            info = _read_config(path / CONFIG)
+            with open(path / METRICS, newline="") as handle:
+                reader = csv.DictReader(handle)
+                chosen = chosen or default_metric(reader.fieldnames or [])
+                _require(chosen, reader.fieldnames or [], path / METRICS)
+                axes = _run_axes(info, path)
+                reducer = _Reducer(Series(axes, str(info.get("status", "complete"))), chosen, (),
+                                   _stride(axes["rounds"], axes["eval_every"]))
+                for row in reader:
+                    reducer.add(row)
+                series.append(reducer.finish())
+    if not series:
+        raise ConfigError("no finished runs to plot in " + ", ".join(map(str, paths)))
+    return series, chosen
+
+
+def _require(metric: str, columns: Sequence[str], where: Path) -> None:
+    if metric not in columns:
+        shown = [c for c in columns if c not in ("round", "active", "run", "status")]
+        raise ConfigError(f"--y {metric}: {where} has no such column (it has {', '.join(shown)})")
+
+
+def _axis_value(text: str) -> Any:
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _read_config(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read {str(path)!r}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: not a focusfl config")
+    return data
+
+
+def _run_axes(info: dict, path: Path) -> dict:
+    """The axes of a run folder, from its config.json; the algorithm keeps its non-default keys
+    out of the label (its lr and local steps are axes of their own)."""
+    from ..spec import format_spec
+
+    def spec(value: Any) -> str:
+        if isinstance(value, dict):
+            return format_spec(str(value.get("name")), {})
+        return str(value)
+
+    algorithm = info.get("algorithm") if isinstance(info.get("algorithm"), dict) else {}
+    return {
+        "problem": spec(info.get("problem")), "participation": _participation_label(info.get("participation")),
+        "algorithm": spec(algorithm or info.get("algorithm")), "lr": algorithm.get("lr"),
+        "local_steps": algorithm.get("local_steps"), "rounds": info.get("rounds"),
+        "eval_every": info.get("eval_every"), "seed": info.get("seed"),
+    }
+
+
+def _participation_label(value: Any) -> str:
+    if isinstance(value, dict):
+        from ..spec import format_spec
+
+        params = {k: v for k, v in value.items() if k != "name" and not isinstance(v, (list, dict))}
+        return format_spec(str(value.get("name")), params)
+    return str(value)
+
+
+def write_plot(paths: Sequence[str | Path], out: Path, *, x: str, metric: str | None, band: str,
+               title: str | None = None) -> tuple[list[Path], list[Series]]:
+    """``focusfl plot``: the overlay of the given folders, written to ``out`` as PNG and PDF."""
+    if x not in X_AXES:
+        raise ConfigError(f"--x must be one of {', '.join(X_AXES)}, got {x!r}")
+    series, chosen = read_folders(paths, metric)
+    stem = out.name[: -len(out.suffix)] if out.suffix.lower() in (".png", ".pdf") else out.name
+    folder = out.parent
+    if not folder.is_dir():
+        raise ConfigError(f"--out {str(out)!r}: folder {str(folder)!r} does not exist")
+    plot_series(series, folder, metric=chosen, band=band, xs=(x,), stems=(stem,),
+                title=title or f"{_metric_label(chosen)}, mean over seeds")
+    return [folder / f"{stem}.png", folder / f"{stem}.pdf"], series
+
+
+def iter_groups(series: Iterable[Series]) -> dict[tuple, list[Series]]:
+    groups: dict[tuple, list[Series]] = {}
+    for item in series:
+        groups.setdefault(_group(item.axes), []).append(item)
+    return groups

@@ -1,0 +1,306 @@
+"""Where a sweep's runs execute: this process, a local process pool, or a Ray cluster.
+
+An executor only moves tasks and outcomes: every run is ``run_task``, which calls
+``run_to_folder`` or ``resume_folder`` exactly as ``focusfl run`` does, so a run's files are the
+same bytes whichever executor ran it, given the same torch thread count (``DEFAULT_THREADS``).
+
+- ``local`` with one worker runs the tasks here, one after another.
+- ``local`` with K workers uses ``concurrent.futures.ProcessPoolExecutor`` with the ``spawn``
+  context (a fork of a process that has started torch's thread pools is unsafe); each worker
+  sets its own torch thread count, ignores Ctrl-C while idle, and is stopped with SIGTERM (a
+  run then saves a checkpoint at the end of its round) when the sweep stops or dies.
+- ``ray`` submits ``ray.remote`` tasks to a cluster (``ray.init(address=...)``). A task writes
+  its run folder in place when the sweep folder is visible on its node (one machine, or a shared
+  file system); otherwise it runs in a temporary folder and ships the files back to the driver,
+  which publishes them (such a run cannot be resumed half way, only rerun).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from .. import __version__
+from ..errors import ConfigError, DataError, FocusflError
+
+EXECUTORS = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class RunTask:
+    """One run to execute: its configuration (RunConfig fields), its folder, how to start it."""
+
+    key: str
+    config: dict
+    out: str
+    resume: bool = False
+    checkpoint_every: int | None = None
+    ship: bool = False  # run in a temporary folder and return the files (no shared file system)
+
+
+def run_task(task: RunTask) -> dict:
+    """Execute one run; never raises for the run's own failure: the outcome says what happened
+    (``status`` complete / diverged / interrupted / failed, ``error``, ``seconds``)."""
+    from .run_folder import Interrupted, resume_folder, run_to_folder
+    from .runner import RunConfig
+
+    started = time.perf_counter()
+    config = RunConfig(**task.config)
+    try:
+        if task.ship:
+            with tempfile.TemporaryDirectory(prefix="focusfl-run-") as tmp:
+                out = Path(tmp) / "run"
+                result = run_to_folder(config, out, checkpoint_every=0, curve=False)
+                files = {entry.name: entry.read_bytes() for entry in out.iterdir()
+                         if entry.is_file() and not entry.name.startswith(".")}
+            return _outcome(result, started, files=files)
+        if task.resume:
+            try:
+                result = resume_folder(task.out, checkpoint_every=task.checkpoint_every, curve=False)
+            except DataError:  # an unreadable checkpoint: run it again from the start
+                result = run_to_folder(config, task.out, checkpoint_every=task.checkpoint_every, restart=True,
+                                       curve=False)
+        else:
+            # run_state found no checkpoint to lose: clear whatever partial folder is there.
+            result = run_to_folder(config, task.out, checkpoint_every=task.checkpoint_every, restart=True,
+                                       curve=False)
+        return _outcome(result, started)
+    except Interrupted as exc:
+        return {"status": "interrupted", "error": str(exc), "seconds": time.perf_counter() - started}
+    except FocusflError as exc:
+        return {"status": "failed", "error": str(exc), "seconds": time.perf_counter() - started}
+    except MemoryError:
+        return {"status": "failed", "error": "out of memory", "seconds": time.perf_counter() - started}
+    except Exception as exc:  # a bug or an environment fault in one run must not end the sweep
+        text = str(exc).splitlines()[0] if str(exc) else ""
+        return {"status": "failed", "error": f"{type(exc).__name__}: {text}", "seconds": time.perf_counter() - started}
+
+
+def _outcome(result, started: float, **extra) -> dict:
+    status = "diverged" if result.diverged_at is not None else "complete"
+    return {"status": status, "seconds": time.perf_counter() - started, "version": __version__, **extra}
+
+
+def publish_shipped(task: RunTask, files: dict[str, bytes]) -> None:
+    """Write a run folder that a remote task returned as bytes (atomically, like any run)."""
+    from .outputs import open_output
+    from .run_folder import _clear
+
+    with open_output(task.out, kind="run") as output:
+        _clear(output.work)
+        for name, data in files.items():
+            if "/" in name or name.startswith("."):
+                raise DataError(f"a remote run returned a file named {name!r}")
+            (output.work / name).write_bytes(data)
+        output.publish()
+
+
+# One torch thread per worker unless told otherwise. Measured on this 2-core machine (the
+# benchmark sweep, d = 40): two intra-op threads made small runs 5x slower, and they split
+# reductions differently, so the bytes changed with the thread count. With one thread each,
+# K workers write the bytes one worker writes; give big models more with --threads.
+DEFAULT_THREADS = 1
+
+
+# -- this machine --------------------------------------------------------------------------------
+def _ignore_interrupt(signum, frame) -> None:
+    """An idle worker ignores Ctrl-C (the sweep decides); a run replaces this handler with its own."""
+
+
+def _init_worker(threads: int, parent: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+    signal.signal(signal.SIGINT, _ignore_interrupt)
+    if sys.platform.startswith("linux"):
+        # If the sweep dies (SIGKILL, OOM), its workers get SIGTERM: a run saves a checkpoint at
+        # the end of its round and stops, instead of finishing while a rerun starts beside it.
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+class LocalExecutor:
+    def __init__(self, workers: int, threads: int | None):
+        if workers < 1:
+            raise ConfigError(f"--workers must be >= 1, got {workers}")
+        self.workers = workers
+        self.threads = threads or DEFAULT_THREADS
+        self.slots = workers
+
+    def describe(self) -> str:
+        if self.workers == 1:
+            return f"this process, {self.threads} thread(s)"
+        return f"{self.workers} worker processes x {self.threads} thread(s)"
+
+    def run(self, tasks: Iterable[RunTask]) -> Iterator[tuple[RunTask, dict]]:
+        tasks = list(tasks)
+        if not tasks:
+            return
+        if self.workers == 1:
+            import torch
+
+            torch.set_num_threads(self.threads)
+            for task in tasks:
+                outcome = run_task(task)
+                yield task, outcome
+                if outcome["status"] == "interrupted":  # Ctrl-C: the run saved a checkpoint; stop here
+                    return
+            return
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+        from concurrent.futures.process import BrokenProcessPool
+
+        pool = ProcessPoolExecutor(min(self.workers, len(tasks)), mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_init_worker, initargs=(self.threads, os.getpid()))
+        futures = {pool.submit(run_task, task): task for task in tasks}
+        try:
+            for future in as_completed(futures):
+                try:
+                    outcome = future.result()
+                except BrokenProcessPool:
+                    outcome = {"status": "failed", "error": "its worker process died (killed, or out of memory)"}
+                yield futures[future], outcome
+        except BaseException:  # Ctrl-C, or the consumer stopped: stop the runs in flight cleanly
+            pool.shutdown(wait=False, cancel_futures=True)
+            for process in list(getattr(pool, "_processes", {}).values()):
+                if process.is_alive():
+                    process.terminate()  # SIGTERM: the run checkpoints and stops at the end of its round
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def close(self) -> None:
+        pass
+
+
+# -- Ray -----------------------------------------------------------------------------------------
+def ray_runtime_env() -> dict:
+    """For a Ray started here: its workers import the focusfl this process imported."""
+    import focusfl
+
+    root = str(Path(focusfl.__file__).resolve().parents[1])
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    return {"env_vars": {"PYTHONPATH": path}}
+
+
+def _ray_task(task: RunTask, threads: int) -> dict:
+    """A Ray task: one run, in place when the sweep folder is visible here, else shipped back."""
+    import torch
+
+    from .outputs import MARKER
+
+    torch.set_num_threads(threads)
+    sweep_folder = Path(task.out).parent.parent
+    if not (sweep_folder / MARKER).is_file():
+        task = replace(task, ship=True, resume=False)
+    outcome = run_task(task)
+    outcome.setdefault("version", __version__)
+    return outcome
+
+
+class RayExecutor:
+    def __init__(self, address: str | None, threads: int | None):
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise ConfigError("--executor ray needs Ray: pip install 'focusfl[ray]' "
+                              "(Flower's simulation extra brings it too)") from None
+        self.address = address
+        self.threads = threads or DEFAULT_THREADS
+        self.slots = 1
+        self._started = False
+
+    def describe(self) -> str:
+        where = self.address or "a local Ray"
+        return f"Ray tasks on {where}, {self.threads} CPU(s) each"
+
+    def _connect(self):
+        import ray
+
+        if not ray.is_initialized():
+            kwargs = {"include_dashboard": False, "log_to_driver": False}
+            if self.address is None:
+                kwargs["runtime_env"] = ray_runtime_env()
+            try:
+                ray.init(address=self.address, **kwargs)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise ConfigError(f"cannot connect to Ray at {self.address or 'a new local cluster'}: "
+                                  f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+            self._started = True
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        self.slots = max(1, cpus // self.threads)
+        return ray
+
+    def run(self, tasks: Iterable[RunTask]) -> Iterator[tuple[RunTask, dict]]:
+        tasks = list(tasks)
+        if not tasks:
+            return
+        ray = self._connect()
+        remote = ray.remote(num_cpus=self.threads, max_retries=0)(_ray_task)
+        queue = iter(tasks)
+        pending: dict = {}
+        # At most a few tasks per CPU in flight: the driver's wait stays cheap on 10^5 runs.
+        limit = 2 * self.slots + 2
+        try:
+            while True:
+                for task in queue:
+                    pending[remote.remote(task, self.threads)] = task
+                    if len(pending) >= limit:
+                        break
+                if not pending:
+                    return
+                done, _ = ray.wait(list(pending), num_returns=1)
+                for ref in done:
+                    task = pending.pop(ref)
+                    yield task, self._receive(ray, ref, task)
+        except BaseException:
+            for ref in pending:
+                ray.cancel(ref)
+            raise
+
+    def _receive(self, ray, ref, task: RunTask) -> dict:
+        try:
+            outcome = ray.get(ref)
+        except Exception as exc:  # the task or its worker died
+            text = str(exc).strip().splitlines()
+            return {"status": "failed", "error": f"Ray: {type(exc).__name__}: {text[-1] if text else ''}"}
+        if outcome.get("version", __version__) != __version__:
+            return {"status": "failed", "error": f"the Ray worker runs focusfl {outcome['version']}, "
+                                                  f"this driver {__version__}: install the same version on every node"}
+        files = outcome.pop("files", None)
+        if files is not None and outcome["status"] in ("complete", "diverged"):
+            try:
+                publish_shipped(task, files)
+            except FocusflError as exc:
+                return {"status": "failed", "error": str(exc)}
+        return outcome
+
+    def close(self) -> None:
+        if self._started:
+            import ray
+
+            ray.shutdown()
+            self._started = False
+
+
+def make_executor(name: str, *, workers: int = 1, threads: int | None = None, address: str | None = None):
+    if name not in EXECUTORS:
+        raise ConfigError(f"--executor must be one of {', '.join(EXECUTORS)}, got {name!r}")
+    if threads is not None and threads < 1:
+        raise ConfigError(f"--threads must be >= 1, got {threads}")
+    if name == "ray":
+        return RayExecutor(address, threads)
+    if address is not None:
+        raise ConfigError("--address is the address of a Ray cluster: give it with --executor ray")
+    return LocalExecutor(workers, threads)

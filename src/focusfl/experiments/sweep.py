@@ -1,0 +1,525 @@
+"""``focusfl sweep``: a grid of runs declared in a TOML file, run in parallel, resumable.
+
+An experiment file declares axes: algorithms (with hyperparameters), problems, participation
+processes, step sizes, seeds, rounds, local steps, eval-every; the sweep is their product. An
+algorithm given as a table may override the run axes (``lr``, ``local_steps``, ``rounds``,
+``eval_every``, ``schedule``) for itself, and any list among its hyperparameters is an axis too.
+The whole file is validated, expanded and every run's configuration resolved before anything is
+written; an error is one line naming the key (``algorithms[2].lr``).
+
+Each run lives in ``DIR/runs/<hash>/``, a ``focusfl run`` folder written by ``run_to_folder``,
+where ``<hash>`` is the SHA-256 of the run's resolved configuration (config.json without the
+version and status). A rerun of the sweep skips every run whose folder says ``complete`` or
+``diverged`` under the same hash, resumes the ones a kill left with a checkpoint
+(``resume_folder``), and runs the rest. Failures are collected, not fatal.
+"""
+from __future__ import annotations
+
+import difflib
+import hashlib
+import itertools
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from ..errors import ConfigError, FocusflError
+from .runner import DTYPES, RunConfig
+
+MAX_RUNS = 100_000
+MAX_FILE_BYTES = 1 << 20
+RUNS = "runs"
+EXPERIMENT = "experiment.toml"
+RESULTS = "results.csv"
+SUMMARY = "summary.csv"
+FAILURES = "failures.csv"
+
+# Run settings that are axes (a list sweeps them) and may be overridden per algorithm.
+RUN_AXES = ("lr", "local_steps", "rounds", "eval_every")
+ALGORITHM_OVERRIDES = (*RUN_AXES, "schedule")
+TOP_KEYS = ("name", "algorithms", "problems", "participation", "seeds", *RUN_AXES, "dtype", "device",
+            "engine", "schedule", "metric", "targets", "band")
+DEFAULTS = {"lr": "auto", "local_steps": None, "rounds": 100, "eval_every": 1, "schedule": "constant",
+            "dtype": None, "device": "cpu", "engine": "vectorized", "band": "std"}
+# Columns of results.csv that name a run's configuration, in this order; "seed" last.
+AXIS_COLUMNS = ("problem", "participation", "algorithm", "lr", "local_steps", "rounds", "eval_every", "seed")
+HIGHER_IS_BETTER = ("test_accuracy", "accuracy")
+
+
+@dataclass(frozen=True)
+class AlgorithmEntry:
+    """One element of ``algorithms``: its name, fixed hyperparameters, hyperparameter axes and
+    run-axis overrides (every axis a non-empty list)."""
+
+    where: str
+    name: str
+    params: dict[str, Any]
+    param_axes: dict[str, list]
+    overrides: dict[str, list]
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    algorithms: list[AlgorithmEntry]
+    problems: list
+    participation: list
+    seeds: range | list[int]
+    axes: dict[str, list]  # lr, local_steps, rounds, eval_every; schedule (one value)
+    dtype: str | None
+    device: str
+    engine: str
+    metric: str | None
+    targets: tuple[float, ...]
+    band: str
+    text: str = ""  # the file as given (copied into DIR)
+
+
+@dataclass
+class SweepRun:
+    """One run of the grid: its configuration, its column values and its folder's hash."""
+
+    config: RunConfig
+    axes: dict[str, Any]
+    resolved: dict[str, Any]
+    key: str
+    where: str  # the algorithm entry it comes from, for error messages
+
+    @property
+    def group(self) -> tuple:
+        """The configuration it belongs to: every axis but the seed."""
+        return tuple(self.axes[k] for k in self.axes if k != "seed")
+
+
+# -- reading and checking the file ---------------------------------------------------------------
+def load_experiment(path: str | Path) -> Experiment:
+    """Read, parse and check an experiment file; ConfigError (one line, naming the key) if bad."""
+    import tomllib
+
+    path = Path(path)
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise ConfigError(f"{path}: larger than 1 MiB; not an experiment file")
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read experiment file {str(path)!r}: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    try:
+        return parse_experiment(data, text)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def parse_experiment(data: dict, text: str = "") -> Experiment:
+    _unknown_keys(data, TOP_KEYS, "")
+    if "algorithms" not in data:
+        raise ConfigError("algorithms: missing; list at least one algorithm, e.g. algorithms = [\"focus\"]")
+    name = data.get("name", "sweep")
+    if not isinstance(name, str):
+        raise ConfigError(f"name: expected a string, got {_show(name)}")
+    algorithms = [_algorithm_entry(item, f"algorithms[{k}]")
+                  for k, item in enumerate(_as_axis(data["algorithms"], "algorithms"))]
+    problems = [_spec(item, f"problems[{k}]") for k, item in enumerate(_as_axis(data.get("problems", "ridge"), "problems"))]
+    participation = [_spec(item, f"participation[{k}]")
+                     for k, item in enumerate(_as_axis(data.get("participation", "full"), "participation"))]
+    axes = {key: [_run_value(key, v, f"{key}[{k}]" if isinstance(data.get(key), list) else key)
+                  for k, v in enumerate(_as_axis(data.get(key, DEFAULTS[key]), key))] for key in RUN_AXES}
+    axes["schedule"] = [_run_value("schedule", data.get("schedule", DEFAULTS["schedule"]), "schedule")]
+    seeds = _seeds(data.get("seeds", 1))
+    dtype = data.get("dtype", DEFAULTS["dtype"])
+    if dtype is not None and dtype not in DTYPES:
+        raise ConfigError(f"dtype: expected one of {', '.join(DTYPES)}, got {_show(dtype)}")
+    device = data.get("device", DEFAULTS["device"])
+    if not isinstance(device, str):
+        raise ConfigError(f"device: expected a string such as 'cpu' or 'cuda', got {_show(device)}")
+    engine = _choice(data, "engine", ("vectorized", "reference"))
+    band = _choice(data, "band", ("std", "minmax"))
+    metric = data.get("metric")
+    if metric is not None and not (isinstance(metric, str) and metric):
+        raise ConfigError(f"metric: expected a metric name such as 'rel_error' or 'loss', got {_show(metric)}")
+    targets = data.get("targets", [])
+    if not isinstance(targets, list):
+        targets = [targets]
+    for k, value in enumerate(targets):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+            raise ConfigError(f"targets[{k}]: expected a positive number, got {_show(value)}")
+    experiment = Experiment(name, algorithms, problems, participation, seeds, axes, dtype, device, engine,
+                            metric, tuple(float(t) for t in targets), band, text)
+    count, largest = count_runs(experiment)
+    if count > MAX_RUNS:
+        raise ConfigError(f"{largest}: the grid has {count:,} runs, more than the {MAX_RUNS:,} a sweep may have; "
+                          "shorten an axis or split the experiment")
+    return experiment
+
+
+def _unknown_keys(data: dict, known: Sequence[str], prefix: str) -> None:
+    for key in data:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(known)})"
+            raise ConfigError(f"{prefix}{key}: unknown key{hint}")
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    kind = type(value).__name__
+    return f"{text[:60]}{'...' if len(text) > 60 else ''} ({kind})"
+
+
+def _as_axis(value: Any, where: str) -> list:
+    """A TOML value as an axis: a list (which must not be empty) or one value."""
+    if isinstance(value, list):
+        if not value:
+            raise ConfigError(f"{where}: empty list; give at least one value")
+        return value
+    return [value]
+
+
+def _spec(value: Any, where: str) -> str | dict:
+    """A problem or participation SPEC: a string, or a table with 'name' (checked when resolved)."""
+    if isinstance(value, str) and value.strip():
+        return value
+    if isinstance(value, dict) and isinstance(value.get("name"), str) and value["name"]:
+        return dict(value)
+    raise ConfigError(f"{where}: expected a SPEC string such as 'ridge:dim=50' or a table with a 'name', got {_show(value)}")
+
+
+def _run_value(key: str, value: Any, where: str) -> Any:
+    if key == "lr":
+        if value == "auto":
+            return value
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+            raise ConfigError(f"{where}: expected a positive number or \"auto\", got {_show(value)}")
+        return float(value)
+    if key == "schedule":
+        if value not in ("constant", "sqrt"):
+            raise ConfigError(f"{where}: expected \"constant\" or \"sqrt\", got {_show(value)}")
+        return value
+    if key == "local_steps" and value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{where}: expected an integer >= 1, got {_show(value)}")
+    return value
+
+
+def _seeds(value: Any) -> range | list[int]:
+    """``seeds = 5`` means seeds 0 to 4; a list gives them one by one."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 1:
+            raise ConfigError(f"seeds: expected a count >= 1 or a list of seeds, got {_show(value)}")
+        return range(value)
+    if not isinstance(value, list):
+        raise ConfigError(f"seeds: expected a count (seeds = 5: seeds 0-4) or a list of seeds, got {_show(value)}")
+    if not value:
+        raise ConfigError("seeds: empty list; give at least one seed")
+    for k, seed in enumerate(value):
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ConfigError(f"seeds[{k}]: expected an integer >= 0, got {_show(seed)}")
+    if len(set(value)) != len(value):
+        raise ConfigError(f"seeds: seed {next(s for s in value if value.count(s) > 1)} is listed twice")
+    return list(value)
+
+
+def _choice(data: dict, key: str, choices: Sequence[str]) -> str:
+    value = data.get(key, DEFAULTS[key])
+    if value not in choices:
+        raise ConfigError(f"{key}: expected one of {', '.join(choices)}, got {_show(value)}")
+    return value
+
+
+def _algorithm_entry(item: Any, where: str) -> AlgorithmEntry:
+    """``"focus"``, ``"fedavg:weighting=p"`` or a table ``{name = "fedavg", lr = [...], ...}``."""
+    from ..algorithms import ALGORITHMS
+    from ..spec import parse_spec
+
+    if isinstance(item, str):
+        try:
+            name, params = parse_spec(item)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        table: dict[str, Any] = {}
+    elif isinstance(item, dict):
+        name, params, table = item.get("name"), {}, {k: v for k, v in item.items() if k != "name"}
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"{where}.name: expected an algorithm name such as 'focus', got {_show(name)}")
+    else:
+        raise ConfigError(f"{where}: expected an algorithm name, SPEC or table, got {_show(item)}")
+    if name not in ALGORITHMS:
+        close = difflib.get_close_matches(name, ALGORITHMS, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(ALGORITHMS)})"
+        raise ConfigError(f"{where}: unknown algorithm {name!r}{hint}")
+    fields = [f for f in ALGORITHMS[name].__dataclass_fields__ if f not in ("lr", "local_steps")]
+    for key in params:
+        if key in ("lr", "local_steps"):
+            raise ConfigError(f"{where}: give {key} as a key of the experiment or of an algorithm table "
+                              f"({{name = \"{name}\", {key} = ...}}), not inside the SPEC")
+    _unknown_keys({**params, **table}, [*ALGORITHM_OVERRIDES, *fields], f"{where}.")
+    overrides, param_axes, fixed = {}, {}, dict(params)
+    for key, value in table.items():
+        sub = f"{where}.{key}"
+        if key in ALGORITHM_OVERRIDES:
+            values = _as_axis(value, sub) if key != "schedule" else [value]
+            overrides[key] = [_run_value(key, v, f"{sub}[{k}]" if isinstance(value, list) else sub)
+                              for k, v in enumerate(values)]
+        elif isinstance(value, list):
+            param_axes[key] = _as_axis(value, sub)
+        else:
+            fixed[key] = value
+    for key, value in [*fixed.items(), *((k, v) for k, vs in param_axes.items() for v in vs)]:
+        if isinstance(value, dict):
+            raise ConfigError(f"{where}.{key}: expected a number, string or boolean, got {_show(value)}")
+    return AlgorithmEntry(where, name, fixed, param_axes, overrides)
+
+
+def _entry_axes(entry: AlgorithmEntry, experiment: Experiment) -> dict[str, list]:
+    return {key: entry.overrides.get(key, experiment.axes[key]) for key in (*RUN_AXES, "schedule")}
+
+
+def count_runs(experiment: Experiment) -> tuple[int, str]:
+    """How many runs the grid has, and the key of its longest axis (named when it is too many)."""
+    lengths = {"seeds": len(experiment.seeds), "problems": len(experiment.problems),
+               "participation": len(experiment.participation)}
+    per_entry = 0
+    for entry in experiment.algorithms:
+        size = 1
+        for key, values in _entry_axes(entry, experiment).items():
+            size *= len(values)
+            where = f"{entry.where}.{key}" if key in entry.overrides else key
+            lengths[where] = max(lengths.get(where, 0), len(values))
+        for key, values in entry.param_axes.items():
+            size *= len(values)
+            lengths[f"{entry.where}.{key}"] = len(values)
+        per_entry += size
+    lengths["algorithms"] = len(experiment.algorithms)
+    count = per_entry * len(experiment.seeds) * len(experiment.problems) * len(experiment.participation)
+    return count, max(lengths, key=lambda k: lengths[k])
+
+
+# -- the grid ------------------------------------------------------------------------------------
+def run_key(resolved: dict) -> str:
+    """A run folder's name: the SHA-256 of its resolved configuration, version and status left out
+    (a new focusfl version does not rerun a finished sweep; start a new DIR to rerun it)."""
+    from .runner import _REQUIRED
+
+    kept = {k: resolved[k] for k in (*_REQUIRED, "schedule") if k in resolved}
+    canonical = json.dumps(kept, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def expand(experiment: Experiment, *, allow_model_import: bool = False) -> list[SweepRun]:
+    """Every run of the grid, resolved (step sizes, defaults) and hashed; ConfigError naming the
+    key of the first run that cannot be built. Problems are built once each."""
+    from ..participation import make_participation
+    from ..problems import default_dtype, make_problem
+    from ..spec import format_spec
+    from .runner import BuiltRun, check_config, make_run_algorithm, resolve_device, resolved_config
+
+    runs: list[SweepRun] = []
+    seen: dict[str, SweepRun] = {}
+    problems: dict[str, Any] = {}
+    metric_names: dict[str, set] = {}
+    for p_index, problem_spec in enumerate(experiment.problems):
+        dtype = experiment.dtype or default_dtype(problem_spec)
+        cache_key = json.dumps([problem_spec, dtype, experiment.device], sort_keys=True, default=str)
+        where = f"problems[{p_index}]"
+        if cache_key not in problems:
+            try:
+                device = resolve_device(experiment.device)
+                problems[cache_key] = make_problem(problem_spec, dtype=DTYPES[dtype], device=str(device),
+                                                   allow_model_import=allow_model_import)
+            except FocusflError as exc:
+                raise ConfigError(f"{where}: {exc}") from None
+        problem = problems[cache_key]
+        _check_metric(experiment, problem, where, metric_names)
+        for q_index, participation_spec in enumerate(experiment.participation):
+            for entry in experiment.algorithms:
+                axes = _entry_axes(entry, experiment)
+                names = list(entry.param_axes)
+                for values in itertools.product(*(entry.param_axes[k] for k in names)):
+                    params = {**entry.params, **dict(zip(names, values))}
+                    label = format_spec(entry.name, params)
+                    for lr, local_steps, rounds, eval_every in itertools.product(*(axes[k] for k in RUN_AXES)):
+                        for seed in experiment.seeds:
+                            config = RunConfig(
+                                algorithm={"name": entry.name, **params}, problem=problem_spec,
+                                participation=participation_spec, rounds=rounds, local_steps=local_steps,
+                                lr=lr, seed=seed, dtype=dtype, device=experiment.device, engine=experiment.engine,
+                                eval_every=eval_every, schedule=axes["schedule"][0],
+                            )
+                            try:
+                                check_config(config)
+                                algorithm = make_run_algorithm(config, problem)
+                            except FocusflError as exc:
+                                raise ConfigError(f"{entry.where}: {exc}") from None
+                            try:
+                                process = make_participation(participation_spec, problem.num_clients, seed=seed,
+                                                             problem=problem)
+                            except FocusflError as exc:
+                                raise ConfigError(f"participation[{q_index}]: {exc}") from None
+                            resolved = resolved_config(BuiltRun(config, algorithm, problem, process))
+                            described = resolved["algorithm"]
+                            run = SweepRun(
+                                config=RunConfig(**{**config.__dict__, "algorithm": described, "lr": None,
+                                                    "local_steps": None}),
+                                axes={
+                                    "problem": _label(problem_spec), "participation": _label(participation_spec),
+                                    "algorithm": label, "lr": described.get("lr", lr),
+                                    "local_steps": described.get("local_steps", local_steps),
+                                    "rounds": rounds, "eval_every": eval_every, "seed": seed,
+                                },
+                                resolved=resolved, key=run_key(resolved), where=entry.where,
+                            )
+                            if run.key in seen:
+                                other = seen[run.key]
+                                raise ConfigError(
+                                    f"{entry.where}: gives the same run as {other.where} ({label}, seed {seed}, "
+                                    f"lr {run.axes['lr']:g}); remove one of them"
+                                )
+                            seen[run.key] = run
+                            runs.append(run)
+    return runs
+
+
+def _label(spec: str | dict) -> str:
+    from ..spec import format_spec, parse_spec
+
+    return spec if isinstance(spec, str) else format_spec(*parse_spec(spec))
+
+
+def _check_metric(experiment: Experiment, problem, where: str, cache: dict) -> None:
+    if experiment.metric is None:
+        return
+    names = cache.get(problem.name)
+    if names is None:
+        names = set(problem.metrics(problem.initial_point())) | set(problem.late_metrics)
+        cache[problem.name] = names
+    if experiment.metric not in names:
+        raise ConfigError(f"metric: {experiment.metric!r} is not reported by {where} "
+                          f"(its metrics: {', '.join(sorted(names))})")
+
+
+# -- the state of a sweep folder -----------------------------------------------------------------
+def run_state(folder: Path, key: str) -> str:
+    """'done' (complete or diverged, under this hash), 'resume' (a checkpoint to continue from)
+    or 'new' (nothing usable: run it from the start)."""
+    from .checkpoint import CHECKPOINT
+    from .outputs import PARTIAL_SUFFIX
+    from .run_folder import CONFIG
+
+    partial = folder.parent / f".{folder.name}{PARTIAL_SUFFIX}"
+    if (partial / CHECKPOINT).is_file():
+        return "resume"  # a killed run: newer than anything published in folder
+    try:
+        info = json.loads((folder / CONFIG).read_text())
+    except (OSError, ValueError):
+        return "new"
+    if not isinstance(info, dict) or run_key(info) != key:
+        return "new"
+    if info.get("status") in ("complete", "diverged"):
+        return "done"
+    if info.get("status") == "interrupted" and (folder / CHECKPOINT).is_file():
+        return "resume"
+    return "new"
+
+
+@dataclass
+class SweepReport:
+    """What a sweep did: counts, failures and the files it wrote."""
+
+    total: int
+    skipped: int = 0
+    resumed: int = 0
+    ran: int = 0
+    failed: list[dict] = field(default_factory=list)
+    interrupted: int = 0
+    seconds: float = 0.0
+    written: list[str] = field(default_factory=list)
+    runs: list[SweepRun] = field(default_factory=list)
+
+
+def run_sweep(
+    experiment: Experiment,
+    out: str | Path,
+    *,
+    workers: int = 1,
+    threads: int | None = None,
+    executor: str = "local",
+    address: str | None = None,
+    checkpoint_every: int | None = None,
+    band: str | None = None,
+    progress: bool = False,
+    allow_model_import: bool = False,
+    kind: str = "sweep",
+    tables=None,
+) -> SweepReport:
+    """Run every run of ``experiment`` not yet finished in ``out``, then write results.csv,
+    summary.csv and the figures from all of them (or what ``tables(experiment, runs, folder,
+    band=, failures=)`` writes instead: ``focusfl tune``'s tables; it returns the names)."""
+    from .aggregate import aggregate
+    from .executors import RunTask, make_executor
+    from .outputs import open_store, write_text
+
+    runs = expand(experiment, allow_model_import=allow_model_import)
+    pool = make_executor(executor, workers=workers, threads=threads, address=address)  # checks Ray is there
+    report = SweepReport(total=len(runs), runs=runs)
+    started = time.monotonic()
+    with open_store(out, kind=kind) as store:
+        write_text(store.path / EXPERIMENT, experiment.text)
+        folder = store.path / RUNS
+        folder.mkdir(exist_ok=True)
+        tasks = []
+        for run in runs:
+            state = run_state(folder / run.key, run.key)
+            if state == "done":
+                report.skipped += 1
+                continue
+            tasks.append(RunTask(key=run.key, config=dict(run.config.__dict__), out=str(folder / run.key),
+                                 resume=state == "resume", checkpoint_every=checkpoint_every))
+        report.resumed = sum(task.resume for task in tasks)
+        if progress:
+            print(f"sweep {experiment.name!r}: {len(runs)} runs; {report.skipped} finished earlier, "
+                  f"{report.resumed} to resume, {len(tasks) - report.resumed} to run; {pool.describe()}")
+        by_key = {run.key: run for run in runs}
+        try:
+            for task, outcome in _with_progress(pool.run(tasks), len(tasks), progress, pool.slots):
+                if outcome["status"] in ("complete", "diverged"):
+                    report.ran += 1
+                elif outcome["status"] == "interrupted":
+                    report.interrupted += 1
+                else:
+                    report.failed.append({"run": task.key, **by_key[task.key].axes, "error": outcome.get("error", "")})
+        finally:
+            pool.close()
+        if report.interrupted:
+            from .run_folder import Interrupted
+
+            raise Interrupted(f"sweep interrupted: {report.interrupted} run(s) stopped with a checkpoint; "
+                              "run the same command again to continue")
+        report.written = (tables or aggregate)(experiment, runs, store.path, band=band or experiment.band,
+                                               failures=report.failed)
+        store.mark([EXPERIMENT, *report.written], folders=[RUNS])
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _with_progress(outcomes: Iterable, total: int, progress: bool, slots: int):
+    """Pass outcomes through, showing runs done / running / failed and an ETA."""
+    if not progress or total == 0:
+        yield from outcomes
+        return
+    from tqdm import tqdm
+
+    failed = 0
+    with tqdm(total=total, desc="runs", unit="run", disable=None, leave=False) as bar:
+        bar.set_postfix_str(f"running {min(slots, total)}, failed 0", refresh=False)
+        for task, outcome in outcomes:
+            failed += outcome["status"] not in ("complete", "diverged", "interrupted")
+            bar.update(1)
+            bar.set_postfix_str(f"running {min(slots, total - bar.n)}, failed {failed}", refresh=True)
+            yield task, outcome
+

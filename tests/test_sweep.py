@@ -1,0 +1,269 @@
+"""`focusfl sweep`: the experiment file, the grid and its hashes, parallel and Ray execution
+equal to sequential, a SIGKILLed sweep resumed, and `focusfl plot`."""
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from cli_harness import assert_one_line_error, popen_cli, run_cli
+from focusfl.errors import ConfigError
+from focusfl.experiments.outputs import read_csv
+from focusfl.experiments.sweep import count_runs, expand, load_experiment, parse_experiment, run_key, run_sweep
+
+SMALL = "ridge:clients=4,dim=5,samples=10"
+# The acceptance grid: 3 algorithms x 2 participation processes x 3 step sizes x 5 seeds = 90 runs.
+GRID = f"""
+name = "acceptance"
+algorithms = ["focus", "fedavg", "scaffold"]
+problems = ["{SMALL}"]
+participation = ["bernoulli", "markov:rho=0.8"]
+lr = [0.003, 0.01, 0.03]
+seeds = 5
+rounds = 20
+local_steps = 2
+targets = [0.1, 0.01]
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "experiment.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def files_of(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.suffix in (".csv", ".pt")}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The 90-run grid run sequentially in this process: what every other execution must equal."""
+    tmp = tmp_path_factory.mktemp("reference")
+    experiment = load_experiment(write(tmp, GRID))
+    out = tmp / "sweep"
+    report = run_sweep(experiment, out, workers=1, threads=1)
+    assert report.ran == 90 and not report.failed
+    return out
+
+
+# -- the file and the grid ----------------------------------------------------------------------
+def test_the_grid_is_the_product_of_the_axes_with_overrides_and_hyperparameter_axes():
+    experiment = parse_experiment({
+        "algorithms": ["focus", {"name": "fedavg", "lr": [0.1], "server_lr": [0.5, 1.0]}],
+        "problems": SMALL, "participation": ["full", "bernoulli"], "lr": [0.01, 0.02], "seeds": [3, 7],
+        "rounds": 5,
+    })
+    # focus: 2 lr; fedavg: 1 lr (its override) x 2 server_lr; x 2 participation x 2 seeds.
+    assert count_runs(experiment)[0] == (2 + 2) * 2 * 2
+    runs = expand(experiment)
+    assert len(runs) == 16 and len({run.key for run in runs}) == 16
+    first = runs[0]
+    assert first.axes == {"problem": SMALL, "participation": "full", "algorithm": "focus", "lr": 0.01,
+                          "local_steps": 1, "rounds": 5, "eval_every": 1, "seed": 3}
+    assert {run.axes["algorithm"] for run in runs} == {"focus", "fedavg:server_lr=0.5", "fedavg:server_lr=1.0"}
+    assert {run.axes["lr"] for run in runs if run.axes["algorithm"] != "focus"} == {0.1}
+    # The hash is that of the resolved config: recomputed from it, and stable across expansions.
+    assert run_key(first.resolved) == first.key == expand(experiment)[0].key
+    assert len(first.key) == 16
+
+
+def test_lr_auto_resolves_and_a_duplicate_run_is_refused():
+    runs = expand(parse_experiment({"algorithms": ["focus", "fedavg"], "problems": SMALL, "rounds": 5}))
+    assert all(isinstance(run.axes["lr"], float) and run.axes["lr"] > 0 for run in runs)
+    with pytest.raises(ConfigError, match=r"algorithms\[1\]: gives the same run as algorithms\[0\]"):
+        expand(parse_experiment({"algorithms": ["focus", {"name": "focus"}], "problems": SMALL}))
+
+
+BAD_FILES = [
+    ("lrs = [0.1]\nalgorithms = ['focus']", "lrs: unknown key; did you mean 'lr'?"),
+    ("algorithms = ['focus']\nrounds = 'ten'", "rounds: expected an integer >= 1"),
+    ("algorithms = ['focus']\nparticipation = []", "participation: empty list"),
+    ("algorithms = ['focus', 'fedavgg']", "algorithms[1]: unknown algorithm 'fedavgg'; did you mean 'fedavg'?"),
+    ("algorithms = [{name = 'focus', lr = [0.1, -1]}]", "algorithms[0].lr[1]: expected a positive number"),
+    ("algorithms = [{name = 'fedavg', server_lrr = 1}]", "algorithms[0].server_lrr: unknown key"),
+    ("algorithms = ['focus']\nproblems = ['ridge:dimm=3']", "problems[0]: problem 'ridge': unknown key 'dimm'"),
+    ("algorithms = ['focus', 'fedavg']\nlr = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]\nseeds = 1000000",
+     "seeds: the grid has 20,000,000 runs"),
+    ("algorithms = ['focus'\n", "not valid TOML"),
+]
+
+
+@pytest.mark.parametrize("text,message", BAD_FILES, ids=[m.split(":")[0] for _, m in BAD_FILES])
+def test_bad_experiment_files_are_one_line_errors_and_write_nothing(tmp_path, text, message):
+    path = write(tmp_path, text)
+    proc = run_cli("sweep", str(path), "--out", str(tmp_path / "out"), timeout=120)
+    assert_one_line_error(proc, 2, message)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["experiment.toml"]
+
+
+def test_a_folder_that_is_not_a_sweep_is_refused(tmp_path):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    experiment = parse_experiment({"algorithms": ["focus"], "problems": SMALL, "rounds": 3})
+    with pytest.raises(ConfigError, match="not focusfl's"):
+        run_sweep(experiment, tmp_path / "mine")
+    assert [p.name for p in (tmp_path / "mine").iterdir()] == ["notes.txt"]
+
+
+# -- results ------------------------------------------------------------------------------------
+def test_the_acceptance_grid_gives_90_runs_18_configurations_and_band_figures(reference):
+    rows = read_csv(reference / "results.csv")
+    assert len({row["run"] for row in rows}) == 90 and len(rows) == 90 * 21
+    assert list(rows[0])[:10] == ["problem", "participation", "algorithm", "lr", "local_steps", "rounds",
+                                  "eval_every", "seed", "run", "status"]
+    summary = read_csv(reference / "summary.csv")
+    assert len(summary) == 18 and {row["seeds"] for row in summary} == {"5"}
+    row = summary[0]
+    finals = [float(r["rel_error"]) for r in rows if r["round"] == "20" and r["algorithm"] == row["algorithm"]
+              and r["participation"] == row["participation"] and r["lr"] == row["lr"]]
+    assert float(row["final_rel_error_mean"]) == pytest.approx(sum(finals) / 5)
+    assert float(row["final_rel_error_min"]) == min(finals) and float(row["final_rel_error_max"]) == max(finals)
+    assert {"reached_0.1", "rounds_to_0.01_mean", "floats_to_0.1_std"} <= set(row)
+    for name in ("figure.png", "figure.pdf", "figure_communication.png", "figure_communication.pdf"):
+        assert (reference / name).stat().st_size > 10_000
+
+
+def test_two_workers_write_the_same_bytes_as_one(reference, tmp_path):
+    out = tmp_path / "sweep"
+    report = run_sweep(load_experiment(write(tmp_path, GRID)), out, workers=2, threads=1)
+    assert report.ran == 90 and not report.failed
+    assert files_of(out) == files_of(reference)
+
+
+def test_a_sigkilled_sweep_skips_finished_runs_and_ends_as_an_uninterrupted_one(reference, tmp_path):
+    path = write(tmp_path, GRID.replace("rounds = 20", "rounds = 20\neval_every = 1"))
+    out = tmp_path / "sweep"
+    proc = popen_cli("sweep", str(path), "--out", str(out), "--checkpoint-every", "2", "--threads", "1")
+    runs = out / "runs"
+    deadline = time.monotonic() + 120
+    # Kill it half way, while a run is under way with a checkpoint in its partial folder.
+    while time.monotonic() < deadline and proc.poll() is None:
+        finished = [p for p in runs.glob("[!.]*") if (p / "config.json").is_file()] if runs.is_dir() else []
+        partial = list(runs.glob(".*.focusfl-partial/checkpoint.pt")) if runs.is_dir() else []
+        if len(finished) >= 45 and partial:
+            break
+        time.sleep(0.01)
+    assert proc.poll() is None, "the sweep ended before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    finished = sorted(p for p in runs.glob("[!.]*") if (p / "config.json").is_file())
+    before = {str(f): (f.stat().st_ino, f.stat().st_mtime_ns) for d in finished for f in d.iterdir()}
+    assert not (out / "results.csv").exists()
+    again = run_cli("sweep", str(path), "--out", str(out), "--threads", "1", timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert f"{len(finished)} finished earlier" in again.stdout and "(1 resumed)" in again.stdout
+    after = {str(f): (f.stat().st_ino, f.stat().st_mtime_ns) for d in finished for f in d.iterdir()}
+    assert after == before  # finished runs were not rewritten
+    assert files_of(out) == files_of(reference)
+
+
+def test_ray_on_a_local_two_cpu_cluster_writes_the_same_results(reference, tmp_path):
+    ray = pytest.importorskip("ray", reason="Ray is an optional extra (pip install 'focusfl[ray]')")
+    from focusfl.experiments.executors import ray_runtime_env
+
+    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
+             runtime_env=ray_runtime_env())
+    try:
+        out = tmp_path / "sweep"
+        report = run_sweep(load_experiment(write(tmp_path, GRID)), out, executor="ray")
+        assert report.ran == 90 and not report.failed
+        assert (out / "results.csv").read_bytes() == (reference / "results.csv").read_bytes()
+        assert files_of(out) == files_of(reference)
+    finally:
+        ray.shutdown()
+
+
+def test_a_run_shipped_back_from_a_node_without_the_folder_is_the_same_run(reference, tmp_path):
+    from focusfl.experiments.executors import RunTask, publish_shipped, run_task
+
+    run = expand(load_experiment(write(tmp_path, GRID)))[7]
+    task = RunTask(key=run.key, config=dict(run.config.__dict__), out=str(tmp_path / "runs" / run.key), ship=True)
+    outcome = run_task(task)
+    assert outcome["status"] == "complete" and set(outcome["files"]) >= {"metrics.csv", "model.pt", "config.json"}
+    publish_shipped(task, outcome["files"])
+    assert files_of(tmp_path / "runs" / run.key) == files_of(reference / "runs" / run.key)
+
+
+def test_failures_are_collected_not_fatal(tmp_path, monkeypatch):
+    from focusfl.experiments import executors
+
+    real = executors.run_task
+
+    def flaky(task):
+        if task.config["seed"] == 1:
+            return {"status": "failed", "error": "simulated fault"}
+        return real(task)
+
+    monkeypatch.setattr(executors, "run_task", flaky)
+    experiment = parse_experiment({"algorithms": ["focus"], "problems": SMALL, "rounds": 3, "seeds": 3})
+    report = run_sweep(experiment, tmp_path / "sweep")
+    assert report.ran == 2 and len(report.failed) == 1
+    failures = read_csv(tmp_path / "sweep" / "failures.csv")
+    assert failures[0]["seed"] == "1" and failures[0]["error"] == "simulated fault"
+    assert read_csv(tmp_path / "sweep" / "summary.csv")[0]["failed"] == "1"
+    monkeypatch.setattr(executors, "run_task", real)
+    report = run_sweep(experiment, tmp_path / "sweep")  # the rerun retries only the failed run
+    assert (report.skipped, report.ran, report.failed) == (2, 1, [])
+    assert not (tmp_path / "sweep" / "failures.csv").exists()
+
+
+# -- focusfl plot -------------------------------------------------------------------------------
+def test_plot_overlays_a_sweep_and_runs_grouping_seeds(reference, tmp_path):
+    runs = []
+    for seed in (0, 1):
+        out = tmp_path / f"focus-{seed}"
+        proc = run_cli("run", "--algorithm", "focus", "--problem", SMALL, "--participation", "bernoulli",
+                       "--rounds", "20", "--local-steps", "2", "--lr", "0.01", "--seed", str(seed), "--out", str(out))
+        assert proc.returncode == 0, proc.stderr
+        runs.append(str(out))
+    target = tmp_path / "figs" / "overlay.png"
+    target.parent.mkdir()
+    proc = run_cli("plot", *runs, "--x", "comm_total", "--out", str(target))
+    assert proc.returncode == 0, proc.stderr
+    assert "2 runs in 1 configurations" in proc.stdout
+    assert target.stat().st_size > 10_000 and target.with_suffix(".pdf").is_file()
+    proc = run_cli("plot", str(reference), *runs, "--y", "loss", "--out", str(tmp_path / "figs" / "both.png"))
+    assert proc.returncode == 0, proc.stderr
+    assert "92 runs in 19 configurations" in proc.stdout
+    bad = run_cli("plot", str(reference), "--y", "accuracy", "--out", str(tmp_path / "figs" / "x.png"))
+    assert_one_line_error(bad, 2, "--y accuracy")
+
+
+# -- focusfl tune over seeds --------------------------------------------------------------------
+def test_tune_over_seeds_ranks_step_sizes_by_their_mean_and_reports_the_spread(tmp_path):
+    import math
+
+    from focusfl.experiments.tune import ranking_key
+
+    out = tmp_path / "tune"
+    argv = ["tune", "--algorithm", "fedavg", "--problem", SMALL, "--participation", "bernoulli", "--rounds", "30",
+            "--lr-min", "1e-3", "--lr-max", "1e-1", "--points", "3", "--seeds", "3", "--workers", "2", "--out", str(out)]
+    proc = run_cli(*argv)
+    assert proc.returncode == 0, proc.stderr
+    assert "means over 3 seeds" in proc.stdout
+    grid = read_csv(out / "grid.csv")
+    assert [row["seeds"] for row in grid] == ["3"] * 3
+    for row in grid:  # the mean and spread of the three runs' last rel_error
+        finals = []
+        for run in (out / "runs").iterdir():
+            info = (run / "config.json").read_text()
+            if f'"lr": {row["lr"]}' in info:
+                finals.append(float(read_csv(run / "metrics.csv")[-1]["rel_error"]))
+        assert len(finals) == 3
+        assert float(row["final"]) == pytest.approx(sum(finals) / 3, rel=1e-12)
+        assert float(row["final_min"]) == min(finals) and float(row["final_max"]) == max(finals)
+
+    def parsed(row):
+        first = row["first_round_below_target"]
+        return {"lr": float(row["lr"]), "final": float(row["final"]),
+                "first_round_below_target": float(first) if first else None}
+
+    best = read_csv(out / "summary.csv")[0]
+    assert ranking_key(parsed(best)) == min(ranking_key(parsed(row)) for row in grid)
+    assert math.isfinite(float(best["final_std"]))
+    again = run_cli(*argv)  # the same command reuses every trial
+    assert "reused 9 trial(s)" in again.stdout
