@@ -6,11 +6,9 @@ import ctypes
 import json
 import math
 import os
-import signal
 import struct
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -377,32 +375,3 @@ TUNE = ["tune", "--algorithm", "focus", "--problem", "ridge:dim=5,clients=4,samp
         "--eval-every", "10", "--points", "6", "--lr-min", "1e-4", "--lr-max", "1e-2"]
 
 
-def test_tune_killed_midway_reruns_only_the_unfinished_trials(tmp_path, monkeypatch):
-    from focusfl.cli import main
-    from focusfl.experiments import tune
-
-    out = tmp_path / "tune"
-    cache = tmp_path / ".tune.focusfl-partial" / ".cache"
-    proc = subprocess.Popen([sys.executable, "-m", "focusfl.cli", *TUNE, "--out", str(out)], env=cli_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    while len(list(cache.glob("*.json"))) < 2 and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    finished = len(list(cache.glob("*.json")))
-    assert 2 <= finished < 6 and not out.exists()
-
-    computed = []
-    real_trial = tune.run_trial
-    monkeypatch.setattr(tune, "run_trial", lambda *args: computed.append(args) or real_trial(*args))
-    assert main([*TUNE, "--out", str(out)]) == 0
-    assert len(computed) == 6 - finished
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["tune"]
-    assert not (out / ".cache").exists()
-
-    computed.clear()
-    assert main([*TUNE, "--out", str(tmp_path / "whole")]) == 0
-    assert len(computed) == 6
-    for name in ("grid.csv", "summary.csv", "config.json"):
-        assert (out / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()

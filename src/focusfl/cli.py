@@ -401,6 +401,10 @@ _COMMON_HELP = {
     "rounds": "number of rounds",
     "schedule": "step-size schedule: constant, or sqrt = eta/sqrt(r/10+1)",
     "out": "output folder (replaced only if focusfl wrote it)",
+    "algorithm": "algorithm NAME or NAME:key=value,... (see `focusfl algorithms`)",
+    "local_steps": "local steps tau per round (default: the algorithm's, 1)",
+    "lr": "(local) step size, or 'auto': a stable step from the problem's smoothness constant",
+    "eval_every": "evaluate every E rounds",
 }
 
 
@@ -455,6 +459,16 @@ def _command_texts() -> dict[str, tuple[str, str]]:
                  "frequent clients) and FOCUS (exact) on a problem (docs/framework.md). A diverged run exits 1. "
                  + names, _examples("focusfl bias", "focusfl bias --problem ridge:dim=10,samples=50,hetero=1 "
                                     "--participation bernoulli")),
+        "federation": ("Run an algorithm on a real Flower federation: a loopback one for trying it out, or "
+                       "an app to start with `flwr run` against your own SuperLink (docs/federation.md).",
+                       _examples("focusfl federation local --nodes 3 --algorithm focus --rounds 50",
+                                 "focusfl federation app runs/app")),
+        "federation local": ("Start a SuperLink and N SuperNodes on loopback as subprocesses, run the algorithm, "
+                             "write metrics.csv, config.json, curve.png and the realized trace, and stop them all.",
+                             _examples("focusfl federation local --nodes 3 --algorithm focus --rounds 50",
+                                             "focusfl federation local --nodes 4 --algorithm scaffold --participation bernoulli")),
+        "federation app": ("Write a Flower app folder for `flwr run` against your own SuperLink on real machines.",
+                           _examples("focusfl federation app runs/app", "cd runs/app && flwr run . my-superlink")),
         "matrices": ("Draw the FOCUS paper's Figures 1-3: the stochastic matrices of one round and the "
                      "round patterns of FedAvg and FOCUS (docs/framework.md).",
                      _examples("focusfl matrices --clients 4 --active 1,3 --out runs/matrices")),
