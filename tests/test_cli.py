@@ -153,7 +153,7 @@ def test_reproduce_ridge_small(tmp_path, capsys):
     out = tmp_path / "fig4"
     assert main(["reproduce", "ridge", "--rounds", "40", "--out", str(out)]) == 0
     summary = read_csv(out / "summary.csv")
-    assert {row["scenario"] for row in summary} == {"full", "uniform:m=4", "weighted:m=4"}
+    assert {row["participation"] for row in summary} == {"full", "uniform:m=4", "weighted:m=4"}
     assert {"focus", "fedavg"} <= {row["algorithm"] for row in summary}
     assert (out / "figure.png").exists() and (out / "figure.pdf").exists()
     assert "first round < 1e-8" in capsys.readouterr().out

@@ -56,3 +56,47 @@ def test_ridge_figure_counts_floats_and_draws_both_figures(tmp_path):
     with reproduce_ridge.many_lines_style():
         reproduce_ridge.plot_figures(panels, tmp_path)
     assert (tmp_path / "figure_communication.png").exists() and (tmp_path / "figure.pdf").exists()
+
+
+# -- reproduce ridge on the sweep machinery: shipped experiment files, --seeds, --export ----------
+def test_shipped_paper_setting_lists_every_figure_algorithm():
+    experiment = reproduce_ridge.load_setting("paper")
+    assert [entry.name for entry in experiment.algorithms] == reproduce_ridge.figure_algorithms()
+    assert experiment.participation == list(reproduce_ridge.SCENARIOS.values())
+
+
+def test_notebook_setting_runs_a_step_size_per_participation_process(tmp_path):
+    out = tmp_path / "nb"
+    assert main(["reproduce", "ridge", "--setting", "notebook", "--rounds", "3", "--out", str(out)]) == 0
+    lrs = {(row["participation"], float(row["lr"])) for row in read_csv(out / "summary.csv")}
+    assert lrs == {("full", 3e-4), ("uniform:m=4", 7.5e-5), ("weighted:m=4", 5e-5)}
+    assert (out / "figure_notebook_axis.png").exists()
+
+
+def test_seeds_give_a_band_and_a_rerun_skips_finished_runs(tmp_path, capsys):
+    out = tmp_path / "fig4"
+    argv = ["reproduce", "ridge", "--rounds", "4", "--seeds", "2", "--seed", "3", "--out", str(out)]
+    assert main(argv) == 0
+    summary = read_csv(out / "summary.csv")
+    assert len(summary) == 33 and {row["seeds"] for row in summary} == {"2"}
+    assert {row["seed"] for row in read_csv(out / "results.csv")} == {"3", "4"}
+    stamps = {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("metrics.csv")}
+    capsys.readouterr()
+    assert main(argv) == 0
+    assert "66 finished earlier, 0 ran" in capsys.readouterr().out
+    assert {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("metrics.csv")} == stamps
+
+
+def test_exported_file_runs_as_a_sweep_to_the_same_bytes(tmp_path, capsys):
+    exported = tmp_path / "experiment.toml"
+    assert main(["reproduce", "ridge", "--export", str(exported), "--rounds", "5", "--seeds", "2"]) == 0
+    text = exported.read_text()
+    assert "rounds = 5\n" in text and "seeds = 2 " in text and "# Figure 4 of the FOCUS paper" in text
+    assert main(["reproduce", "ridge", "--rounds", "5", "--seeds", "2", "--out", str(tmp_path / "preset")]) == 0
+    assert main(["sweep", str(exported), "--out", str(tmp_path / "sweep")]) == 0
+    assert (tmp_path / "preset" / "results.csv").read_bytes() == (tmp_path / "sweep" / "results.csv").read_bytes()
+    # --export never replaces a file.
+    exported.write_text("mine")
+    assert main(["reproduce", "ridge", "--export", str(exported)]) == 2
+    assert exported.read_text() == "mine"
+    assert "exists" in capsys.readouterr().err

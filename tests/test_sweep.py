@@ -78,6 +78,18 @@ def test_lr_auto_resolves_and_a_duplicate_run_is_refused():
         expand(parse_experiment({"algorithms": ["focus", {"name": "focus"}], "problems": SMALL}))
 
 
+def test_a_participation_table_sets_the_step_size_of_its_runs_unless_the_algorithm_does():
+    experiment = parse_experiment({
+        "algorithms": ["focus", {"name": "fedavg", "lr": 0.03}], "problems": SMALL, "rounds": 4, "lr": 0.01,
+        "participation": [{"name": "full", "lr": [0.02, 0.04]}, {"name": "uniform", "m": 2}],
+    })
+    # full: focus 2 lr + fedavg 1 (its own); uniform: focus 1 (the experiment's) + fedavg 1.
+    assert count_runs(experiment)[0] == 5
+    lrs = {(run.axes["participation"], run.axes["algorithm"], run.axes["lr"]) for run in expand(experiment)}
+    assert lrs == {("full", "focus", 0.02), ("full", "focus", 0.04), ("full", "fedavg", 0.03),
+                   ("uniform:m=2", "focus", 0.01), ("uniform:m=2", "fedavg", 0.03)}
+
+
 BAD_FILES = [
     ("lrs = [0.1]\nalgorithms = ['focus']", "lrs: unknown key; did you mean 'lr'?"),
     ("algorithms = ['focus']\nrounds = 'ten'", "rounds: expected an integer >= 1"),
@@ -89,6 +101,8 @@ BAD_FILES = [
     ("algorithms = ['focus', 'fedavg']\nlr = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]\nseeds = 1000000",
      "seeds: the grid has 20,000,000 runs"),
     ("algorithms = ['focus'\n", "not valid TOML"),
+    ("algorithms = ['focus']\nparticipation = [{name = 'full', lr = 'fast'}]",
+     "participation[0].lr: expected a positive number"),
 ]
 
 

@@ -148,7 +148,7 @@ def aggregate(experiment, runs, folder: Path, *, band: str, failures: Sequence[d
     else:
         (folder / FAILURES).unlink(missing_ok=True)
     if series:
-        title = f"{experiment.name}: {_metric_label(metric)}, mean over seeds"
+        title = f"{experiment.name}: {_metric_label(metric)}"
         written += plot_series(series, folder, metric=metric, band=band, title=title)
     return written
 
@@ -252,8 +252,13 @@ def use_log(series: Sequence[Series]) -> bool:
 
 
 def curve_labels(series: Sequence[Series], keys: Sequence[str] = ("lr", "local_steps", "rounds", "eval_every")) -> dict:
-    """A legend label per configuration: the algorithm and the axes that vary in the sweep."""
-    varying = [k for k in keys if len({_fmt(s.axes.get(k)) for s in series}) > 1]
+    """A legend label per configuration: the algorithm and the axes that vary within a panel (an
+    axis that changes only from panel to panel, such as a step size per participation process,
+    is left out, so an algorithm keeps one label, colour and marker in every panel)."""
+    panels: dict[tuple, list[Series]] = {}
+    for s in series:
+        panels.setdefault((s.axes.get("problem"), s.axes.get("participation")), []).append(s)
+    varying = [k for k in keys if any(len({_fmt(s.axes.get(k)) for s in members}) > 1 for members in panels.values())]
     labels = {}
     for s in series:
         parts = [str(s.axes.get("algorithm"))] + [f"{k}={_fmt(s.axes.get(k))}" for k in varying]
@@ -273,11 +278,15 @@ def _metric_label(metric: str) -> str:
 
 def plot_series(series: Sequence[Series], folder: Path, *, metric: str, band: str, title: str,
                 xs: Sequence[str] = ("round", "comm_total"), stems: Sequence[str] = ("figure", "figure_communication"),
-                formats: Sequence[str] = ("png", "pdf")) -> list[str]:
-    """Band figures of ``series`` against each of ``xs``: one panel per (problem, participation)."""
+                formats: Sequence[str] = ("png", "pdf"), x_factor: dict[str, float] | None = None,
+                xlabel: str | None = None) -> list[str]:
+    """Band figures of ``series`` against each of ``xs``: one panel per (problem, participation).
+    ``x_factor[algorithm]`` multiplies an algorithm's x values (the FOCUS notebook's axis counts
+    SCAFFOLD's and ProxSkip's rounds twice); ``xlabel`` replaces the x axis's name."""
     from .plots import plot_band_panels
 
     log = use_log(series)
+    seeds = max(len(members) for members in iter_groups(series).values())
     labels = curve_labels(series)
     families = {labels[_group(s.axes)]: f"{s.axes.get('source', '')}{s.axes.get('algorithm')}" for s in series}
     problems = list(dict.fromkeys(s.axes.get("problem") for s in series))
@@ -289,16 +298,24 @@ def plot_series(series: Sequence[Series], folder: Path, *, metric: str, band: st
         panels.setdefault(title_of, {}).setdefault(_group(s.axes), []).append(s)
     band_name = "min-max over seeds" if band == "minmax" else (
         "±1 geometric std over seeds" if log else "±1 std over seeds")
+    if seeds > 1:
+        title = f"{title}, {'geometric ' if log else ''}mean over {seeds} seeds (band: {band_name})"
     written = []
     for x, stem in zip(xs, stems):
-        curves = {panel: {labels[key]: band_of(members, x, band, log) for key, members in groups.items()}
+        curves = {panel: {labels[key]: _scaled(band_of(members, x, band, log),
+                                               (x_factor or {}).get(members[0].axes.get("algorithm"), 1.0))
+                          for key, members in groups.items()}
                   for panel, groups in panels.items()}
         paths = [folder / f"{stem}.{ext}" for ext in formats]
-        plot_band_panels(curves, paths, xlabel=X_AXES[x], ylabel=_metric_label(metric), log=log,
-                         suptitle=f"{title} ({'geometric mean, ' if log else ''}band: {band_name})",
-                         families=families)
+        plot_band_panels(curves, paths, xlabel=xlabel or X_AXES[x], ylabel=_metric_label(metric), log=log,
+                         suptitle=title, families=families)
         written += [p.name for p in paths]
     return written
+
+
+def _scaled(band: Band, factor: float) -> Band:
+    return band if factor == 1.0 else Band([factor * x for x in band.xs], band.center, band.lo, band.hi,
+                                           band.seeds, band.diverged)
 
 
 # -- focusfl plot --------------------------------------------------------------------------------
@@ -426,7 +443,7 @@ def write_plot(paths: Sequence[str | Path], out: Path, *, x: str, metric: str | 
     if not folder.is_dir():
         raise ConfigError(f"--out {str(out)!r}: folder {str(folder)!r} does not exist")
     plot_series(series, folder, metric=chosen, band=band, xs=(x,), stems=(stem,),
-                title=title or f"{_metric_label(chosen)}, mean over seeds")
+                title=title or _metric_label(chosen))
     return [folder / f"{stem}.png", folder / f"{stem}.pdf"], series
 
 

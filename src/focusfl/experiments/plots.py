@@ -198,7 +198,8 @@ def plot_band_panels(
 
     Each configuration keeps its colour and marker in every panel; curves that coincide (on the
     same x values, within 2.3% on a log axis) are drawn dashed after the first of their group,
-    with staggered markers, and the legend names the configurations each one coincides with. A
+    with staggered markers. Which coincide is said where it holds: in the legend when there is
+    one panel, else under each panel (curves that coincide in one panel may not in another). A
     configuration whose seeds diverged ends in a cross.
     """
     plt = _pyplot()
@@ -231,12 +232,16 @@ def plot_band_panels(
             handles.setdefault(name, line)
             if b.diverged:
                 _mark_end(ax, b.xs, b.center if log else [abs(v) + 1e-300 for v in b.center],
-                          f"{b.diverged} of {b.seeds} diverged", colors[name], slot=stopped)
+                          f"{name} diverged" if b.seeds == 1 else f"{name}: {b.diverged} of {b.seeds} diverged",
+                          colors[name], slot=stopped)
                 stopped += 1
         if log:
             ax.set_yscale("log")
         ax.set_title(scenario, fontsize=10)
-        ax.set_xlabel(xlabel, fontsize=9)
+        label = xlabel
+        if groups and len(panels) > 1:
+            label += "\n" + _wrap("coincide: " + "; ".join(" = ".join(group) for group in groups))
+        ax.set_xlabel(label, fontsize=9)
         ax.grid(True, which="major", alpha=0.3)
         ax.ticklabel_format(axis="x", style="sci", scilimits=(-3, 4))
     for ax in axes.flat[len(panels):]:
@@ -244,7 +249,7 @@ def plot_band_panels(
     for row in axes:
         row[0].set_ylabel(ylabel, fontsize=9)
     labels = list(handles)
-    shown = [label + (f"  (= {', '.join(sorted(coincide[label]))})" if label in coincide else "")
+    shown = [label + (f"  (= {', '.join(sorted(coincide[label]))})" if label in coincide and len(panels) == 1 else "")
              for label in labels]
     ncol = min(len(labels), 3)
     fig.legend([handles[n] for n in labels], shown, loc="lower center", ncol=ncol, frameon=False, fontsize=8)

@@ -1,6 +1,9 @@
 """``focusfl reproduce ridge``: Figure 4 of the FOCUS paper (seed 002, section 5).
 
-Two settings (``--setting``):
+Both settings are experiment files shipped with focusfl (``presets/ridge.toml`` and
+``presets/ridge-notebook.toml``), run by the sweep machinery (``focusfl sweep``): ``--seeds 5``
+draws the mean over five seeds with a band, ``--workers`` runs them in parallel, a rerun skips
+finished runs, and ``--export FILE`` writes the file for a user to copy and change.
 
 - ``paper`` (default), the setting the paper's text states: ridge regression with d = 100,
   N = 16 clients of 100 samples, reg = 0.01, tau = 5 local steps and one learning rate
@@ -24,70 +27,67 @@ figure plots the relative error ||x_r - x*|| / ||x*|| of the server model on a l
 (figure_communication.*) draws the same runs against the floats communicated (down + up, the
 simulator's cumulative comm_down + comm_up columns), as in the FedSUM paper's Figure 1(b):
 algorithms that send two vectors per client and round (SCAFFOLD, FedSUM) pay for it there.
+
+``run_figure4`` runs the same files in this process without folders, for ``reproduce report``.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
-from dataclasses import asdict, dataclass
+import re
+from functools import lru_cache
 from pathlib import Path
 
 import torch
 
 from ..algorithms import ALGORITHMS
 from ..errors import ConfigError
-from .outputs import ResultCache, output_folder, write_csv
 from .plots import plot_panels
 from .reproduce import Preset, cached_run, register
-from .runner import RunConfig, build, execute
+from .runner import build, execute
 
-# The sampling weights of the arbitrary scenario are called w_i here: q_i means
-# E[1{i in S}/|S|] everywhere else in focusfl.
+# Panel titles of the figures run_figure4 draws (reproduce report), by participation SPEC. The
+# sampling weights of the arbitrary scenario are called w_i here: q_i means E[1{i in S}/|S|]
+# everywhere else in focusfl.
 SCENARIOS = {
     "full participation": "full",
     "uniform participation (4 of 16)": "uniform:m=4",
     "arbitrary (4 of 16, weights w_i ∝ U(0,1)+0.01)": "weighted:m=4",
 }
-PROBLEM = "ridge:clients=16,samples=100,dim=100,reg=0.01"
-LR = 2e-4
-LOCAL_STEPS = 5
 THRESHOLD = 1e-8
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One setting of the figure: problem, tau, a step size per scenario, algorithms."""
-
-    name: str
-    problem: str
-    local_steps: int
-    lrs: dict[str, float]  # participation spec -> eta
-    title: str
-    algorithms: tuple[str, ...] | None = None  # None: figure_algorithms()
-
-
-SETTINGS = {
-    "paper": Setting(
-        "paper", PROBLEM, LOCAL_STEPS, {spec: LR for spec in SCENARIOS.values()},
-        f"Ridge regression, the paper's stated setting (d=100, N=16, tau={LOCAL_STEPS}, eta={LR:g})",
-    ),
-    "notebook": Setting(
-        "notebook", "ridge:clients=16,samples=500,dim=50,reg=0", 3,
-        # The notebook's 6e-4 / 1.5e-4 / 1e-4 on 1/2 ||Ax - b||^2, halved for our ||Ax - b||^2.
-        {"full": 3e-4, "uniform:m=4": 7.5e-5, "weighted:m=4": 5e-5},
-        "Ridge regression, the authors' notebook setting (d=50, 500 rows/client, no reg, tau=3, "
-        "eta = 6e-4 / 1.5e-4 / 1e-4 on 1/2||Ax-b||^2)",
-        ("focus", "fedavg", "fedau", "scaffold", "mifa", "mifa:notebook=true", "proxskip",
-         "proxskip:partial=plain", "proxskip:partial=deferred"),
-    ),
+PRESET_FILES = {"paper": "ridge.toml", "notebook": "ridge-notebook.toml"}
+TITLES = {
+    "paper": "Ridge regression, the paper's stated setting (d=100, N=16, tau=5, eta=0.0002)",
+    "notebook": "Ridge regression, the authors' notebook setting (d=50, 500 rows/client, no reg, tau=3, "
+                "eta = 6e-4 / 1.5e-4 / 1e-4 on 1/2||Ax-b||^2)",
 }
 # The notebook's x-axis ("communication cost per model size") counts these rounds twice.
 NOTEBOOK_AXIS = {"scaffold": 2.0, "proxskip": 2.0, "proxskip:partial=plain": 2.0, "proxskip:partial=deferred": 2.0}
 
 
+def preset_text(setting: str) -> str:
+    """The experiment file of a setting, as shipped with focusfl."""
+    from importlib import resources
+
+    return resources.files("focusfl.experiments").joinpath("presets").joinpath(PRESET_FILES[setting]).read_text(encoding="utf-8")
+
+
+@lru_cache(maxsize=None)
+def load_setting(setting: str):
+    """The shipped experiment of a setting, parsed and checked (sweep.Experiment)."""
+    import tomllib
+
+    from .sweep import parse_experiment
+
+    text = preset_text(setting)
+    return parse_experiment(tomllib.loads(text), text)
+
+
 def figure_algorithms() -> list[str]:
     """Every registered algorithm except naming aliases (SG-FOCUS is FOCUS on this problem) and
-    experimental ones (push-sum), which no paper's figure shows."""
+    experimental ones (push-sum), which no paper's figure shows; the paper setting's file lists
+    exactly these (a test checks it)."""
     return [name for name, cls in ALGORITHMS.items() if cls.alias_of is None and not cls.experimental]
 
 
@@ -98,37 +98,71 @@ def first_below(rows, threshold: float) -> int | None:
     return None
 
 
+def configured(setting_name: str, *, rounds: int | None = None, seeds: int | None = None, seed: int = 0):
+    """The setting's experiment with ``rounds`` and seeds ``seed .. seed + seeds - 1`` (if given)."""
+    experiment = load_setting(setting_name)
+    changes = {}
+    if rounds is not None:
+        changes["axes"] = {**experiment.axes, "rounds": [rounds]}
+        changes["participation_overrides"] = [{k: v for k, v in o.items() if k != "rounds"}
+                                              for o in experiment.participation_overrides]
+    if seeds is not None or seed:
+        count = seeds if seeds is not None else len(experiment.seeds)
+        changes["seeds"] = range(seed, seed + count)
+    changes["text"] = exported_text(setting_name, rounds=rounds, seeds=seeds, seed=seed)
+    return dataclasses.replace(experiment, **changes)
+
+
+def exported_text(setting_name: str, *, rounds: int | None = None, seeds: int | None = None, seed: int = 0) -> str:
+    """The shipped file with ``rounds`` and ``seeds`` set as asked (its comments kept)."""
+    text = preset_text(setting_name)
+    if rounds is not None:
+        text = _set_line(text, "rounds", str(rounds))
+    if seeds is not None or seed:
+        count = seeds if seeds is not None else len(load_setting(setting_name).seeds)
+        text = _set_line(text, "seeds", str(count) if not seed else "[" + ", ".join(map(str, range(seed, seed + count))) + "]")
+    return text
+
+
+def _set_line(text: str, key: str, value: str) -> str:
+    pattern = re.compile(rf"^{key} = [^#\n]*?(\s*#.*)?$", re.MULTILINE)
+    if len(pattern.findall(text)) != 1:  # a shipped file is written so that this holds (a test checks)
+        raise AssertionError(f"the preset file has no single top-level {key!r} line")
+    return pattern.sub(lambda m: f"{key} = {value}{m.group(1) or ''}", text)
+
+
 def run_figure4(rounds: int = 500, seed: int = 0, algorithms=None, progress: bool = False, cache=None,
                 setting: str = "paper"):
-    """Run every (scenario, algorithm) pair of a setting; returns (panels, summary rows).
+    """Run every (scenario, algorithm) pair of a setting in this process; returns (panels,
+    summary rows). With a ``ResultCache``, runs finished by an interrupted earlier call are not
+    run again. ``focusfl reproduce ridge`` runs the same experiment through the sweep machinery."""
+    from .sweep import expand
 
-    With a ``ResultCache``, runs finished by an interrupted earlier call are not run again."""
-    chosen = SETTINGS[setting]
-    algorithms = algorithms or list(chosen.algorithms or figure_algorithms())
+    chosen = setting_name = setting
+    experiment = configured(setting_name, rounds=rounds, seeds=1, seed=seed)
+    titles = {spec: title for title, spec in SCENARIOS.items()}
     panels: dict[str, dict[str, list[dict]]] = {}
     summary = []
-    for scenario, participation in SCENARIOS.items():
-        panels[scenario] = {}
-        for name in algorithms:
-            config = RunConfig(
-                algorithm=name, problem=chosen.problem, participation=participation, rounds=rounds,
-                local_steps=chosen.local_steps, lr=chosen.lrs[participation], seed=seed,
-            )
-            key = {"preset": "ridge", **asdict(config)}
-            result, _ = cached_run(cache, key, lambda: execute(build(config), progress=progress))
-            panels[scenario][name] = result.rows
-            final = result.rows[-1]["rel_error"] if result.diverged_at is None else math.inf
-            summary.append(
-                {
-                    "algorithm": name,
-                    "scenario": participation,
-                    "lr": chosen.lrs[participation],
-                    "final_rel_error": final,
-                    "diverged_at": result.diverged_at,
-                    "first_round_below_1e-8": first_below(result.rows, THRESHOLD),
-                    "floats_communicated": result.rows[-1]["comm_down"] + result.rows[-1]["comm_up"],
-                }
-            )
+    for run in expand(experiment):
+        name, participation = run.axes["algorithm"], run.axes["participation"]
+        if algorithms is not None and name not in algorithms:
+            continue
+        config = run.config
+        key = {"preset": "ridge", "setting": chosen, **dataclasses.asdict(config)}
+        result, _ = cached_run(cache, key, lambda: execute(build(config), progress=progress))
+        panels.setdefault(titles.get(participation, participation), {})[name] = result.rows
+        final = result.rows[-1]["rel_error"] if result.diverged_at is None else math.inf
+        summary.append(
+            {
+                "algorithm": name,
+                "scenario": participation,
+                "lr": run.axes["lr"],
+                "final_rel_error": final,
+                "diverged_at": result.diverged_at,
+                "first_round_below_1e-8": first_below(result.rows, THRESHOLD),
+                "floats_communicated": result.rows[-1]["comm_down"] + result.rows[-1]["comm_up"],
+            }
+        )
     return panels, summary
 
 
@@ -169,35 +203,101 @@ def many_lines_style():
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", default="runs/reproduce-ridge", help="output folder")
-    parser.add_argument("--rounds", type=int, default=500, help="rounds per run (default 500)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--setting", choices=list(SETTINGS), default="paper",
-                        help="paper: the setting the FOCUS paper states (default); notebook: the authors' "
-                        "notebook that drew the published figure")
+    from ..argtypes import non_negative_int, positive_int
+
+    parser.add_argument("--out", default="runs/reproduce-ridge",
+                        help="output folder; a rerun skips the runs finished there")
+    parser.add_argument("--setting", choices=list(PRESET_FILES), default="paper",
+                        help="paper: the setting the FOCUS paper states; notebook: the authors' notebook that drew "
+                        "the published figure")
+    parser.add_argument("--rounds", type=positive_int, help="rounds per run (default: the file's, 500)")
+    parser.add_argument("--seeds", type=positive_int,
+                        help="seeds per configuration: the figures draw their mean and a band (default: the file's, 1)")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="the first seed")
+    parser.add_argument("--workers", type=positive_int, default=1, help="runs at a time on this machine")
+    parser.add_argument("--band", choices=["std", "minmax"], help="band around the mean (default: the file's, std)")
+    parser.add_argument("--export", metavar="FILE",
+                        help="write the setting's experiment file (with --rounds/--seeds applied) to FILE and stop; "
+                        "run it with focusfl sweep FILE")
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.rounds < 1:
-        raise ConfigError(f"rounds must be >= 1, got {args.rounds}")
-    # d = 100, n <= 16: every tensor op is tiny, and intra-op threads only add synchronisation
-    # (on a busy 2-core machine they made this preset ~20x slower).
+    from .outputs import read_csv
+    from .sweep import run_sweep
+
+    if args.export:
+        return export(args)
+    experiment = configured(args.setting, rounds=args.rounds, seeds=args.seeds, seed=args.seed)
+    # d <= 100, n <= 16: every tensor op is tiny, and intra-op threads only add synchronisation
+    # (on a busy 2-core machine they made this preset ~20x slower); workers use one each.
     torch.set_num_threads(1)
-    with output_folder(args.out, kind="reproduce-ridge", keep_partial=True) as scratch:
-        panels, summary = run_figure4(args.rounds, args.seed, progress=True, cache=ResultCache(scratch),
-                                      setting=args.setting)
-        write_csv(scratch / "summary.csv", summary)
-        with many_lines_style():
-            written = plot_figures(panels, scratch, args.setting)
-    print(format_table(summary))
-    print(f"\nwrote {Path(args.out) / 'summary.csv'}, " + ", ".join(written))
+    report = run_sweep(experiment, args.out, workers=args.workers, band=args.band, progress=True,
+                       kind="reproduce-ridge", tables=lambda *a, **k: figure_tables(*a, setting=args.setting, **k))
+    out = Path(args.out)
+    print(format_summary(read_csv(out / "summary.csv")))
+    print(f"\n{report.total} runs: {report.skipped} finished earlier, {report.ran} ran, {len(report.failed)} failed; "
+          f"{report.seconds:.1f} s")
+    print(f"wrote {out / 'summary.csv'}, " + ", ".join(n for n in report.written if n != "summary.csv"))
+    if report.failed:
+        first = report.failed[0]
+        raise ConfigError(f"{len(report.failed)} of {report.total} runs failed (the first, {first['algorithm']} "
+                          f"seed {first['seed']}: {first['error']}); see {out / 'failures.csv'}")
     return 0
+
+
+def export(args: argparse.Namespace) -> int:
+    """``--export FILE``: the experiment file, never over an existing file."""
+    from .outputs import write_text
+
+    target = Path(args.export)
+    if target.exists() or target.is_symlink():
+        raise ConfigError(f"--export {str(target)!r}: the file exists; give a new name (focusfl does not overwrite it)")
+    if not target.parent.is_dir():
+        raise ConfigError(f"--export {str(target)!r}: folder {str(target.parent)!r} does not exist")
+    write_text(target, exported_text(args.setting, rounds=args.rounds, seeds=args.seeds, seed=args.seed))
+    print(f"wrote {target}; run it with: focusfl sweep {target} --out runs/{target.stem}")
+    return 0
+
+
+def figure_tables(experiment, runs, folder: Path, *, band: str, failures, setting: str) -> list[str]:
+    """The sweep's results.csv, summary.csv, figure.* and figure_communication.*, plus, for the
+    notebook setting, figure_notebook_axis.*."""
+    from .aggregate import aggregate, plot_series, read_folders
+
+    with many_lines_style():
+        written = aggregate(experiment, runs, folder, band=band, failures=failures)
+        if setting == "notebook" and "results.csv" in written:
+            series, metric = read_folders([folder], experiment.metric)
+            written += plot_series(
+                series, folder, metric=metric, band=band, title=f"{experiment.name}, on the notebook's x-axis",
+                xs=("round",), stems=("figure_notebook_axis",), x_factor=NOTEBOOK_AXIS,
+                xlabel="rounds x 2 for SCAFFOLD and ProxSkip (the notebook's axis)",
+            )
+    return written
+
+
+def format_summary(rows: list[dict]) -> str:
+    """summary.csv as a table: final relative error and rounds to 1e-8, mean over seeds."""
+    seeds = max((int(row["seeds"]) for row in rows), default=1)
+    final = "final rel_error" + (" (mean)" if seeds > 1 else "")
+    below = "first round < 1e-8" + (" (mean)" if seeds > 1 else "")
+    header = f"{'algorithm':<26} {'scenario':<14} {final:>22} {below:>26}"
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        reached = int(row["reached_1e-08"])
+        rounds = "never" if reached == 0 else f"{float(row['rounds_to_1e-08_mean']):g}"
+        if 0 < reached < int(row["seeds"]):
+            rounds += f" ({reached} of {row['seeds']} seeds)"
+        diverged = f"  ({row['diverged']} diverged)" if int(row["diverged"]) else ""
+        lines.append(f"{row['algorithm']:<26} {row['participation']:<14} {float(row['final_rel_error_mean']):>22.3e} "
+                     f"{rounds:>26}{diverged}")
+    return "\n".join(lines)
 
 
 def plot_figures(panels: dict[str, dict[str, list[dict]]], folder: Path, setting: str = "paper") -> list[str]:
     """figure.* against rounds and figure_communication.* against floats communicated (and, for
     the notebook setting, figure_notebook_axis.*: the notebook's own x-axis). Returns the names."""
-    title = SETTINGS[setting].title
+    title = TITLES[setting]
     plot_panels(panels, [folder / "figure.png", folder / "figure.pdf"], suptitle=title)
     plot_panels(
         with_total_traffic(panels),

@@ -3,7 +3,10 @@
 An experiment file declares axes: algorithms (with hyperparameters), problems, participation
 processes, step sizes, seeds, rounds, local steps, eval-every; the sweep is their product. An
 algorithm given as a table may override the run axes (``lr``, ``local_steps``, ``rounds``,
-``eval_every``, ``schedule``) for itself, and any list among its hyperparameters is an axis too.
+``eval_every``, ``schedule``) for itself, and any list among its hyperparameters is an axis too. A
+participation process given as a table may override ``lr``, ``local_steps``, ``rounds`` and
+``eval_every`` for the runs under it (a step size per participation process, as in the FOCUS
+authors' notebook); an algorithm's own override comes first.
 The whole file is validated, expanded and every run's configuration resolved before anything is
 written; an error is one line naming the key (``algorithms[2].lr``).
 
@@ -75,6 +78,8 @@ class Experiment:
     targets: tuple[float, ...]
     band: str
     text: str = ""  # the file as given (copied into DIR)
+    # Run-axis overrides of each participation process (participation[k] = {name, lr, ...}).
+    participation_overrides: list[dict[str, list]] = field(default_factory=list)
 
 
 @dataclass
@@ -125,8 +130,11 @@ def parse_experiment(data: dict, text: str = "") -> Experiment:
     algorithms = [_algorithm_entry(item, f"algorithms[{k}]")
                   for k, item in enumerate(_as_axis(data["algorithms"], "algorithms"))]
     problems = [_spec(item, f"problems[{k}]") for k, item in enumerate(_as_axis(data.get("problems", "ridge"), "problems"))]
-    participation = [_spec(item, f"participation[{k}]")
-                     for k, item in enumerate(_as_axis(data.get("participation", "full"), "participation"))]
+    participation, participation_overrides = [], []
+    for k, item in enumerate(_as_axis(data.get("participation", "full"), "participation")):
+        spec, overrides = _participation_entry(item, f"participation[{k}]")
+        participation.append(spec)
+        participation_overrides.append(overrides)
     axes = {key: [_run_value(key, v, f"{key}[{k}]" if isinstance(data.get(key), list) else key)
                   for k, v in enumerate(_as_axis(data.get(key, DEFAULTS[key]), key))] for key in RUN_AXES}
     axes["schedule"] = [_run_value("schedule", data.get("schedule", DEFAULTS["schedule"]), "schedule")]
@@ -149,7 +157,7 @@ def parse_experiment(data: dict, text: str = "") -> Experiment:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
             raise ConfigError(f"targets[{k}]: expected a positive number, got {_show(value)}")
     experiment = Experiment(name, algorithms, problems, participation, seeds, axes, dtype, device, engine,
-                            metric, tuple(float(t) for t in targets), band, text)
+                            metric, tuple(float(t) for t in targets), band, text, participation_overrides)
     count, largest = count_runs(experiment)
     if count > MAX_RUNS:
         raise ConfigError(f"{largest}: the grid has {count:,} runs, more than the {MAX_RUNS:,} a sweep may have; "
@@ -187,6 +195,20 @@ def _spec(value: Any, where: str) -> str | dict:
     if isinstance(value, dict) and isinstance(value.get("name"), str) and value["name"]:
         return dict(value)
     raise ConfigError(f"{where}: expected a SPEC string such as 'ridge:dim=50' or a table with a 'name', got {_show(value)}")
+
+
+def _participation_entry(item: Any, where: str) -> tuple[str | dict, dict[str, list]]:
+    """A participation SPEC, and the run axes its table overrides (``{name = "full", lr = 3e-4}``)."""
+    spec = _spec(item, where)
+    if not isinstance(spec, dict):
+        return spec, {}
+    overrides = {}
+    for key in RUN_AXES:
+        if key in spec:
+            value = spec.pop(key)
+            overrides[key] = [_run_value(key, v, f"{where}.{key}[{k}]" if isinstance(value, list) else f"{where}.{key}")
+                              for k, v in enumerate(_as_axis(value, f"{where}.{key}"))]
+    return spec, overrides
 
 
 def _run_value(key: str, value: Any, where: str) -> Any:
@@ -276,27 +298,33 @@ def _algorithm_entry(item: Any, where: str) -> AlgorithmEntry:
     return AlgorithmEntry(where, name, fixed, param_axes, overrides)
 
 
-def _entry_axes(entry: AlgorithmEntry, experiment: Experiment) -> dict[str, list]:
-    return {key: entry.overrides.get(key, experiment.axes[key]) for key in (*RUN_AXES, "schedule")}
+def _entry_axes(entry: AlgorithmEntry, experiment: Experiment, q_index: int = 0) -> dict[str, list]:
+    """The run axes of an algorithm under participation process ``q_index``: the algorithm's own
+    overrides, else the participation process's, else the experiment's."""
+    under = experiment.participation_overrides[q_index] if experiment.participation_overrides else {}
+    return {key: entry.overrides.get(key, under.get(key, experiment.axes[key])) for key in (*RUN_AXES, "schedule")}
 
 
 def count_runs(experiment: Experiment) -> tuple[int, str]:
     """How many runs the grid has, and the key of its longest axis (named when it is too many)."""
     lengths = {"seeds": len(experiment.seeds), "problems": len(experiment.problems),
                "participation": len(experiment.participation)}
-    per_entry = 0
-    for entry in experiment.algorithms:
-        size = 1
-        for key, values in _entry_axes(entry, experiment).items():
-            size *= len(values)
-            where = f"{entry.where}.{key}" if key in entry.overrides else key
-            lengths[where] = max(lengths.get(where, 0), len(values))
-        for key, values in entry.param_axes.items():
-            size *= len(values)
-            lengths[f"{entry.where}.{key}"] = len(values)
-        per_entry += size
+    per_problem = 0
+    for q_index in range(len(experiment.participation)):
+        under = experiment.participation_overrides[q_index] if experiment.participation_overrides else {}
+        for entry in experiment.algorithms:
+            size = 1
+            for key, values in _entry_axes(entry, experiment, q_index).items():
+                size *= len(values)
+                where = (f"{entry.where}.{key}" if key in entry.overrides
+                         else f"participation[{q_index}].{key}" if key in under else key)
+                lengths[where] = max(lengths.get(where, 0), len(values))
+            for key, values in entry.param_axes.items():
+                size *= len(values)
+                lengths[f"{entry.where}.{key}"] = len(values)
+            per_problem += size
     lengths["algorithms"] = len(experiment.algorithms)
-    count = per_entry * len(experiment.seeds) * len(experiment.problems) * len(experiment.participation)
+    count = per_problem * len(experiment.seeds) * len(experiment.problems)
     return count, max(lengths, key=lambda k: lengths[k])
 
 
@@ -338,7 +366,7 @@ def expand(experiment: Experiment, *, allow_model_import: bool = False) -> list[
         _check_metric(experiment, problem, where, metric_names)
         for q_index, participation_spec in enumerate(experiment.participation):
             for entry in experiment.algorithms:
-                axes = _entry_axes(entry, experiment)
+                axes = _entry_axes(entry, experiment, q_index)
                 names = list(entry.param_axes)
                 for values in itertools.product(*(entry.param_axes[k] for k in names)):
                     params = {**entry.params, **dict(zip(names, values))}
