@@ -281,3 +281,12 @@ def test_tune_over_seeds_ranks_step_sizes_by_their_mean_and_reports_the_spread(t
     assert math.isfinite(float(best["final_std"]))
     again = run_cli(*argv)  # the same command reuses every trial
     assert "reused 9 trial(s)" in again.stdout
+
+
+def test_the_docs_example_is_the_shipped_file_and_a_valid_40_run_experiment():
+    root = Path(__file__).resolve().parent.parent
+    shown = (root / "docs" / "experiments.md").read_text().split("```toml\n", 1)[1].split("```", 1)[0]
+    path = root / "docs" / "examples" / "experiment.toml"
+    assert shown == path.read_text()
+    experiment = load_experiment(path)
+    assert count_runs(experiment)[0] == 40

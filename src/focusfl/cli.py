@@ -424,7 +424,10 @@ def _command_texts() -> dict[str, tuple[str, str]]:
                       "summary.csv into --out, and a rerun after a crash skips the runs already finished.",
                       _examples("focusfl reproduce ridge --out runs/fig4", "focusfl reproduce delays",
                                 "focusfl reproduce mnist-demo --data PATH/mnist.npz")),
-        "reproduce ridge": (None, _examples("focusfl reproduce ridge", "focusfl reproduce ridge --rounds 3000 --out runs/fig4")),
+        "reproduce ridge": (None, _examples("focusfl reproduce ridge", "focusfl reproduce ridge --seeds 5 --workers 2",
+                                            "focusfl reproduce ridge --setting notebook --out runs/fig4-notebook",
+                                            "focusfl reproduce ridge --export experiment.toml   # then: focusfl sweep "
+                                            "experiment.toml")),
         "reproduce delays": (None, _examples("focusfl reproduce delays --out runs/delays")),
         "reproduce report": (None, _examples("focusfl reproduce report --out runs/report",
                                              "focusfl reproduce report --data PATH/mnist.npz  # with the mnist-demo",
