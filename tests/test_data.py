@@ -323,3 +323,17 @@ def test_cli_download_end_to_end(server, tmp_path, monkeypatch, capsys):
     assert main(argv + ["--download"]) == 0
     assert (tmp_path / "cache" / "mnist" / "t10k-labels-idx1-ubyte.gz").is_file()
     assert (out / "metrics.csv").is_file()
+
+
+def test_an_oversized_download_is_stopped_and_removed(server, tmp_path, monkeypatch):
+    base, root = server
+    files = served_mnist(root)
+    sources = mnist_sources(base, files)
+    target = tmp_path / "cache"
+    monkeypatch.setattr(dl, "MAX_DOWNLOAD_BYTES", 16)  # announced by Content-Length: refused at once
+    with pytest.raises(DataError, match="more than the published file"):
+        dl.download_dataset("mnist", target, sources=sources, progress=False)
+    monkeypatch.setattr(dl, "_room", lambda out, remote, announced: 16)  # a server that keeps sending
+    with pytest.raises(DataError, match="sent more than 16 bytes"):
+        dl.download_dataset("mnist", target, sources=sources, progress=False)
+    assert list(target.iterdir()) == []

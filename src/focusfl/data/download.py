@@ -3,8 +3,9 @@
 A file is streamed into a temporary file next to its destination while its MD5 is computed;
 only a file whose checksum matches the published one is moved into place. A corrupted or
 truncated transfer is deleted and reported, never used: a connection cut short (an incomplete
-read, a reset, a timeout) is one line, and the partial file is removed. Files already present
-with the right checksum are not fetched again.
+read, a reset, a timeout) is one line, and the partial file is removed. A transfer larger than
+``MAX_DOWNLOAD_BYTES`` (announced or received) or than the free space of the folder is stopped
+before it fills the disk. Files already present with the right checksum are not fetched again.
 """
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ from ..errors import DataError
 
 _CHUNK = 1 << 20
 TIMEOUT_S = 60
+# The largest file focusfl fetches is SVHN's train_32x32.mat (182 MB); anything far larger is
+# not the published file, and is stopped before it fills the disk.
+MAX_DOWNLOAD_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -107,12 +111,16 @@ def _stream(remote: RemoteFile, out, progress: bool) -> str:
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
             total = int(response.headers.get("Content-Length") or 0) or None
+            limit = _room(out, remote, total)
             bar = _progress_bar(remote.name, total) if progress else None
             try:
                 for chunk in iter(lambda: response.read(_CHUNK), b""):
+                    received += len(chunk)
+                    if received > limit:
+                        raise DataError(f"cannot download {remote.url}: it sent more than {limit:,} bytes, "
+                                        "far more than the published file; the partial file was removed")
                     digest.update(chunk)
                     out.write(chunk)
-                    received += len(chunk)
                     if bar is not None:
                         bar.update(len(chunk))
             finally:
@@ -130,6 +138,21 @@ def _stream(remote: RemoteFile, out, progress: bool) -> str:
             f"cannot download {remote.url}: the transfer failed ({_first_line(exc)}); the partial file was removed"
         ) from None
     return digest.hexdigest()
+
+
+def _room(out, remote: RemoteFile, announced: int | None) -> int:
+    """The most bytes this transfer may write: MAX_DOWNLOAD_BYTES, less if the disk has less
+    free space; DataError at once if the announced size does not fit."""
+    try:
+        stats = os.statvfs(os.path.dirname(out.name) or ".")
+        free = stats.f_bavail * stats.f_frsize
+    except (OSError, AttributeError, TypeError):
+        free = MAX_DOWNLOAD_BYTES
+    limit = min(MAX_DOWNLOAD_BYTES, free)
+    if announced is not None and announced > limit:
+        why = "more than the published file" if announced > MAX_DOWNLOAD_BYTES else f"only {free:,} bytes are free there"
+        raise DataError(f"cannot download {remote.url}: it is {announced:,} bytes, {why}")
+    return limit
 
 
 def _first_line(reason: object) -> str:
