@@ -213,3 +213,26 @@ def test_handshake_refuses_bad_and_duplicate_nodes():
     assert 17 not in strategy.node_client.values()
     assert twin not in strategy.node_client and strategy.client_node[3] != twin
     assert strategy.counts["malformed"] >= 1 and strategy.counts["duplicate"] >= 1
+
+
+def test_throwaway_credentials_load_as_flower_loads_them(tmp_path):
+    """flower-supernode reads its key with load_ssh_private_key (PEM is refused, exit code 302);
+    `flwr supernode register` reads an OpenSSH public key; the SuperLink certificate names
+    127.0.0.1 and is signed by the CA."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.serialization import load_ssh_private_key, load_ssh_public_key
+
+    from focusfl.flower.tls import make_certificates, make_node_key
+
+    private, public = make_node_key(tmp_path / "keys", 0)
+    key = load_ssh_private_key(private.read_bytes(), None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey) and key.curve.name == "secp384r1"
+    assert load_ssh_public_key(public.read_bytes()).public_numbers() == key.public_key().public_numbers()
+    certs = make_certificates(tmp_path / "certs")
+    ca = x509.load_pem_x509_certificate(certs["ca"].read_bytes())
+    cert = x509.load_pem_x509_certificate(certs["cert"].read_bytes())
+    cert.verify_directly_issued_by(ca)
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "127.0.0.1" in {str(ip) for ip in names.get_values_for_type(x509.IPAddress)}
+
