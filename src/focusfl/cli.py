@@ -512,11 +512,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_federation(sub) -> None:
-    """``focusfl federation``: needs Flower (``pip install "focusfl[flower]"``)."""
+    """``focusfl federation``: needs Flower (``pip install ".[flower]"`` in a clone)."""
     import importlib.util
 
     if importlib.util.find_spec("flwr") is None:
-        p = sub.add_parser("federation", help="run on a Flower deployment (needs: pip install 'focusfl[flower]')")
+        p = sub.add_parser("federation", help="run on a Flower deployment (needs Flower: pip install '.[flower]' in a clone)")
         p.set_defaults(handler=_no_flower)
         p.add_argument("rest", nargs="*")
         return
@@ -528,7 +528,8 @@ def _add_federation(sub) -> None:
 def _no_flower(args) -> int:
     from .errors import ConfigError
 
-    raise ConfigError('focusfl federation needs Flower: pip install "focusfl[flower]"')
+    raise ConfigError('focusfl federation needs Flower: pip install ".[flower]" in a clone of focusfl '
+                      '(or "focusfl[flower]" from a package index)')
 
 
 def main(argv: list[str] | None = None) -> int:
