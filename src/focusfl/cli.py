@@ -518,7 +518,7 @@ def _add_federation(sub) -> None:
     if importlib.util.find_spec("flwr") is None:
         p = sub.add_parser("federation", help="run on a Flower deployment (needs Flower: pip install '.[flower]' in a clone)")
         p.set_defaults(handler=_no_flower)
-        p.add_argument("rest", nargs="*")
+        p.add_argument("rest", nargs=argparse.REMAINDER)  # whatever follows: the error is the same
         return
     from .flower.cli import add_parser  # imports no Flower module until a command runs
 
