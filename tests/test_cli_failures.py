@@ -118,6 +118,18 @@ def test_usage_errors_are_one_line(argv):
     assert_one_line_error(run_cli(*argv, limit_gib=None), 2, contains="--help")
 
 
+@pytest.mark.parametrize("argv", [["federation"], ["federation", "local", "--nodes", "3", "--tls"],
+                                  ["federation", "app", "flower-app", "--rounds", "3"]])
+def test_federation_without_flower_says_how_to_install_it(argv, capsys, monkeypatch):
+    """Without Flower, every `focusfl federation ...` line (options included) gets the same
+    one-line error naming the install command, not an argparse complaint about its options."""
+    monkeypatch.setitem(sys.modules, "flwr", None)  # importlib.util.find_spec("flwr") is None
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("focusfl: error: focusfl federation needs Flower") and '".[flower]"' in err
+    assert "\n" not in err
+
+
 def _commands(parser, name=""):
     import argparse
 

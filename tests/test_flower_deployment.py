@@ -1,15 +1,22 @@
 """A real Flower deployment on loopback: 1 SuperLink + 3 SuperNodes as subprocesses.
 
-One SuperNode is killed with SIGKILL mid-run and restarted from its durable state: the run
-completes, the rounds it missed are recorded as dropped, the result equals the reference
-engine replaying the realized trace (bit for bit, float64), FOCUS reaches the optimum to 1e-10
-and the audit confirms y = sum_i g_prev_i. Every process is stopped afterwards.
+- Plain: one SuperNode is killed with SIGKILL mid-run and restarted from its durable state:
+  the run completes, the rounds it missed are recorded as dropped, the result equals the
+  reference engine replaying the realized trace (bit for bit, float64), FOCUS reaches the
+  optimum to 1e-10 and the audit confirms y = sum_i g_prev_i.
+- TLS + node authentication: the same equality, while three strangers try to join the same
+  SuperLink and are refused: a node whose key was never registered, a TLS node without a
+  key, and a plaintext node.
+
+Every process is stopped afterwards.
 """
 from __future__ import annotations
 
 import csv
 import json
 import os
+import re
+import subprocess
 import threading
 import time
 
@@ -22,6 +29,7 @@ from focusfl.experiments.run_folder import run_to_folder  # noqa: E402
 from focusfl.experiments.runner import config_from_json  # noqa: E402
 from focusfl.flower.local import LocalFederation  # noqa: E402
 from focusfl.flower.server_app import FederationConfig  # noqa: E402
+from focusfl.flower.tls import make_node_key  # noqa: E402
 from focusfl.problems import make_problem  # noqa: E402
 
 pytestmark = [pytest.mark.flower, pytest.mark.slow]
@@ -37,8 +45,9 @@ def best_focus_lr(spec: str) -> float:
     return 2.0 / (problem.num_clients * float(eigen[0] + eigen[-1]))
 
 
-def received(federation: LocalFederation, k: int) -> int:
-    log = federation.logs / f"node{k}.log"
+def received(federation: LocalFederation, k: int | str) -> int:
+    """Messages SuperNode k (or the node started under that name) has received so far."""
+    log = federation.logs / (f"node{k}.log" if isinstance(k, int) else f"{k}.log")
     return log.read_text(errors="replace").count("Received successfully") if log.is_file() else 0
 
 
@@ -92,7 +101,66 @@ def test_loopback_sigkill_and_restart_stays_exact(tmp_path):
     # The reference engine replaying the realized trace: the same model, bit for bit.
     replay = run_to_folder(config_from_json(json.loads((out / "config.json").read_text())), tmp_path / "replay",
                            checkpoint_every=0)
-    model = torch.load(tmp_path / "replay" / "model.pt", weights_only=True)
     replayed = list(csv.DictReader(open(tmp_path / "replay" / "metrics.csv")))
     assert replayed[-1]["rel_error"] == rows[-1]["rel_error"]
-    assert replay.rounds_done == 9 and model is not None
+    assert replay.rounds_done == 9
+    assert_same_model(out, tmp_path / "replay")
+
+
+def assert_same_model(federated, replayed) -> None:
+    """model.pt of the federation equals model.pt of the reference replay, bit for bit."""
+    ours = torch.load(federated / "model.pt", weights_only=True)["x"]
+    theirs = torch.load(replayed / "model.pt", weights_only=True)["x"]
+    assert ours.dtype == theirs.dtype == torch.float64 and torch.equal(ours, theirs), \
+        float((ours - theirs).abs().max())
+
+
+def node_id(federation: LocalFederation, name: str) -> int | None:
+    """The id a SuperNode printed once the SuperLink accepted it (None: it never was)."""
+    log = federation.logs / f"{name}.log"
+    found = re.search(r"SuperNode ID: (\d+)", log.read_text(errors="replace")) if log.is_file() else None
+    return int(found.group(1)) if found else None
+
+
+def test_loopback_tls_and_node_auth_refuses_strangers(tmp_path):
+    """TLS + SuperNode authentication: the three registered nodes run FOCUS to the reference
+    replay's bits, while three strangers started against the same SuperLink never join.
+
+    How Flower 1.41 refuses them: a node whose key is not registered, and a TLS node without a
+    key, are turned away when they activate (SuperLink API errors 2004 and 2001); the SuperNode
+    exits with a non-zero status. A plaintext node cannot complete a request to the TLS
+    SuperLink and retries forever; it never gets a node id. None of them may appear among the
+    run's nodes or send a reply (which would show as a duplicate claim of its client)."""
+    out = tmp_path / "run"
+    config = FederationConfig(algorithm="focus", problem=PROBLEM, participation="full", rounds=3,
+                              lr=best_focus_lr(PROBLEM), local_steps=1, timeout=40.0, out=str(out))
+    with LocalFederation(tmp_path / "fed", nodes=3, tls=True, auth=True) as federation:
+        registered = {node_id(federation, f"node{k}") for k in range(3)}
+        assert None not in registered
+        stranger, _ = make_node_key(federation.workdir / "stranger-keys", 0)  # never registered
+        strangers = {"unregistered": federation.start_node(0, name="unregistered", key=stranger),
+                     "keyless": federation.start_node(1, name="keyless", key=False),
+                     "plaintext": federation.start_node(2, name="plaintext", tls=False, key=False)}
+        result = federation.run(config, timeout=300)
+        for name in ("unregistered", "keyless"):  # refused at activation: the SuperNode exits
+            try:
+                strangers[name].wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+            assert strangers[name].returncode not in (None, 0), (name, strangers[name].returncode)
+        assert strangers["plaintext"].poll() != 0  # still retrying, or given up
+        for name in strangers:
+            assert node_id(federation, name) is None, name
+            assert received(federation, name) == 0, name
+        groups = federation.pids()
+    assert_no_survivors(groups)
+    assert result.returncode == 0, result.stdout[-2000:]
+    info = json.loads((out / "federation.json").read_text())
+    assert {int(node) for node in info["nodes"]} == registered
+    assert sorted(info["nodes"].values()) == [0, 1, 2]
+    assert not {"duplicate", "unknown_node", "malformed"} & set(info["rejections"]), info["rejections"]
+    assert info["audit"]["tracking_gap"] <= 1e-12
+    replay = run_to_folder(config_from_json(json.loads((out / "config.json").read_text())), tmp_path / "replay",
+                           checkpoint_every=0)
+    assert replay.rounds_done == 3
+    assert_same_model(out, tmp_path / "replay")

@@ -213,3 +213,73 @@ def test_handshake_refuses_bad_and_duplicate_nodes():
     assert 17 not in strategy.node_client.values()
     assert twin not in strategy.node_client and strategy.client_node[3] != twin
     assert strategy.counts["malformed"] >= 1 and strategy.counts["duplicate"] >= 1
+
+
+def test_throwaway_credentials_load_as_flower_loads_them(tmp_path):
+    """flower-supernode reads its key with load_ssh_private_key (PEM is refused, exit code 302);
+    `flwr supernode register` reads an OpenSSH public key; the SuperLink certificate names
+    127.0.0.1 and is signed by the CA."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.serialization import load_ssh_private_key, load_ssh_public_key
+
+    from focusfl.flower.tls import make_certificates, make_node_key
+
+    private, public = make_node_key(tmp_path / "keys", 0)
+    key = load_ssh_private_key(private.read_bytes(), None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey) and key.curve.name == "secp384r1"
+    assert load_ssh_public_key(public.read_bytes()).public_numbers() == key.public_key().public_numbers()
+    certs = make_certificates(tmp_path / "certs")
+    ca = x509.load_pem_x509_certificate(certs["ca"].read_bytes())
+    cert = x509.load_pem_x509_certificate(certs["cert"].read_bytes())
+    cert.verify_directly_issued_by(ca)
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "127.0.0.1" in {str(ip) for ip in names.get_values_for_type(x509.IPAddress)}
+
+
+def image_npz(path, seed, count=240, classes=4):
+    """A small image data set: 8x8 images whose label lights up one row."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, classes, count)
+    images = rng.integers(0, 200, (count, 8, 8)).astype(np.uint8)
+    images[np.arange(count), 2 * labels] = 255
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, images=images, labels=labels)
+    return path
+
+
+def test_nn_problem_nodes_build_clients_from_their_own_data(tmp_path):
+    """nn problems: each node builds its client from the run's SPEC and its own copy of the
+    data set, named by data-path in its node config (a file, or a folder that holds the SPEC's
+    file name); the server's copy is gone before any node builds. Under every fault, the model
+    equals the reference replay bit for bit in float64. A node whose copy differs is refused
+    (the handshake compares digests of the client data); one whose data-path does not exist
+    never joins, and the server says why."""
+    from focusfl.flower.server_app import FederationConfig, build_strategy
+
+    server = image_npz(tmp_path / "server" / "digits.npz", seed=0)
+    config = FederationConfig(algorithm="focus", participation="full", rounds=8, local_steps=2, lr=0.05,
+                              problem=f"nn:data=digits.npz,data_dir={server.parent},clients=4,batch=8,"
+                                      "model=logreg,test_fraction=0.25")
+    said = []
+    strategy, built = build_strategy(config, log=said.append)
+    assert built.problem.dtype == torch.float64
+    nodes = tmp_path / "node"
+    image_npz(nodes / "digits.npz", seed=0)  # the same data set, the node's own copy
+    server.unlink()
+    grid = FakeGrid(make_client_app(), [], faults=Faults(HEAVY, seed=3))
+    for k in range(4):
+        grid.add_node(k, **{"data-path": str(nodes if k % 2 else nodes / "digits.npz")})
+    impostor = grid.add_node(1, **{"data-path": str(image_npz(tmp_path / "other" / "digits.npz", seed=1))})
+    missing = grid.add_node(2, **{"data-path": str(tmp_path / "nowhere.npz")})
+    result = strategy.start(grid)
+    assert sorted(result.nodes.values()) == [0, 1, 2, 3] and impostor not in result.nodes
+    assert impostor in strategy.refused and any("its data differs" in line for line in said)
+    assert missing not in result.nodes and sum("nowhere.npz" in line for line in said) == 1
+    assert result.mask.sum() > 0 and sum(result.counts.values()) > 0
+    reference = replay(strategy.algorithm, built.problem, result.mask)
+    assert_same(result.server, reference.server)
+    audit = strategy.audit(grid)
+    assert audit["tracking_gap"] <= 1e-12
+    for client, rows in audit["rows"].items():
+        assert_same(rows, type(rows)(*(field[client:client + 1] for field in reference.clients)))

@@ -280,7 +280,7 @@ def _add_sweep(sub) -> None:
                    help="torch threads per worker (default 1: small runs are fastest so, and the results do not "
                    "depend on --workers; a thread count changes float rounding)")
     p.add_argument("--executor", choices=["local", "ray"], default="local",
-                   help="local: this machine; ray: tasks on a Ray cluster (pip install 'focusfl[ray]')")
+                   help="local: this machine; ray: tasks on a Ray cluster (pip install '.[ray]' in a clone)")
     p.add_argument("--address", help="with --executor ray: the cluster's address (default: start a local Ray)")
     p.add_argument("--checkpoint-every", type=non_negative_int, metavar="R",
                    help="each run saves a checkpoint every R rounds (default: once a minute)")
@@ -515,13 +515,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_federation(sub) -> None:
-    """``focusfl federation``: needs Flower (``pip install "focusfl[flower]"``)."""
+    """``focusfl federation``: needs Flower (``pip install ".[flower]"`` in a clone)."""
     import importlib.util
 
     if importlib.util.find_spec("flwr") is None:
-        p = sub.add_parser("federation", help="run on a Flower deployment (needs: pip install 'focusfl[flower]')")
+        p = sub.add_parser("federation", help="run on a Flower deployment (needs Flower: pip install '.[flower]' in a clone)")
         p.set_defaults(handler=_no_flower)
-        p.add_argument("rest", nargs="*")
+        p.add_argument("rest", nargs=argparse.REMAINDER)  # whatever follows: the error is the same
         return
     from .flower.cli import add_parser  # imports no Flower module until a command runs
 
@@ -531,7 +531,8 @@ def _add_federation(sub) -> None:
 def _no_flower(args) -> int:
     from .errors import ConfigError
 
-    raise ConfigError('focusfl federation needs Flower: pip install "focusfl[flower]"')
+    raise ConfigError('focusfl federation needs Flower: pip install ".[flower]" in a clone of focusfl '
+                      '(or "focusfl[flower]" from a package index)')
 
 
 def main(argv: list[str] | None = None) -> int:

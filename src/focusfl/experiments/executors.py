@@ -214,7 +214,7 @@ class RayExecutor:
         try:
             import ray  # noqa: F401
         except ImportError:
-            raise ConfigError("--executor ray needs Ray: pip install 'focusfl[ray]' "
+            raise ConfigError("--executor ray needs Ray: pip install ray, or '.[ray]' in a clone of focusfl "
                               "(Flower's simulation extra brings it too)") from None
         self.address = address
         self.threads = threads or DEFAULT_THREADS

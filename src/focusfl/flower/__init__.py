@@ -13,4 +13,5 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     from ..errors import ConfigError
 
-    raise ConfigError('focusfl.flower needs Flower: pip install "focusfl[flower]"') from exc
+    raise ConfigError('focusfl.flower needs Flower: pip install ".[flower]" in a clone of focusfl '
+                      '(or "focusfl[flower]" from a package index)') from exc

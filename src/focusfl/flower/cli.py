@@ -15,7 +15,7 @@ from ..errors import ConfigError
 
 EXAMPLES = """examples:
   focusfl federation local --nodes 3 --algorithm focus --problem ridge:clients=3 --rounds 20 --out runs/fed
-  focusfl federation local --nodes 3 --tls --auth --participation bernoulli --out runs/fed-tls
+  focusfl federation local --nodes 3 --problem ridge:clients=3 --tls --auth --participation bernoulli --out runs/fed-tls
   focusfl federation app flower-app --algorithm focus --problem ridge:clients=3 --rounds 50 --out /srv/runs/fed
 
 docs/federation.md: from one laptop to real machines, TLS, node authentication, the commit protocol."""

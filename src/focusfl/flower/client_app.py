@@ -3,7 +3,8 @@
 Message types (all carry the run's RunSpec, so a node needs nothing but its partition id):
 
 - ``query``: handshake; the node answers with its client index (``partition-id`` from its
-  node config) and the round its memory holds for this run.
+  node config), the round its memory holds for this run and the digest of its client data
+  (nn problems: the server refuses a node whose copy of the data set differs from its own).
 - ``train``: one client round. The node applies the server's acknowledgement (node.py),
   runs ``algorithm.client_round`` on its row with the problem's oracle bound to its index,
   (exactly the reference engine's call for one client), keeps the new rows as pending and
@@ -23,7 +24,7 @@ from flwr.clientapp import ClientApp
 
 from .codec import (CTX, MESSAGE, ROWS, RUN, SERVER, STATUS, Malformed, decode_ctx, decode_run, decode_tree,
                     encode_tree, round_context)
-from .node import NO_ROUND, LostState, Memory, build, fresh, has_memory, load, store, sync
+from .node import NO_ROUND, LostState, Memory, build, data_fingerprint, fresh, has_memory, load, store, sync
 
 ERROR_CODE = 4100  # every focusfl error reply; the reason names what went wrong
 
@@ -60,7 +61,7 @@ def handle(message: Message, context: Context) -> Message:
         if kind == "query":
             status = {"client": client, "num_clients": built.problem.num_clients,
                       "committed_round": -1 if memory is None else memory.committed_round,
-                      "token": run.token}
+                      "token": run.token, "data": data_fingerprint(built.problem)}
             return Message(RecordDict({STATUS: ConfigRecord(status)}), reply_to=message)
         ctx = decode_ctx(message.content.get(CTX))
         if ctx.client != client:

@@ -158,7 +158,9 @@ class LocalFederation:
         lines += [f'root-certificates = "{self.certs["ca"]}"'] if self.tls else ["insecure = true"]
         (self.home / "config.toml").write_text("\n".join(lines) + "\n")
 
-    def node_args(self, k: int, *, tls: bool | None = None, key: Path | None = None) -> list[str]:
+    def node_args(self, k: int, *, tls: bool | None = None, key: Path | bool | None = None) -> list[str]:
+        """flower-supernode's command line for node k; ``tls`` and ``key`` (a private key file,
+        or False for none) override the federation's settings (tests of refused nodes)."""
         config = f"partition-id={k} num-partitions={self.nodes}"
         if self.durable:
             config += f' state-dir="{self.workdir / "node-state" / f"node{k}"}"'
@@ -168,13 +170,15 @@ class LocalFederation:
             args += ["--root-certificates", str(self.certs["ca"])]
         else:
             args += ["--insecure"]
-        key = key or self.keys.get(k)
-        if key is not None:
+        key = self.keys.get(k) if key is None or key is True else key
+        if key:
             args += ["--auth-supernode-private-key", str(key)]
         return args
 
-    def start_node(self, k: int, **kwargs: Any) -> subprocess.Popen:
-        name = f"node{k}"
+    def start_node(self, k: int, *, name: str | None = None, **kwargs: Any) -> subprocess.Popen:
+        """Start (or restart) SuperNode k; ``name`` starts another one for client k beside it
+        (logs/NAME.log; tests of nodes the SuperLink must refuse). Stopped in stop()."""
+        name = name or f"node{k}"
         if name in self.processes:
             if self.processes[name].poll() is None:
                 raise ConfigError(f"node {k} is running")

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, RecordDict
+from flwr.app import ConfigRecord, RecordDict
 
 from ..algorithms import make_algorithm
 from ..engine.tree import gather_rows
@@ -55,12 +55,29 @@ def _build(run_key: str, data_path: str | None) -> Built:
     spec = RunSpec(**json.loads(run_key))
     if spec.dtype not in DTYPES:
         raise Malformed("malformed", f"unknown dtype {spec.dtype!r}")
-    problem_spec = dict(spec.problem)
-    if data_path is not None and problem_spec.get("name") == "nn":
-        problem_spec["data"] = data_path  # this node's copy of the data set
-    problem = make_problem(problem_spec, dtype=DTYPES[spec.dtype])
+    problem = make_problem(node_problem(spec.problem, data_path), dtype=DTYPES[spec.dtype])
     algorithm = make_algorithm(spec.algorithm)
     return Built(algorithm, problem, algorithm.init(problem.initial_point(), problem.num_clients))
+
+
+def node_problem(spec: dict, data_path: str | None) -> dict:
+    """The run's problem SPEC with this node's copy of the data (``data-path`` in its node
+    config; nn problems only): an .npz file replaces ``data``; a folder replaces ``data_dir``,
+    where a named data set (``data=mnist``) or a relative .npz name is then looked for."""
+    spec = dict(spec)
+    if data_path is not None and spec.get("name") == "nn":
+        path = Path(data_path).expanduser()
+        if path.is_dir():
+            spec["data_dir"] = str(path)
+        else:
+            spec["data"] = str(path)
+    return spec
+
+
+def data_fingerprint(problem: Any) -> str:
+    """The digest of a problem's client data ("" for problems built from the seed alone)."""
+    fingerprint = getattr(problem, "data_fingerprint", None)
+    return fingerprint() if callable(fingerprint) else ""
 
 
 def build(run: RunSpec, node_config: dict | None = None) -> Built:

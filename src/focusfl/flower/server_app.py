@@ -1,5 +1,5 @@
 """The ServerApp: builds the run from its configuration, runs AlgorithmStrategy, writes the run
-folder (the same metrics.csv / config.json / curve.png as ``focusfl run``, plus the realized
+folder (the same metrics.csv / config.json / curve.png / model.pt as ``focusfl run``, plus the realized
 trace).
 
 The federation's configuration travels as one run-config value, ``focusfl``: a JSON object with
@@ -13,7 +13,8 @@ Outputs (``out``):
   which replays the federation with the reference engine on that trace:
   ``focusfl run --config OUT/config.json --out OUT-replay`` gives the same model bits;
 - ``participation.csv``: every requested client and every rejection, with the reason;
-- ``federation.json``: the settings, nodes, rejection totals, lost clients and the audit.
+- ``federation.json``: the settings, nodes, rejection totals, lost clients and the audit;
+- ``model.pt``: the final model, as ``focusfl run`` writes it (``{"x": [d]}``).
 """
 from __future__ import annotations
 
@@ -29,7 +30,9 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from .. import __version__
+from ..algorithms.base import State
 from ..errors import ConfigError
+from ..experiments.checkpoint import MODEL, save_model
 from ..experiments.outputs import open_output, write_csv, write_json
 from ..experiments.runner import RunConfig, build
 from .strategy import AlgorithmStrategy, FederationResult
@@ -112,6 +115,7 @@ def write_results(out: Path, strategy: AlgorithmStrategy, built, config: Federat
     with open_output(out, kind="federation", keep_partial=False) as output:
         work = output.work
         write_csv(work / "metrics.csv", result.rows)
+        save_model(work / MODEL, strategy.algorithm.model(State(result.server, None)))
         header = ",".join(f"client{i}" for i in range(mask.shape[1]))
         lines = [header] + [",".join(str(int(v)) for v in row) for row in mask]
         (work / "trace.csv").write_text("\n".join(lines) + "\n")

@@ -26,7 +26,6 @@ has a timeout, and a round with nobody in it still takes the server step, as in 
 from __future__ import annotations
 
 import math
-import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -44,7 +43,7 @@ from ..engine.tree import concat_rows, gather_rows
 from .client_app import ERROR_CODE, has_finish
 from .codec import (CTX, MESSAGE, ROWS, RUN, SERVER, STATUS, Malformed, RunSpec, WireContext, decode_tree,
                     encode_ctx, encode_run, encode_tree)
-from .node import has_memory
+from .node import data_fingerprint, has_memory
 
 # Reasons a client's round is not accepted (metrics.csv has a cumulative column for each).
 REASONS = ("timeout", "error", "lost_state", "non_finite", "malformed", "duplicate", "stale",
@@ -144,6 +143,8 @@ class AlgorithmStrategy(Strategy):
         self.floats = [0.0, 0.0]
         self.requested_total = 0
         self.refused: set[int] = set()  # nodes whose handshake was malformed: never asked again
+        self.told: set[tuple[int, str]] = set()  # (node, reason) of handshake failures logged
+        self.data = data_fingerprint(problem)  # nn: every node must hold the same client data
 
     # -- set-up ----------------------------------------------------------------------------
     def _probe(self) -> tuple[tuple[str, ...], tuple[str, ...], Any]:
@@ -241,9 +242,13 @@ class AlgorithmStrategy(Strategy):
             if reply.has_error() or STATUS not in reply.content:
                 reason = _reason(reply) if reply.has_error() else "malformed"
                 self._count(reason)
+                detail = reply.error.reason if reply.has_error() else "no status"
                 if reason == "malformed":  # e.g. no usable partition-id: asking again will not help
                     self.refused.add(node)
-                    self.log(f"node {node}: handshake refused ({reply.error.reason if reply.has_error() else 'no status'})")
+                    self.log(f"node {node}: handshake refused ({detail})")
+                elif (node, reason) not in self.told:  # e.g. a node that cannot read its data: asked again
+                    self.told.add((node, reason))
+                    self.log(f"node {node}: handshake failed, asked again next round ({detail})")
                 continue
             status = reply.content[STATUS]
             client = status.get("client")
@@ -252,6 +257,12 @@ class AlgorithmStrategy(Strategy):
                 self._count("malformed")
                 self.refused.add(node)
                 self.log(f"node {node}: handshake refused (client {client!r})")
+                continue
+            if status.get("data") != self.data:  # nn: the node's copy of the data set is another
+                self._count("malformed")
+                self.refused.add(node)
+                self.log(f"node {node}: handshake refused (client {client}: its data differs from the server's, "
+                         f"digest {status.get('data')!r} != {self.data!r}; check its data-path)")
                 continue
             holder = self.client_node.get(client)
             if holder is not None and holder in live:

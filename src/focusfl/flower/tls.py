@@ -1,6 +1,7 @@
 """Throwaway credentials for a loopback federation: a CA, a SuperLink certificate for
-127.0.0.1/localhost, and SuperNode authentication keys (ECDSA P-384, private key in PEM,
-public key in OpenSSH format, as Flower reads them). For real machines, use certificates
+127.0.0.1/localhost, and SuperNode authentication keys (ECDSA P-384, both halves in OpenSSH format, as Flower
+reads them: ``flower-supernode`` loads the private key with ``load_ssh_private_key``, which
+refuses PEM). For real machines, use certificates
 from your own CA (docs/federation.md)."""
 from __future__ import annotations
 
@@ -51,7 +52,9 @@ def make_certificates(folder: Path, days: int = 2) -> dict[str, Path]:
 
 
 def make_node_key(folder: Path, k: int) -> tuple[Path, Path]:
-    """SuperNode k's authentication key pair: (private PEM, public OpenSSH)."""
+    """SuperNode k's authentication key pair: (private, public), both in OpenSSH format."""
     key = ec.generate_private_key(ec.SECP384R1())
     public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
-    return (_write(folder / f"node{k}.key", _pem_key(key)), _write(folder / f"node{k}.pub", public))
+    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                serialization.NoEncryption())
+    return (_write(folder / f"node{k}.key", private), _write(folder / f"node{k}.pub", public))

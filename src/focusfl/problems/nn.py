@@ -30,6 +30,7 @@ the measurement chose.
 from __future__ import annotations
 
 import copy
+import hashlib
 import math
 import time
 from typing import Any, ClassVar
@@ -486,6 +487,20 @@ class NeuralNetwork(Problem):
                 x, self.train_images[start:stop], self.train_labels[start:stop], self._sample_weights[start:stop]
             )
         return total
+
+    def data_fingerprint(self) -> str:
+        """A digest of what the clients compute on: the training images and labels and the
+        partition. A federation checks that every node built the same problem from its own
+        copy of the data (focusfl.flower)."""
+        cached = getattr(self, "_data_fingerprint", None)
+        if cached is None:
+            digest = hashlib.sha256()
+            for tensor in (self.train_images, self.train_labels, self.client_index, self.sizes):
+                array = tensor.detach().cpu().contiguous().numpy()
+                digest.update(f"{array.dtype.str}{array.shape}".encode())
+                digest.update(array.reshape(-1).view(np.uint8))
+            cached = self._data_fingerprint = digest.hexdigest()[:32]
+        return cached
 
     def describe(self) -> dict[str, Any]:
         """The parameters, with the measured formulation once a run has chosen it (so that a
