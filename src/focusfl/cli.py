@@ -25,6 +25,7 @@ RUN_EXAMPLES = """examples:
   focusfl run --resume runs/focus               # continue a stopped or killed run
   focusfl run --resume runs/focus --rounds 2000 # run a finished one further
   focusfl run --config runs/focus/config.json --seed 1 --out runs/focus-seed1
+  focusfl run --algorithm focus --out runs/focus --tensorboard runs/tb   # then: tensorboard --logdir runs/tb
 
 A run writes metrics.csv (as rounds are evaluated), config.json, curve.png, checkpoint.pt and
 model.pt into --out. SIGINT/SIGTERM/SIGHUP stop it at the end of the round with a checkpoint
@@ -92,6 +93,10 @@ def _add_run(sub) -> None:
                    help="save a checkpoint every R rounds (default: once a minute; 0: only when stopped and at the end)")
     p.add_argument("--resume", metavar="DIR", help="continue the stopped or killed run in DIR")
     p.add_argument("--restart", action="store_true", help="discard an interrupted run in --out and start over")
+    p.add_argument("--tensorboard", metavar="DIR",
+                   help="also log every evaluated round to TensorBoard, in DIR/NAME (NAME: the --out folder's "
+                   "name, NAME-2... if taken), and the config as hparams when the run ends; --resume keeps "
+                   "logging there (pip install tensorboard; docs/runs.md)")
     p.set_defaults(handler=_cmd_run)
 
 
@@ -113,23 +118,37 @@ def _cmd_run(args) -> int:
             raise ConfigError(f"--resume continues a run as it was configured; {refused[0]} cannot change it "
                               "(only --rounds and --checkpoint-every can)")
         out = args.resume
-        result = resume_folder(out, rounds=args.rounds, progress=True, checkpoint_every=args.checkpoint_every)
+        result = resume_folder(out, rounds=args.rounds, progress=True, checkpoint_every=args.checkpoint_every,
+                               tensorboard=args.tensorboard)
     else:
         config = _run_config(args, RunConfig, config_from_json)
         out = args.out or f"runs/{_algorithm_name(config.algorithm)}"
         # Importing a user's model runs their code: only on this command line's say-so.
         allow_import = args.allow_model_import and not args.config
         result = run_to_folder(config, out, progress=True, checkpoint_every=args.checkpoint_every,
-                               restart=args.restart, allow_model_import=allow_import)
+                               restart=args.restart, allow_model_import=allow_import, tensorboard=args.tensorboard)
     last = result.last_row
     shown = ", ".join(f"{k}={v:.6g}" for k, v in last.items() if k not in ("round", "active"))
     print(f"round {last['round']}: {shown}")
     print(f"wrote {out}/metrics.csv, config.json, curve.png")
+    _print_log_dir(Path(out))
     if result.diverged_at is not None:
         raise DivergenceError(
             f"diverged (non-finite model) at round {result.diverged_at}; what was computed is in {out}"
         )
     return 0
+
+
+def _print_log_dir(out: Path) -> None:
+    """Where the run logs to TensorBoard, if it does (config.json says)."""
+    import json
+
+    try:
+        log_dir = json.loads((out / "config.json").read_text()).get("tensorboard")
+    except (OSError, ValueError, AttributeError):
+        return
+    if isinstance(log_dir, str):
+        print(f"logged to TensorBoard in {log_dir} (tensorboard --logdir {Path(log_dir).parent})")
 
 
 def _algorithm_name(spec) -> str:
@@ -286,6 +305,10 @@ def _add_sweep(sub) -> None:
                    help="each run saves a checkpoint every R rounds (default: once a minute)")
     p.add_argument("--band", choices=["std", "minmax"],
                    help="band around the mean in the figures (default: the file's 'band', else std)")
+    p.add_argument("--tensorboard", metavar="TB",
+                   help="also log every finished run to TensorBoard, in TB/ALGORITHM-lrLR-seedS-HASH8 with the "
+                   "sweep's axes as hparams; runs finished earlier are logged if their log is missing "
+                   "(pip install tensorboard)")
     p.set_defaults(handler=_cmd_sweep)
 
 
@@ -296,12 +319,14 @@ def _cmd_sweep(args) -> int:
     out = Path(args.out or f"runs/{Path(args.experiment).stem}")
     report = run_sweep(experiment, out, workers=args.workers, threads=args.threads, executor=args.executor,
                        address=args.address, checkpoint_every=args.checkpoint_every, band=args.band,
-                       progress=True)
+                       progress=True, tensorboard=args.tensorboard)
     _print_summary(out / "summary.csv")
     print(f"{report.total} runs: {report.skipped} finished earlier, {report.ran} ran"
           f"{f' ({report.resumed} resumed)' if report.resumed else ''}, {len(report.failed)} failed; "
           f"{report.seconds:.1f} s")
     print(f"wrote {out}/results.csv, " + ", ".join(n for n in report.written if n != "results.csv"))
+    if args.tensorboard:
+        print(f"TensorBoard: logged {report.logged} run(s) in {args.tensorboard} (tensorboard --logdir {args.tensorboard})")
     if report.failed:
         first = report.failed[0]
         return _fail(f"focusfl: {len(report.failed)} of {report.total} runs failed (the first, "
@@ -453,6 +478,7 @@ def _command_texts() -> dict[str, tuple[str, str]]:
                   "the same command again skips finished runs and resumes killed ones (docs/experiments.md).",
                   _examples("focusfl sweep experiment.toml --out runs/sweep --workers 2",
                             "focusfl sweep experiment.toml --out runs/sweep --executor ray --address auto",
+                            "focusfl sweep experiment.toml --out runs/sweep --tensorboard runs/tb",
                             "focusfl reproduce ridge --export experiment.toml   # a file to start from")),
         "plot": ("Overlay finished runs and sweeps: runs that differ only in their seed are drawn as their "
                  "mean with a band; one panel per participation process. Writes PNG and PDF.",

@@ -216,6 +216,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=non_negative_int, default=0, help="the first seed")
     parser.add_argument("--workers", type=positive_int, default=1, help="runs at a time on this machine")
     parser.add_argument("--band", choices=["std", "minmax"], help="band around the mean (default: the file's, std)")
+    parser.add_argument("--tensorboard", metavar="TB",
+                        help="also log every run to TensorBoard in TB/ALGORITHM-lrLR-seedS-HASH8, its axes as hparams "
+                        "(pip install tensorboard)")
     parser.add_argument("--export", metavar="FILE",
                         help="write the setting's experiment file (with --rounds/--seeds applied) to FILE and stop; "
                         "run it with focusfl sweep FILE")
@@ -232,6 +235,7 @@ def run(args: argparse.Namespace) -> int:
     # (on a busy 2-core machine they made this preset ~20x slower); workers use one each.
     torch.set_num_threads(1)
     report = run_sweep(experiment, args.out, workers=args.workers, band=args.band, progress=True,
+                       tensorboard=args.tensorboard,
                        kind="reproduce-ridge", tables=lambda *a, **k: figure_tables(*a, setting=args.setting, **k))
     out = Path(args.out)
     print(format_summary(read_csv(out / "summary.csv")))

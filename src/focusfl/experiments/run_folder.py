@@ -13,6 +13,13 @@ only when the run ends:
 - killed outright (SIGKILL, power loss), the partial folder keeps the last checkpoint, and
   ``--resume OUT`` continues from there: rows written after it are cut and recomputed, so the
   resumed run's metrics.csv and model are byte for byte those of an uninterrupted run.
+
+With ``tensorboard=DIR`` a run also logs every evaluated row, as it is computed, into the
+TensorBoard folder ``DIR/<name of out>`` (``-2``, ``-3``... if that is taken: a new run never
+mixes its steps into another's log), and its configuration as hparams when it ends
+(``experiments.tensorboard``). config.json records that folder (key ``tensorboard``, not part of
+the run's identity), so ``resume_folder`` keeps logging there, purging the steps after the
+checkpoint it continues from.
 """
 from __future__ import annotations
 
@@ -38,6 +45,7 @@ from .runner import BuiltRun, RunConfig, build, config_from_json, execute, resol
 
 METRICS = "metrics.csv"
 CONFIG = "config.json"
+TENSORBOARD = "tensorboard"  # config.json: the run's TensorBoard folder (an output option, not its identity)
 CHECKPOINT_SECONDS = 60.0  # default cadence: one checkpoint a minute of wall clock
 FLUSH_SECONDS = 1.0
 PLOT_POINTS = 4000  # rows drawn in curve.png: a long run's metrics.csv is thinned evenly
@@ -132,8 +140,9 @@ class _MetricsWriter:
 class _Checkpointer:
     """Saves checkpoints every ``every`` rounds (None: every CHECKPOINT_SECONDS; 0: never)."""
 
-    def __init__(self, built: BuiltRun, work: Path, metrics: _MetricsWriter, every: int | None) -> None:
+    def __init__(self, built: BuiltRun, work: Path, metrics: _MetricsWriter, every: int | None, logger=None) -> None:
         self.built, self.path, self.metrics, self.every = built, work / CHECKPOINT, metrics, every
+        self.logger = logger  # a TensorBoard log: flushed first, so it has every row the checkpoint keeps
         self.saved_at = time.monotonic()
         self.last_round: int | None = None
 
@@ -143,6 +152,8 @@ class _Checkpointer:
         return self.every > 0 and rounds_done % self.every == 0
 
     def save(self, result: RunResult) -> None:
+        if self.logger is not None:
+            self.logger.flush()
         checkpoint = Checkpoint(
             state=result.state, round=result.rounds_done, comm=result.comm,
             metrics_bytes=self.metrics.sync(), stream=self.built.participation.stream_state(),
@@ -163,6 +174,7 @@ def run_to_folder(
     restart: bool = False,
     allow_model_import: bool = False,
     curve: bool = True,
+    tensorboard: str | Path | None = None,
 ) -> RunResult:
     """Build, run and write metrics.csv, config.json, curve.png, checkpoint.pt and model.pt into ``out``.
 
@@ -170,8 +182,9 @@ def run_to_folder(
     killed process is continued only by :func:`resume_folder`; ``restart`` discards it instead.
     ``allow_model_import`` is the caller's permission to import a user's model (never stored).
     ``curve=False`` leaves out curve.png (a sweep draws its runs together; drawing one costs more
-    than a small run).
+    than a small run). ``tensorboard``: a folder to log the run into, as ``DIR/<name of out>``.
     """
+    root = _tensorboard_root(tensorboard, out)
     built = build(config, allow_model_import=allow_model_import)
     with open_output(out, kind="run") as output:
         if output.found_partial and (output.work / CHECKPOINT).is_file() and not restart:
@@ -180,16 +193,27 @@ def run_to_folder(
                 "or start it over with --restart"
             )
         _clear(output.work)
-        write_json(output.work / CONFIG, {**resolved_config(built), "status": "running"})
-        return _drive(built, output, None, progress=progress, checkpoint_every=checkpoint_every, curve=curve)
+        recorded = {}
+        if root is not None:
+            from .tensorboard import claim_log_dir
+
+            recorded[TENSORBOARD] = str(claim_log_dir(root, output.target.name, avoid=[output.target]))
+        write_json(output.work / CONFIG, {**resolved_config(built), "status": "running", **recorded})
+        return _drive(built, output, None, progress=progress, checkpoint_every=checkpoint_every, curve=curve,
+                      recorded=recorded)
 
 
 def resume_folder(
     out: str | Path, *, rounds: int | None = None, progress: bool = False, checkpoint_every: int | None = None,
-    curve: bool = True,
+    curve: bool = True, tensorboard: str | Path | None = None,
 ) -> RunResult:
-    """Continue the run in ``out`` from its checkpoint; ``rounds`` extends a finished run."""
+    """Continue the run in ``out`` from its checkpoint; ``rounds`` extends a finished run.
+
+    A run that logs to TensorBoard (config.json's ``tensorboard``) goes on logging there;
+    ``tensorboard`` starts a log for a run that had none (the rows so far are logged first), and
+    must name the folder it logs in if it has one."""
     out = Path(out)
+    root = _tensorboard_root(tensorboard, out)
     with open_output(out, kind="run") as output:
         work = output.work
         if not (output.found_partial and (work / CHECKPOINT).is_file()):
@@ -199,8 +223,10 @@ def resume_folder(
             for name in (CONFIG, METRICS, CHECKPOINT):
                 if (out / name).is_file():
                     shutil.copy2(out / name, work / name)
-        config = config_from_json(_read_json(work / CONFIG), where=f"{out}/{CONFIG}")
+        data = _read_json(work / CONFIG)
+        config = config_from_json(data, where=f"{out}/{CONFIG}")
         refuse_model_import(config.problem, f"{out}/{CONFIG}")  # a file's word never runs code
+        log_dir = _stored_log_dir(data, out, root)
         if rounds is not None:
             config = RunConfig(**{**config.__dict__, "rounds": rounds})
         built = build(config)
@@ -215,21 +241,59 @@ def resume_folder(
             )
         if not (work / METRICS).is_file():
             raise DataError(f"{out}: metrics.csv is missing; the run cannot be resumed")
-        write_json(work / CONFIG, {**resolved_config(built), "status": "running"})
-        return _drive(built, output, checkpoint, progress=progress, checkpoint_every=checkpoint_every, curve=curve)
+        recorded = {}
+        if log_dir is None and root is not None:
+            from .tensorboard import claim_log_dir
+
+            log_dir = claim_log_dir(root, output.target.name, avoid=[output.target])
+        if log_dir is not None:
+            recorded[TENSORBOARD] = str(log_dir)
+        write_json(work / CONFIG, {**resolved_config(built), "status": "running", **recorded})
+        return _drive(built, output, checkpoint, progress=progress, checkpoint_every=checkpoint_every, curve=curve,
+                      recorded=recorded)
+
+
+def _tensorboard_root(tensorboard: str | Path | None, out: str | Path) -> Path | None:
+    """The checked ``--tensorboard`` folder (None without one): before anything is written."""
+    if tensorboard is None:
+        return None
+    from .tensorboard import check_root, require
+
+    require()
+    return check_root(tensorboard, out)
+
+
+def _stored_log_dir(data: dict, out: Path, root: Path | None) -> Path | None:
+    """The TensorBoard folder a run being resumed logs into, from its config.json."""
+    stored = data.get(TENSORBOARD)
+    if stored is None:
+        return None
+    if not isinstance(stored, str) or not os.path.isabs(stored):
+        raise ConfigError(f"{out}/{CONFIG}: {TENSORBOARD!r} must be the absolute path of a folder, got {stored!r}")
+    log_dir = Path(stored)
+    if root is not None and log_dir.parent != root:
+        raise ConfigError(f"{out} logs to TensorBoard in {stored}; --tensorboard cannot change that "
+                          f"(give --tensorboard {log_dir.parent}, or none)")
+    from .tensorboard import require
+
+    require()  # the package is needed to go on logging
+    return log_dir
 
 
 # -- the run -------------------------------------------------------------------------------------
 def _drive(
     built: BuiltRun, output: Output, start: Checkpoint | None, *, progress: bool, checkpoint_every: int | None,
-    curve: bool = True,
+    curve: bool = True, recorded: dict | None = None,
 ) -> RunResult:
     work, out = output.work, output.target
+    recorded = recorded or {}
     # "diverged" marks the row where a run blew up (engine/divergence.py): no earlier row has it.
     metrics = _MetricsWriter(work / METRICS, truncate_to=None if start is None else start.metrics_bytes,
                              late_columns=(*built.problem.late_metrics, "diverged"))
-    checkpointer = _Checkpointer(built, work, metrics, checkpoint_every)
+    logger = _open_log(recorded, start, work / METRICS)
+    checkpointer = _Checkpointer(built, work, metrics, checkpoint_every, logger)
     flag = _StopFlag()
+    on_row = metrics.write if logger is None else _both(metrics.write, logger.log_row)
 
     def on_round(result: RunResult) -> None:
         if flag.signum is not None:
@@ -245,12 +309,13 @@ def _drive(
                       blow_up=BlowUpDetector().restore(start.blow_up))
     try:
         with _stop_on_signals(flag):
-            result = execute(built, progress=progress, on_row=metrics.write, **resume)
+            result = execute(built, progress=progress, on_row=on_row, **resume)
     except _StopRequested as stop:
         metrics.close()
         rounds = checkpointer.last_round
-        _finish(built, work, status="interrupted", rounds_done=rounds, curve=curve)
+        info = _finish(built, work, status="interrupted", rounds_done=rounds, curve=curve, recorded=recorded)
         output.publish()
+        _end_log(logger, info, rounds)
         name = signal.Signals(stop.signum).name
         raise Interrupted(
             f"{name}: stopped after round {rounds}; results so far are in {out}; "
@@ -259,6 +324,8 @@ def _drive(
         ) from None
     except BaseException as exc:
         metrics.close()
+        if logger is not None:
+            logger.close()
         if not (work / CHECKPOINT).is_file():
             output.discard()
             raise
@@ -281,14 +348,51 @@ def _drive(
     else:  # a non-finite state is nothing to resume from
         (work / CHECKPOINT).unlink(missing_ok=True)
         status = "diverged"
-    _finish(built, work, status=status, rounds_done=result.rounds_done, diverged_at=result.diverged_at, curve=curve)
+    info = _finish(built, work, status=status, rounds_done=result.rounds_done, diverged_at=result.diverged_at,
+                   curve=curve, recorded=recorded)
     output.publish()
+    _end_log(logger, info, result.rounds_done)
     return result
 
 
+def _both(first, second):
+    def call(row: dict) -> None:
+        first(row)
+        second(row)
+    return call
+
+
+def _open_log(recorded: dict, start: Checkpoint | None, metrics_path: Path):
+    """The run's TensorBoard logger (None without one). A resumed run purges what its log holds
+    after the checkpoint; a log that is new (or lost) first gets the rows metrics.csv keeps."""
+    if TENSORBOARD not in recorded:
+        return None
+    from .tensorboard import RunLogger, has_events, iter_metrics
+
+    log_dir = Path(recorded[TENSORBOARD])
+    if start is not None and has_events(log_dir):
+        return RunLogger(log_dir, purge_step=start.round + 1)
+    logger = RunLogger(log_dir, purge_step=0)
+    if start is not None:
+        try:
+            for row in iter_metrics(metrics_path):
+                logger.log_row(row)
+        except BaseException:
+            logger.close()
+            raise
+    return logger
+
+
+def _end_log(logger, info: dict, rounds_done: int | None) -> None:
+    """The run has ended: its configuration as text and hparams (the log folder itself left out)."""
+    if logger is not None:
+        logger.finish({k: v for k, v in info.items() if k != TENSORBOARD}, status=info["status"], step=rounds_done)
+
+
 def _finish(built: BuiltRun, work: Path, *, status: str, rounds_done: int | None, diverged_at: int | None = None,
-            curve: bool = True) -> None:
-    info = {**resolved_config(built), "status": status, "rounds_done": rounds_done}
+            curve: bool = True, recorded: dict | None = None) -> dict:
+    """config.json's final content (returned) and the figures."""
+    info = {**resolved_config(built), "status": status, "rounds_done": rounds_done, **(recorded or {})}
     if diverged_at is not None:
         info["diverged_at_round"] = diverged_at
     if status == "interrupted":
@@ -296,10 +400,11 @@ def _finish(built: BuiltRun, work: Path, *, status: str, rounds_done: int | None
     write_json(work / CONFIG, info)
     if not curve:
         (work / "curve.png").unlink(missing_ok=True)  # a resumed run's copy of an older one
-        return
+        return info
     rows = read_rows_for_plot(work / METRICS)
     if rows:
         _plot(built, rows, work)
+    return info
 
 
 def _plot(built: BuiltRun, rows: list[dict], work: Path) -> None:

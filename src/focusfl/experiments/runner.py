@@ -93,8 +93,9 @@ def make_run_algorithm(config: RunConfig, problem) -> Any:
 
 # Keys of config.json: what a run needs, and what focusfl records beside it.
 _REQUIRED = ("algorithm", "problem", "participation", "rounds", "seed", "dtype", "device", "engine", "eval_every")
+# "tensorboard" is an output option (where `run --tensorboard` logs), never part of a run's identity.
 _RECORDED = ("focusfl_version", "schedule", "status", "diverged_at_round", "interrupted_after_round",
-             "rounds_done", "lr_auto")
+             "rounds_done", "lr_auto", "tensorboard")
 
 
 def check_config(config: RunConfig) -> None:

@@ -15,6 +15,10 @@ where ``<hash>`` is the SHA-256 of the run's resolved configuration (config.json
 version and status). A rerun of the sweep skips every run whose folder says ``complete`` or
 ``diverged`` under the same hash, resumes the ones a kill left with a checkpoint
 (``resume_folder``), and runs the rest. Failures are collected, not fatal.
+
+With ``tensorboard=TB`` every finished run (complete or diverged) is also logged to TensorBoard,
+in ``TB/<algorithm>-lr<lr>-seed<seed>-<hash8>``, with the sweep's axes as hparams. The driver
+writes these logs, from each run folder once its run has finished (:func:`log_name`).
 """
 from __future__ import annotations
 
@@ -468,6 +472,7 @@ class SweepReport:
     seconds: float = 0.0
     written: list[str] = field(default_factory=list)
     runs: list[SweepRun] = field(default_factory=list)
+    logged: int = 0  # runs logged to TensorBoard by this call
 
 
 def run_sweep(
@@ -484,14 +489,23 @@ def run_sweep(
     allow_model_import: bool = False,
     kind: str = "sweep",
     tables=None,
+    tensorboard: str | Path | None = None,
 ) -> SweepReport:
     """Run every run of ``experiment`` not yet finished in ``out``, then write results.csv,
     summary.csv and the figures from all of them (or what ``tables(experiment, runs, folder,
-    band=, failures=)`` writes instead: ``focusfl tune``'s tables; it returns the names)."""
+    band=, failures=)`` writes instead: ``focusfl tune``'s tables; it returns the names).
+    ``tensorboard``: a folder in which to log every finished run (:func:`log_name`), those
+    finished earlier included unless their log is complete already."""
     from .aggregate import aggregate
     from .executors import RunTask, make_executor
     from .outputs import open_store, write_text
 
+    root = None
+    if tensorboard is not None:
+        from .tensorboard import check_root, require
+
+        require()
+        root = check_root(tensorboard, out, what="the sweep folder")
     runs = expand(experiment, allow_model_import=allow_model_import)
     pool = make_executor(executor, workers=workers, threads=threads, address=address)  # checks Ray is there
     report = SweepReport(total=len(runs), runs=runs)
@@ -505,18 +519,21 @@ def run_sweep(
             state = run_state(folder / run.key, run.key)
             if state == "done":
                 report.skipped += 1
+                report.logged += _log_run(root, run, folder)
                 continue
             tasks.append(RunTask(key=run.key, config=dict(run.config.__dict__), out=str(folder / run.key),
                                  resume=state == "resume", checkpoint_every=checkpoint_every))
         report.resumed = sum(task.resume for task in tasks)
         if progress:
             print(f"sweep {experiment.name!r}: {len(runs)} runs; {report.skipped} finished earlier, "
-                  f"{report.resumed} to resume, {len(tasks) - report.resumed} to run; {pool.describe()}")
+                  f"{report.resumed} to resume, {len(tasks) - report.resumed} to run; {pool.describe()}"
+                  + (f"; TensorBoard logs in {root}" if root is not None else ""))
         by_key = {run.key: run for run in runs}
         try:
             for task, outcome in _with_progress(pool.run(tasks), len(tasks), progress, pool.slots):
                 if outcome["status"] in ("complete", "diverged"):
                     report.ran += 1
+                    report.logged += _log_run(root, by_key[task.key], folder)
                 elif outcome["status"] == "interrupted":
                     report.interrupted += 1
                 else:
@@ -533,6 +550,37 @@ def run_sweep(
         store.mark([EXPERIMENT, *report.written], folders=[RUNS])
     report.seconds = time.monotonic() - started
     return report
+
+
+def log_name(run: SweepRun) -> str:
+    """The TensorBoard run of a sweep's run: readable, and unique by its hash, e.g.
+    ``focus-lr0.0002-seed3-1f2e3d4c``."""
+    from .tensorboard import safe_name
+
+    lr = run.axes.get("lr")
+    lr = f"{lr:g}" if isinstance(lr, (int, float)) and not isinstance(lr, bool) else str(lr)
+    readable = safe_name(f"{run.axes['algorithm']}-lr{lr}-seed{run.axes['seed']}")
+    return f"{readable}-{run.key[:8]}"
+
+
+def _log_run(root: Path | None, run: SweepRun, folder: Path) -> int:
+    """Log a finished run to TensorBoard (1), unless there is no TensorBoard folder or its log
+    there is complete already (0).
+
+    The driver does this, for every executor, after the run has finished: a Ray task on another
+    machine cannot write to this one's disk, and a log written from the run folder's files alone
+    is the same whichever executor, worker count or order ran the runs (and a sweep run earlier
+    without --tensorboard gets its logs on the next call)."""
+    if root is None:
+        return 0
+    from .tensorboard import has_hparams, log_folder
+
+    log_dir = root / log_name(run)
+    if has_hparams(log_dir):
+        return 0
+    hparams = {k: v for k, v in run.axes.items() if v is not None}
+    log_folder(folder / run.key, log_dir, hparams=hparams)
+    return 1
 
 
 def _with_progress(outcomes: Iterable, total: int, progress: bool, slots: int):
