@@ -28,6 +28,7 @@ import pytest
 from cli_harness import GIB, assert_one_line_error, cli_env, run_cli, snapshot
 
 from focusfl import limits
+from focusfl.experiments.outputs import read_csv
 from focusfl.data import Dataset, ImageData, check_classes, infer_classes, load_dataset
 from focusfl.data import download as dl
 from focusfl.data.loaders import check_labels, check_pixels, pickle_footprint, read_cifar_batch, read_npz_dataset
@@ -405,6 +406,17 @@ def test_model_import_needs_the_flag_and_is_never_taken_from_a_config(tmp_path, 
                    "--allow-model-import", "--out", str(out), env=env)
     assert proc.returncode == 0, proc.stderr
     assert marker.exists() and (out / "metrics.csv").is_file()
+
+    # Resuming the run of a user's model: only with the command line's permission.
+    marker.unlink()
+    proc = run_cli("run", "--resume", str(out), "--rounds", "4", env=env)
+    assert_one_line_error(proc, 2, f"to resume a run of your own model, give --resume {out} --allow-model-import")
+    rows = read_csv(out / "metrics.csv")
+    assert not marker.exists() and rows[-1]["round"] == "2"
+    proc = run_cli("run", "--resume", str(out), "--rounds", "4", "--allow-model-import", env=env)
+    assert proc.returncode == 0, proc.stderr
+    resumed = read_csv(out / "metrics.csv")
+    assert marker.exists() and resumed[:len(rows)] == rows and resumed[-1]["round"] == "4"
 
 
 def test_model_import_opt_in_is_a_library_keyword(tmp_path, monkeypatch):

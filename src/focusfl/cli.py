@@ -88,7 +88,8 @@ def _add_run(sub) -> None:
     p.add_argument("--out", help="output folder (default runs/ALGORITHM); an existing one is replaced only if "
                    "focusfl wrote it")
     p.add_argument("--allow-model-import", action="store_true",
-                   help="let --problem nn:model=package.module:factory import and run that code (never from --config)")
+                   help="let --problem nn:model=package.module:factory import and run that code (never from --config); "
+                   "with --resume, the model the run's config.json names")
     p.add_argument("--checkpoint-every", type=non_negative_int, metavar="R",
                    help="save a checkpoint every R rounds (default: once a minute; 0: only when stopped and at the end)")
     p.add_argument("--resume", metavar="DIR", help="continue the stopped or killed run in DIR")
@@ -112,14 +113,15 @@ def _cmd_run(args) -> int:
     if args.resume:
         refused = [f"--{k.replace('_', '-')}" for k in _given(args) if k != "rounds"]
         refused += [flag for flag, on in (("--config", args.config), ("--out", args.out), ("--restart", args.restart),
-                                          ("--data-dir", args.data_dir), ("--download", args.download),
-                                          ("--allow-model-import", args.allow_model_import)) if on]
+                                          ("--data-dir", args.data_dir), ("--download", args.download)) if on]
         if refused:
             raise ConfigError(f"--resume continues a run as it was configured; {refused[0]} cannot change it "
                               "(only --rounds and --checkpoint-every can)")
         out = args.resume
+        # --allow-model-import: this command line's permission to import the model the run's
+        # config.json names (the run of a user's own model can then be resumed).
         result = resume_folder(out, rounds=args.rounds, progress=True, checkpoint_every=args.checkpoint_every,
-                               tensorboard=args.tensorboard)
+                               tensorboard=args.tensorboard, allow_model_import=args.allow_model_import)
     else:
         config = _run_config(args, RunConfig, config_from_json)
         out = args.out or f"runs/{_algorithm_name(config.algorithm)}"

@@ -203,11 +203,27 @@ def run_to_folder(
                       recorded=recorded)
 
 
+def _refuse_import_on_resume(problem, out: Path) -> None:
+    from ..errors import ConfigError
+
+    try:
+        refuse_model_import(problem, f"{out}/{CONFIG}")
+    except ConfigError as exc:
+        if "cannot rebuild" in str(exc):
+            raise
+        raise ConfigError(f"{exc}; to resume a run of your own model, give --resume {out} "
+                          "--allow-model-import") from None
+
+
 def resume_folder(
     out: str | Path, *, rounds: int | None = None, progress: bool = False, checkpoint_every: int | None = None,
-    curve: bool = True, tensorboard: str | Path | None = None,
+    curve: bool = True, tensorboard: str | Path | None = None, allow_model_import: bool = False,
 ) -> RunResult:
     """Continue the run in ``out`` from its checkpoint; ``rounds`` extends a finished run.
+
+    A run of a user's model (``nn:model=package.module:factory``) resumes only with
+    ``allow_model_import``: the caller's permission to import the model its config.json names
+    (focusfl run --resume DIR --allow-model-import); a file's word alone never runs code.
 
     A run that logs to TensorBoard (config.json's ``tensorboard``) goes on logging there;
     ``tensorboard`` starts a log for a run that had none (the rows so far are logged first), and
@@ -225,11 +241,12 @@ def resume_folder(
                     shutil.copy2(out / name, work / name)
         data = _read_json(work / CONFIG)
         config = config_from_json(data, where=f"{out}/{CONFIG}")
-        refuse_model_import(config.problem, f"{out}/{CONFIG}")  # a file's word never runs code
+        if not allow_model_import:  # a file's word alone never runs code
+            _refuse_import_on_resume(config.problem, out)
         log_dir = _stored_log_dir(data, out, root)
         if rounds is not None:
             config = RunConfig(**{**config.__dict__, "rounds": rounds})
-        built = build(config)
+        built = build(config, allow_model_import=allow_model_import)
         reference = built.algorithm.prepare(built.problem, built.participation).init(
             built.problem.initial_point(), built.problem.num_clients
         )
