@@ -290,3 +290,28 @@ def test_the_docs_example_is_the_shipped_file_and_a_valid_40_run_experiment():
     assert shown == path.read_text()
     experiment = load_experiment(path)
     assert count_runs(experiment)[0] == 40
+
+
+def test_an_nn_sweep_of_the_users_own_model_runs_with_the_callers_permission_and_reruns_skip_it(tmp_path, monkeypatch):
+    import numpy as np
+
+    (tmp_path / "sweep_nets.py").write_text(
+        "from torch import nn\ndef tiny(num_classes):\n    return nn.Sequential(nn.Flatten(), nn.LazyLinear(num_classes))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "d.npz", images=rng.integers(0, 256, (40, 1, 8, 8), dtype=np.uint8),
+             labels=np.arange(40) % 4)
+    problem = f"nn:data={tmp_path / 'd.npz'},test_fraction=0.25,clients=2,batch=4,model=sweep_nets:tiny,partition=iid"
+    experiment = parse_experiment({"algorithms": ["fedavg"], "problems": [problem], "rounds": 2, "lr": 0.01,
+                                   "seeds": 2})
+    with pytest.raises(ConfigError, match="would import and run Python code"):
+        run_sweep(experiment, tmp_path / "refused")
+    assert not (tmp_path / "refused").exists()
+    report = run_sweep(experiment, tmp_path / "out", allow_model_import=True)
+    assert report.ran == 2 and not report.failed
+    assert {row["status"] for row in read_csv(tmp_path / "out" / "results.csv")} == {"complete"}
+    # An nn run records the formulation it measured (client_chunk, layout: "auto" in the sweep);
+    # its folder still counts as this run, so a rerun skips it.
+    again = run_sweep(experiment, tmp_path / "out", allow_model_import=True)
+    assert (again.skipped, again.ran) == (2, 0)

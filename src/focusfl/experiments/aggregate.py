@@ -112,7 +112,7 @@ def aggregate(experiment, runs, folder: Path, *, band: str, failures: Sequence[d
     from .run_folder import CONFIG, METRICS
     from .sweep import AXIS_COLUMNS, FAILURES, RESULTS, RUNS, SUMMARY, run_state
 
-    finished = [run for run in runs if run_state(folder / RUNS / run.key, run.key) == "done"]
+    finished = [run for run in runs if run_state(folder / RUNS / run.key, run.key, run.resolved) == "done"]
     columns: list[str] = []
     for run in finished:
         with open(folder / RUNS / run.key / METRICS, newline="") as handle:

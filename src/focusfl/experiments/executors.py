@@ -41,6 +41,9 @@ class RunTask:
     resume: bool = False
     checkpoint_every: int | None = None
     ship: bool = False  # run in a temporary folder and return the files (no shared file system)
+    # The caller's permission to import a user's model (run_sweep(allow_model_import=True)); never
+    # read from a file. With Ray, the model's module must be importable on the nodes.
+    allow_model_import: bool = False
 
 
 def run_task(task: RunTask) -> dict:
@@ -55,20 +58,22 @@ def run_task(task: RunTask) -> dict:
         if task.ship:
             with tempfile.TemporaryDirectory(prefix="focusfl-run-") as tmp:
                 out = Path(tmp) / "run"
-                result = run_to_folder(config, out, checkpoint_every=0, curve=False)
+                result = run_to_folder(config, out, checkpoint_every=0, curve=False,
+                                       allow_model_import=task.allow_model_import)
                 files = {entry.name: entry.read_bytes() for entry in out.iterdir()
                          if entry.is_file() and not entry.name.startswith(".")}
             return _outcome(result, started, files=files)
         if task.resume:
             try:
-                result = resume_folder(task.out, checkpoint_every=task.checkpoint_every, curve=False)
+                result = resume_folder(task.out, checkpoint_every=task.checkpoint_every, curve=False,
+                                       allow_model_import=task.allow_model_import)
             except DataError:  # an unreadable checkpoint: run it again from the start
                 result = run_to_folder(config, task.out, checkpoint_every=task.checkpoint_every, restart=True,
-                                       curve=False)
+                                       curve=False, allow_model_import=task.allow_model_import)
         else:
             # run_state found no checkpoint to lose: clear whatever partial folder is there.
             result = run_to_folder(config, task.out, checkpoint_every=task.checkpoint_every, restart=True,
-                                       curve=False)
+                                       curve=False, allow_model_import=task.allow_model_import)
         return _outcome(result, started)
     except Interrupted as exc:
         return {"status": "interrupted", "error": str(exc), "seconds": time.perf_counter() - started}

@@ -436,9 +436,10 @@ def _check_metric(experiment: Experiment, problem, where: str, cache: dict) -> N
 
 
 # -- the state of a sweep folder -----------------------------------------------------------------
-def run_state(folder: Path, key: str) -> str:
+def run_state(folder: Path, key: str, expected: dict | None = None) -> str:
     """'done' (complete or diverged, under this hash), 'resume' (a checkpoint to continue from)
-    or 'new' (nothing usable: run it from the start)."""
+    or 'new' (nothing usable: run it from the start). ``expected``: the run's resolved config as
+    the sweep asked for it (see ``as_requested``)."""
     from .checkpoint import CHECKPOINT
     from .outputs import PARTIAL_SUFFIX
     from .run_folder import CONFIG
@@ -450,13 +451,25 @@ def run_state(folder: Path, key: str) -> str:
         info = json.loads((folder / CONFIG).read_text())
     except (OSError, ValueError):
         return "new"
-    if not isinstance(info, dict) or run_key(info) != key:
+    if not isinstance(info, dict) or run_key(as_requested(info, expected)) != key:
         return "new"
     if info.get("status") in ("complete", "diverged"):
         return "done"
     if info.get("status") == "interrupted" and (folder / CHECKPOINT).is_file():
         return "resume"
     return "new"
+
+
+def as_requested(info: dict, expected: dict | None) -> dict:
+    """A run's config.json with the problem parameters the sweep asked to choose at run time
+    (``"auto"``: an nn problem's client_chunk and layout are measured when the run starts, and
+    config.json records the choice) put back to ``"auto"``, so that its hash is the folder's."""
+    if not expected or not isinstance(expected.get("problem"), dict) or not isinstance(info.get("problem"), dict):
+        return info
+    autos = {k for k, v in expected["problem"].items() if v == "auto"}
+    if not autos:
+        return info
+    return {**info, "problem": {k: ("auto" if k in autos else v) for k, v in info["problem"].items()}}
 
 
 @dataclass
@@ -516,13 +529,14 @@ def run_sweep(
         folder.mkdir(exist_ok=True)
         tasks = []
         for run in runs:
-            state = run_state(folder / run.key, run.key)
+            state = run_state(folder / run.key, run.key, run.resolved)
             if state == "done":
                 report.skipped += 1
                 report.logged += _log_run(root, run, folder)
                 continue
             tasks.append(RunTask(key=run.key, config=dict(run.config.__dict__), out=str(folder / run.key),
-                                 resume=state == "resume", checkpoint_every=checkpoint_every))
+                                 resume=state == "resume", checkpoint_every=checkpoint_every,
+                                 allow_model_import=allow_model_import))
         report.resumed = sum(task.resume for task in tasks)
         if progress:
             print(f"sweep {experiment.name!r}: {len(runs)} runs; {report.skipped} finished earlier, "

@@ -612,7 +612,23 @@ def _seeded_model(name: str, input_shape, num_classes: int, seed: int, allow_imp
     """Build a model with its default initialisation drawn from ``seed`` (global RNG untouched)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return make_model(name, input_shape, num_classes, allow_import=allow_import)
+        module = make_model(name, input_shape, num_classes, allow_import=allow_import)
+        return _materialized(module, input_shape)
+
+
+def _materialized(module: nn.Module, input_shape) -> nn.Module:
+    """A model whose lazy layers (nn.LazyLinear, ...) have their shapes and initial values: one
+    forward pass of a zero batch, inside the caller's seeded RNG, so the initialisation is still
+    drawn from the seed. In eval mode (BatchNorm statistics and dropout untouched)."""
+    from torch.nn.parameter import UninitializedParameter
+
+    if not any(isinstance(t, UninitializedParameter) for t in [*module.parameters(), *module.buffers()]):
+        return module
+    training = module.training
+    module.eval()
+    with torch.no_grad():
+        module(torch.zeros((2, *input_shape)))
+    return module.train(training)
 
 
 def with_data_options(spec: str | dict, data_dir: str | None, download: bool) -> str | dict:
