@@ -226,7 +226,13 @@ def _check_place(given: str | Path) -> Path:
         raise _refuse(given, "is the home folder; choose a new subfolder")
     if path in home.parents:
         raise _refuse(given, "is an ancestor of the home folder; choose a new subfolder")
-    if path.exists() and not path.is_dir():
+    # One stat, not exists() then is_dir(): another writer may rename the folder away and back
+    # between two looks (its atomic replacement), which is not "a file".
+    try:
+        is_folder = stat.S_ISDIR(os.stat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):  # absent, or below a file (said below)
+        is_folder = None
+    if is_folder is False:
         raise _refuse(given, "exists and is not a folder")
     ancestor = path.parent
     while not ancestor.exists():
@@ -237,7 +243,7 @@ def _check_place(given: str | Path) -> Path:
         raise _refuse(given, f"cannot be created: {str(ancestor)!r} is a file, not a folder")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise _refuse(given, f"cannot be written: {str(ancestor)!r} is not writable")
-    if path.exists() and not os.access(path, os.W_OK | os.X_OK):
+    if is_folder and not os.access(path, os.W_OK | os.X_OK) and path.exists():  # not merely replaced meanwhile
         raise _refuse(given, "is not writable")
     return path
 
@@ -259,14 +265,32 @@ def _check_contents(given: str | Path, path: Path) -> None:
                              "move it out or choose another folder")
 
 
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
 def check_target(target: str | Path) -> Path:
     """The resolved output folder, or ConfigError (one line: the path and why not)."""
     try:
         path = _check_place(target)
-        try:
-            _check_contents(target, path)
-        except FileNotFoundError:
-            pass  # replaced by a writer meanwhile; open_output looks again under the lock
+        for attempt in range(3):
+            seen = _identity(path)
+            try:
+                _check_contents(target, path)
+            except FileNotFoundError:
+                pass  # replaced by a writer meanwhile; open_output looks again under the lock
+            except ConfigError:
+                # Another writer's atomic replacement between two looks (its marker read while
+                # the folder was moved aside, its files listed once the new one was in) is not
+                # a user's folder: a replaced folder is a new inode, so look again.
+                if attempt < 2 and _identity(path) != seen:
+                    continue
+                raise
+            break
     except OSError as exc:  # a folder on the way that we may not read
         raise _refuse(target, f"cannot be checked: {exc.strerror or exc}: {exc.filename!r}") from None
     return path
