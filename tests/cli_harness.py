@@ -104,3 +104,30 @@ def snapshot(folder: str | Path) -> dict[str, tuple[int, int]]:
         st = path.lstat()
         out[str(path.relative_to(folder))] = (st.st_size if path.is_file() else -1, st.st_mtime_ns)
     return out
+
+
+_KILLER = """
+import os, signal, sys
+import focusfl.experiments.runner as runner
+from focusfl.cli import main
+kill_at = int(sys.argv[1])
+real = runner.simulate
+
+def simulate(*args, on_round, **kwargs):
+    def then_die(result):
+        on_round(result)
+        if result.rounds_done == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return real(*args, on_round=then_die, **kwargs)
+
+runner.simulate = simulate
+{setup}
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def killer_script(setup: str = "") -> str:
+    """Python for ``python -c``: runs ``focusfl ARGV[2:]`` and SIGKILLs itself at the end of round
+    ARGV[1] (after any checkpoint of that round), as ``kill -9`` from outside would at an unlucky
+    moment. ``setup`` runs just before the command (more patches)."""
+    return _KILLER.replace("{setup}", setup)

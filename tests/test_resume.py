@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from cli_harness import assert_one_line_error, cli_env, popen_cli, run_cli
+from cli_harness import assert_one_line_error, cli_env, killer_script, popen_cli, run_cli
 from focusfl.algorithms import ALGORITHMS
 from focusfl.cli import main
 from focusfl.engine import simulate
@@ -23,23 +23,7 @@ from focusfl.problems import make_problem
 
 # A child that runs `focusfl ARGS` and SIGKILLs itself at the end of round KILL_AT (after any
 # checkpoint of that round), as `kill -9` from outside would at an unlucky moment.
-KILLER = """
-import os, signal, sys
-import focusfl.experiments.runner as runner
-from focusfl.cli import main
-kill_at = int(sys.argv[1])
-real = runner.simulate
-
-def simulate(*args, on_round, **kwargs):
-    def then_die(result):
-        on_round(result)
-        if result.rounds_done == kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)
-    return real(*args, on_round=then_die, **kwargs)
-
-runner.simulate = simulate
-sys.exit(main(sys.argv[2:]))
-"""
+KILLER = killer_script()
 
 CASES = {
     # sequential participation (its stream is checkpointed) and minibatches keyed by round

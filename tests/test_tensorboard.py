@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cli_harness import cli_env, run_cli
+from cli_harness import cli_env, killer_script, run_cli
 from focusfl.cli import main
 
 SMALL = "ridge:clients=4,dim=3,samples=5"
@@ -164,28 +164,16 @@ def test_resume_with_tensorboard_starts_a_log_for_a_run_that_had_none(tmp_path):
 
 # A child that runs `focusfl ARGS`, flushes its TensorBoard log after every row (so that steps
 # after the checkpoint are on disk), and SIGKILLs itself at the end of round KILL_AT.
-KILLER = """
-import os, signal, sys
-import focusfl.experiments.runner as runner
+KILLER = killer_script("""
 import focusfl.experiments.tensorboard as tb
-from focusfl.cli import main
-kill_at = int(sys.argv[1])
-real, log_row = runner.simulate, tb.RunLogger.log_row
+log_row = tb.RunLogger.log_row
 
 def flushed(self, row):
     log_row(self, row)
     self.flush()
 
-def simulate(*args, on_round, **kwargs):
-    def then_die(result):
-        on_round(result)
-        if result.rounds_done == kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)
-    return real(*args, on_round=then_die, **kwargs)
-
-runner.simulate, tb.RunLogger.log_row = simulate, flushed
-sys.exit(main(sys.argv[2:]))
-"""
+tb.RunLogger.log_row = flushed
+""")
 
 
 def test_a_sigkilled_and_resumed_run_logs_each_step_once_with_the_values_of_metrics_csv(tmp_path):

@@ -186,7 +186,7 @@ class LocalExecutor:
             pool.shutdown(wait=True, cancel_futures=True)
 
     def close(self) -> None:
-        pass
+        """Nothing to release: ``run`` shuts its process pool down itself."""
 
 
 # -- Ray -----------------------------------------------------------------------------------------

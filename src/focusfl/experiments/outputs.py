@@ -492,6 +492,19 @@ def _unmarked_partial(work: Path) -> bool:
     return {e.name for e in os.scandir(work)} <= {f".{MARKER}{TMP_SUFFIX}"}
 
 
+@contextlib.contextmanager
+def _unlocked_on_failure(lock: "_Lock", given: str | Path) -> Iterator[None]:
+    """Release ``lock`` if preparing the folder fails (an OSError as one line), keep it otherwise."""
+    try:
+        yield
+    except OSError as exc:
+        lock.release()
+        raise _refuse(given, f"cannot be written: {exc.strerror or exc}") from None
+    except BaseException:
+        lock.release()
+        raise
+
+
 def open_output(target: str | Path, *, kind: str, keep_partial: bool = True) -> Output:
     """Check and lock ``target`` and prepare its partial folder ``.NAME.focusfl-partial``.
 
@@ -505,7 +518,7 @@ def open_output(target: str | Path, *, kind: str, keep_partial: bool = True) -> 
         lock = _Lock(_sibling(path, LOCK_SUFFIX), given)
     except OSError as exc:
         raise _refuse(given, f"cannot be created: {exc.strerror or exc}") from None
-    try:
+    with _unlocked_on_failure(lock, given):
         _recover(path)
         _check_contents(given, path)  # again, now that no other writer can change it
         _remove_legacy_scratch(path)
@@ -524,12 +537,6 @@ def open_output(target: str | Path, *, kind: str, keep_partial: bool = True) -> 
             _step("create partial folder", os.mkdir, work)
             _write_marker(work, "partial", kind)
         return Output(path, kind, lock, found)
-    except OSError as exc:
-        lock.release()
-        raise _refuse(given, f"cannot be written: {exc.strerror or exc}") from None
-    except BaseException:
-        lock.release()
-        raise
 
 
 @contextlib.contextmanager
@@ -599,7 +606,7 @@ def open_store(target: str | Path, *, kind: str) -> Iterator[Store]:
         lock = _Lock(_sibling(path, LOCK_SUFFIX), given)
     except OSError as exc:
         raise _refuse(given, f"cannot be created: {exc.strerror or exc}") from None
-    try:
+    with _unlocked_on_failure(lock, given):
         marker = read_marker(path) if path.is_dir() else None
         if marker is None and path.is_dir() and next(os.scandir(path), None) is not None:
             raise _refuse(given, f"is not empty and has no {MARKER}, so it is not focusfl's: "
@@ -611,12 +618,6 @@ def open_store(target: str | Path, *, kind: str) -> Iterator[Store]:
             path.mkdir(exist_ok=True)
             _write_marker(path, "partial", kind)
         store = Store(path, kind, lock)
-    except OSError as exc:
-        lock.release()
-        raise _refuse(given, f"cannot be written: {exc.strerror or exc}") from None
-    except BaseException:
-        lock.release()
-        raise
     try:
         yield store
     finally:

@@ -96,15 +96,24 @@ def coinciding_groups(
         logs[name] = [math.log10(v) if math.isfinite(v) else v for v in _positive(_values(rows, metric))]
         factor = (x_factor or {}).get(name, 1.0)
         xs[name] = [factor * float(r[x]) for r in rows] if x else None
+    def same(name: str, first: str) -> bool:
+        mine, other = logs[name], logs[first]
+        return len(other) == len(mine) and xs[name] == xs[first] and all(
+            (a == b) if not (math.isfinite(a) and math.isfinite(b))
+            else (abs(a - b) <= tolerance or max(a, b) <= LOG_FLOOR)
+            for a, b in zip(mine, other)
+        )
+
+    return _groups(list(logs), same)
+
+
+def _groups(names: Sequence[str], same) -> list[list[str]]:
+    """Groups (of two or more) of ``names``: each joins the first group whose first member it is
+    ``same(name, first)`` as, in order."""
     groups: list[list[str]] = []
-    for name, mine in logs.items():
+    for name in names:
         for group in groups:
-            other = logs[group[0]]
-            if len(other) == len(mine) and xs[name] == xs[group[0]] and all(
-                (a == b) if not (math.isfinite(a) and math.isfinite(b))
-                else (abs(a - b) <= tolerance or max(a, b) <= LOG_FLOOR)
-                for a, b in zip(mine, other)
-            ):
+            if same(name, group[0]):
                 group.append(name)
                 break
         else:
@@ -286,16 +295,11 @@ def _family_colors(names: Sequence[str], families: dict[str, str]) -> dict[str, 
 
 def _equal_groups(curves: dict[str, Sequence[dict]]) -> list[list[str]]:
     """Curves on a linear axis that coincide: the same x and y values to 1e-9 relative."""
-    groups: list[list[str]] = []
-    for name, rows in curves.items():
-        for group in groups:
-            other = curves[group[0]]
-            if len(other) == len(rows) and all(
-                a["x"] == b["x"] and math.isclose(a["y"], b["y"], rel_tol=1e-9, abs_tol=1e-12)
-                for a, b in zip(rows, other)
-            ):
-                group.append(name)
-                break
-        else:
-            groups.append([name])
-    return [group for group in groups if len(group) > 1]
+    def same(name: str, first: str) -> bool:
+        rows, other = curves[name], curves[first]
+        return len(other) == len(rows) and all(
+            a["x"] == b["x"] and math.isclose(a["y"], b["y"], rel_tol=1e-9, abs_tol=1e-12)
+            for a, b in zip(rows, other)
+        )
+
+    return _groups(list(curves), same)

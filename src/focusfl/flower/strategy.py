@@ -377,9 +377,10 @@ class AlgorithmStrategy(Strategy):
         messages = list(self._messages(entry, "train.finish", self.finish_fields))
         replies = grid.send_and_receive(messages, timeout=self.timeout)
         # A failed finish changes nothing here: the round stays accepted, and the node, unable
-        # to commit it, reports lost state at its next contact.
+        # to commit it, reports lost state at its next contact. The replies are only read through
+        # _matched, which counts the stale, duplicate and malformed ones in metrics.csv.
         for _client, _reply in self._matched(entry, replies, "finish"):
-            pass
+            continue
 
     def _reject(self, entry: RoundLog, client: int, reason: str, detail: str, kind: str = "train") -> None:
         name = reason if kind == "train" else f"{kind}_{reason}"
