@@ -100,3 +100,17 @@ def test_exported_file_runs_as_a_sweep_to_the_same_bytes(tmp_path, capsys):
     assert main(["reproduce", "ridge", "--export", str(exported)]) == 2
     assert exported.read_text() == "mine"
     assert "exists" in capsys.readouterr().err
+
+
+def test_reproduce_ridge_refuses_a_huge_grid_and_bad_export_names_before_writing(tmp_path, capsys):
+    out = tmp_path / "fig4"
+    assert main(["reproduce", "ridge", "--seeds", "100000", "--out", str(out)]) == 2
+    assert "--seeds: the grid has 3,300,000 runs" in capsys.readouterr().err and not out.exists()
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "afile").write_text("mine")
+    for name, message in (("", "--export needs a file name"), (str(tmp_path / "folder"), "is a folder"),
+                          (str(tmp_path / "afile" / "x.toml"), "is not a folder")):
+        assert main(["reproduce", "ridge", "--export", name]) == 2
+        assert message in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "folder"]
+    assert (tmp_path / "afile").read_text() == "mine"

@@ -315,3 +315,18 @@ def test_an_nn_sweep_of_the_users_own_model_runs_with_the_callers_permission_and
     # its folder still counts as this run, so a rerun skips it.
     again = run_sweep(experiment, tmp_path / "out", allow_model_import=True)
     assert (again.skipped, again.ran) == (2, 0)
+
+
+@pytest.mark.parametrize("signum,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_stopped_sweep_exits_with_its_signals_status_and_one_line(tmp_path, signum, code):
+    path = write(tmp_path, f"algorithms = ['focus']\nproblems = ['{SMALL}']\nrounds = 10000000\nseeds = 2\n")
+    out = tmp_path / "sweep"
+    proc = popen_cli("sweep", str(path), "--out", str(out), "--checkpoint-every", "1000")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list((out / "runs").glob(".*.focusfl-partial/checkpoint.pt")):
+        time.sleep(0.05)
+    proc.send_signal(signum)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == code
+    assert stderr.strip().splitlines() == [
+        "focusfl: sweep interrupted: 1 run(s) stopped with a checkpoint; run the same command again to continue"]

@@ -76,7 +76,8 @@ def run_task(task: RunTask) -> dict:
                                        curve=False, allow_model_import=task.allow_model_import)
         return _outcome(result, started)
     except Interrupted as exc:
-        return {"status": "interrupted", "error": str(exc), "seconds": time.perf_counter() - started}
+        return {"status": "interrupted", "error": str(exc), "seconds": time.perf_counter() - started,
+                "exit_code": exc.exit_code}
     except FocusflError as exc:
         return {"status": "failed", "error": str(exc), "seconds": time.perf_counter() - started}
     except MemoryError:

@@ -100,6 +100,8 @@ def first_below(rows, threshold: float) -> int | None:
 
 def configured(setting_name: str, *, rounds: int | None = None, seeds: int | None = None, seed: int = 0):
     """The setting's experiment with ``rounds`` and seeds ``seed .. seed + seeds - 1`` (if given)."""
+    from .sweep import check_size
+
     experiment = load_setting(setting_name)
     changes = {}
     if rounds is not None:
@@ -110,7 +112,9 @@ def configured(setting_name: str, *, rounds: int | None = None, seeds: int | Non
         count = seeds if seeds is not None else len(experiment.seeds)
         changes["seeds"] = range(seed, seed + count)
     changes["text"] = exported_text(setting_name, rounds=rounds, seeds=seeds, seed=seed)
-    return dataclasses.replace(experiment, **changes)
+    experiment = dataclasses.replace(experiment, **changes)
+    check_size(experiment, names={"seeds": "--seeds"})
+    return experiment
 
 
 def exported_text(setting_name: str, *, rounds: int | None = None, seeds: int | None = None, seed: int = 0) -> str:
@@ -228,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
     from .outputs import read_csv
     from .sweep import run_sweep
 
-    if args.export:
+    if args.export is not None:
         return export(args)
     experiment = configured(args.setting, rounds=args.rounds, seeds=args.seeds, seed=args.seed)
     # d <= 100, n <= 16: every tensor op is tiny, and intra-op threads only add synchronisation
@@ -253,11 +257,15 @@ def export(args: argparse.Namespace) -> int:
     """``--export FILE``: the experiment file, never over an existing file."""
     from .outputs import write_text
 
+    if not args.export.strip():
+        raise ConfigError("--export needs a file name, e.g. --export experiment.toml")
     target = Path(args.export)
     if target.exists() or target.is_symlink():
-        raise ConfigError(f"--export {str(target)!r}: the file exists; give a new name (focusfl does not overwrite it)")
+        what = "is a folder" if target.is_dir() else "exists"
+        raise ConfigError(f"--export {str(target)!r} {what}; give a new file name (focusfl does not overwrite it)")
     if not target.parent.is_dir():
-        raise ConfigError(f"--export {str(target)!r}: folder {str(target.parent)!r} does not exist")
+        why = "is not a folder" if target.parent.exists() else "does not exist"
+        raise ConfigError(f"--export {str(target)!r}: {str(target.parent)!r} {why}")
     write_text(target, exported_text(args.setting, rounds=args.rounds, seeds=args.seeds, seed=args.seed))
     print(f"wrote {target}; run it with: focusfl sweep {target} --out runs/{target.stem}")
     return 0

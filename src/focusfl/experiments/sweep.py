@@ -162,11 +162,18 @@ def parse_experiment(data: dict, text: str = "") -> Experiment:
             raise ConfigError(f"targets[{k}]: expected a positive number, got {_show(value)}")
     experiment = Experiment(name, algorithms, problems, participation, seeds, axes, dtype, device, engine,
                             metric, tuple(float(t) for t in targets), band, text, participation_overrides)
+    check_size(experiment)
+    return experiment
+
+
+def check_size(experiment: Experiment, names: dict[str, str] | None = None) -> None:
+    """ConfigError if the grid has more than MAX_RUNS runs, naming its longest axis (as
+    ``names`` calls it: a command's option that set the axis)."""
     count, largest = count_runs(experiment)
     if count > MAX_RUNS:
+        largest = (names or {}).get(largest, largest)
         raise ConfigError(f"{largest}: the grid has {count:,} runs, more than the {MAX_RUNS:,} a sweep may have; "
                           "shorten an axis or split the experiment")
-    return experiment
 
 
 def _unknown_keys(data: dict, known: Sequence[str], prefix: str) -> None:
@@ -543,6 +550,7 @@ def run_sweep(
                   f"{report.resumed} to resume, {len(tasks) - report.resumed} to run; {pool.describe()}"
                   + (f"; TensorBoard logs in {root}" if root is not None else ""))
         by_key = {run.key: run for run in runs}
+        exit_code = None
         try:
             for task, outcome in _with_progress(pool.run(tasks), len(tasks), progress, pool.slots):
                 if outcome["status"] in ("complete", "diverged"):
@@ -550,6 +558,7 @@ def run_sweep(
                     report.logged += _log_run(root, by_key[task.key], folder)
                 elif outcome["status"] == "interrupted":
                     report.interrupted += 1
+                    exit_code = exit_code or outcome.get("exit_code")  # 130, 143, 129: the signal's
                 else:
                     report.failed.append({"run": task.key, **by_key[task.key].axes, "error": outcome.get("error", "")})
         finally:
@@ -558,7 +567,7 @@ def run_sweep(
             from .run_folder import Interrupted
 
             raise Interrupted(f"sweep interrupted: {report.interrupted} run(s) stopped with a checkpoint; "
-                              "run the same command again to continue")
+                              "run the same command again to continue", exit_code or 130)
         report.written = (tables or aggregate)(experiment, runs, store.path, band=band or experiment.band,
                                                failures=report.failed)
         store.mark([EXPERIMENT, *report.written], folders=[RUNS])
