@@ -330,3 +330,22 @@ def test_a_stopped_sweep_exits_with_its_signals_status_and_one_line(tmp_path, si
     assert proc.returncode == code
     assert stderr.strip().splitlines() == [
         "focusfl: sweep interrupted: 1 run(s) stopped with a checkpoint; run the same command again to continue"]
+
+
+def test_plot_never_replaces_a_users_file_but_replaces_its_own(reference, tmp_path, capsys):
+    from focusfl.cli import main
+
+    mine = tmp_path / "fig.png"
+    mine.write_text("my picture")
+    assert main(["plot", str(reference), "--out", str(mine)]) == 2
+    assert "exists and focusfl did not write it" in capsys.readouterr().err
+    assert mine.read_text() == "my picture" and sorted(p.name for p in tmp_path.iterdir()) == ["fig.png"]
+    ours = tmp_path / "ours.png"
+    assert main(["plot", str(reference), "--out", str(ours)]) == 0
+    assert main(["plot", str(reference), "--out", str(ours), "--band", "minmax"]) == 0  # its own: replaced
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fig.png", "ours.pdf", "ours.png"]
+    (tmp_path / "raster.pdf").write_text("mine")
+    assert main(["participation", "bernoulli", "--plot", str(tmp_path / "raster.pdf")]) == 2
+    assert (tmp_path / "raster.pdf").read_text() == "mine"
+    assert main(["participation", "bernoulli", "--plot", str(tmp_path / "r.pdf")]) == 0
+    assert main(["participation", "bernoulli", "--plot", str(tmp_path / "r.pdf")]) == 0

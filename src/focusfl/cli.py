@@ -230,6 +230,10 @@ def _cmd_participation(args) -> int:
     process = make_participation(args.spec, args.clients, seed=args.seed)
     if args.plot and Path(args.plot).suffix.lower() not in (".png", ".pdf"):
         raise ConfigError(f"--plot must end in .png or .pdf, got {args.plot!r}")
+    if args.plot:
+        from .experiments.outputs import check_figure_targets
+
+        check_figure_targets([args.plot], "--plot")  # before the work: never over a user's file
     from .limits import check_allocation
 
     # The mask (1 byte an entry) and the statistics' per-round tables (int64 delays and more).
@@ -250,8 +254,11 @@ def _cmd_participation(args) -> int:
     if args.plot:
         from .participation.plots import plot_raster
 
+        from .experiments.outputs import figure_files
+
         Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
-        plot_raster(mask, args.plot, title=args.spec)
+        with figure_files([args.plot], "--plot") as (scratch,):
+            plot_raster(mask, scratch, title=args.spec)
         print(f"wrote {args.plot}")
     return 0
 

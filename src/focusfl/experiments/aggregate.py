@@ -442,9 +442,13 @@ def write_plot(paths: Sequence[str | Path], out: Path, *, x: str, metric: str | 
     folder = out.parent
     if not folder.is_dir():
         raise ConfigError(f"--out {str(out)!r}: folder {str(folder)!r} does not exist")
-    plot_series(series, folder, metric=chosen, band=band, xs=(x,), stems=(stem,),
-                title=title or _metric_label(chosen))
-    return [folder / f"{stem}.png", folder / f"{stem}.pdf"], series
+    from .outputs import figure_files
+
+    targets = [folder / f"{stem}.png", folder / f"{stem}.pdf"]
+    with figure_files(targets, "--out") as scratch:  # never over a file of the user's; atomically
+        plot_series(series, folder, metric=chosen, band=band, xs=(x,), stems=(scratch[0].stem,),
+                    title=title or _metric_label(chosen))
+    return targets, series
 
 
 def iter_groups(series: Iterable[Series]) -> dict[tuple, list[Series]]:

@@ -666,3 +666,54 @@ def _plain(value: Any) -> Any:
     if hasattr(value, "item"):
         return value.item()
     raise TypeError(f"cannot store {type(value).__name__} in a result cache")
+
+
+# -- a figure at a path the user named (focusfl plot --out, participation --plot) ----------------
+FIGURE_TAG = "focusfl"
+_TAG_SCAN_BYTES = 1 << 16
+
+
+def figure_metadata(path: str | Path) -> dict[str, str]:
+    """Matplotlib savefig metadata that marks a PNG or PDF as written by focusfl."""
+    return {"Creator": FIGURE_TAG} if str(path).lower().endswith(".pdf") else {"Software": FIGURE_TAG}
+
+
+def _tagged(path: Path) -> bool:
+    """Whether a file is a figure focusfl wrote: its tag, uncompressed near the start (PNG tEXt)
+    or the end (PDF Info) of the file."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(_TAG_SCAN_BYTES)
+            handle.seek(max(0, os.fstat(handle.fileno()).st_size - _TAG_SCAN_BYTES))
+            tail = handle.read()
+    except OSError:
+        return False
+    tag = FIGURE_TAG.encode()
+    return (head.startswith(b"\x89PNG") and b"Software\x00" + tag in head) or (
+        head.startswith(b"%PDF") and b"(" + tag + b")" in tail)
+
+
+def check_figure_targets(paths, option: str) -> None:
+    """ConfigError (one line) if a path names a folder, or a file focusfl did not write."""
+    for path in map(Path, paths):
+        if path.is_dir():
+            raise ConfigError(f"{option} {str(path)!r} is a folder; give a file name")
+        if (path.exists() or path.is_symlink()) and not _tagged(path):
+            raise ConfigError(f"{option}: {str(path)!r} exists and focusfl did not write it; "
+                              "choose another name (focusfl does not overwrite it)")
+
+
+@contextlib.contextmanager
+def figure_files(paths, option: str) -> Iterator[list[Path]]:
+    """Temporary names for figures that replace ``paths`` atomically when the block succeeds
+    (checked first with ``check_figure_targets``); nothing is left behind if it fails."""
+    paths = [Path(p) for p in paths]
+    check_figure_targets(paths, option)
+    scratch = [p.with_name(f".{p.stem}.{os.getpid()}{TMP_SUFFIX}{p.suffix}") for p in paths]
+    try:
+        yield scratch
+        for tmp, path in zip(scratch, paths):
+            os.replace(tmp, path)
+    finally:
+        for tmp in scratch:
+            tmp.unlink(missing_ok=True)

@@ -5,6 +5,8 @@ import math
 from pathlib import Path
 from typing import Sequence
 
+from .outputs import figure_metadata
+
 
 def _pyplot():
     import matplotlib
@@ -64,7 +66,7 @@ def plot_curve(
     ax.set_title(title)
     ax.grid(True, which="major", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, metadata=figure_metadata(path))
     plt.close(fig)
 
 
@@ -187,7 +189,7 @@ def plot_panels(
         fig.suptitle(suptitle)
     fig.tight_layout(rect=(0, 0.12 if len(labels) > 6 else 0.08, 1, 1))
     for path in paths:
-        fig.savefig(path)
+        fig.savefig(path, metadata=figure_metadata(path))
     plt.close(fig)
 
 
@@ -268,7 +270,7 @@ def plot_band_panels(
     height = fig.get_size_inches()[1]
     fig.tight_layout(rect=(0, min(0.45, (0.17 * legend_rows + 0.1) / height), 1, 1))
     for path in paths:
-        fig.savefig(path)
+        fig.savefig(path, metadata=figure_metadata(path))
     plt.close(fig)
 
 

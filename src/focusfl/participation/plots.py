@@ -48,5 +48,7 @@ def plot_raster(mask: Any, path: str | Path, title: str | None = None) -> Path:
     ax.set_ylabel("client")
     ax.set_title(title if title is not None else f"participation: {clients} clients, {rounds} rounds")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=150)
+    from ..experiments.outputs import figure_metadata
+
+    fig.savefig(path, dpi=150, metadata=figure_metadata(path))
     return path
