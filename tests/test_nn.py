@@ -140,7 +140,30 @@ def test_client_chunks_give_the_same_run():
     assert runs[0].rows[-1]["train_loss"] == pytest.approx(runs[1].rows[-1]["train_loss"], rel=1e-12)
 
 
-def test_auto_formulation_is_measured_once_reported_and_replayed(monkeypatch):
+def test_auto_formulation_is_a_rule_that_never_reads_the_clock(monkeypatch):
+    """client_chunk/layout=auto follow the device type, the activations and the batch: the timer
+    is never called, and the choice is the same in every process (issue 17: timing picked the
+    formulation, so the same command gave SG-FOCUS 0.485 in one process and 0.721 in another)."""
+    def no_clock(*args, **kwargs):
+        raise AssertionError("auto must not time anything")
+
+    monkeypatch.setattr(NeuralNetwork, "_time_gradients", no_clock)
+    monkeypatch.setattr(NeuralNetwork, "_measure_formulations", no_clock)
+    problem = toy_problem(batch=16)  # client_chunk and layout default to auto
+    assert problem.describe()["client_chunk"] == "auto"  # nothing chosen at build
+    # The MNIST CNN on 12x12 images keeps 4,300 activations a sample: 16 x 4,300 a client, so
+    # 64 clients would fit the CPU budget of 2**23 elements, and the problem has 8: all at once.
+    assert problem._activations_per_sample == 4_300
+    assert problem.formulation() == (None, "channels_last")
+    assert toy_problem(batch=2048).formulation() == (1, "channels_last")  # 8.8M a client: one at a time
+    assert toy_problem(batch=256, clients=16).formulation() == (4, "channels_last")  # 1.1M a client
+    assert toy_problem(model="mlp", clients=8).formulation() == (None, "channels_last")
+    described = toy_problem(batch=256, clients=16)
+    described.formulation()
+    assert described.describe()["client_chunk"] == 4 and described.describe()["layout"] == "channels_last"
+
+
+def test_measured_formulation_is_an_opt_in_measured_once_reported_and_replayed(monkeypatch):
     import focusfl.problems.nn as nn_module
 
     measured = []
@@ -148,20 +171,24 @@ def test_auto_formulation_is_measured_once_reported_and_replayed(monkeypatch):
     monkeypatch.setattr(nn_module, "_FORMULATIONS", {})
     monkeypatch.setattr(NeuralNetwork, "_measure_formulations",
                         lambda self, *a: measured.append(1) or real(self, *a))
-    problem = toy_problem(batch=16)  # client_chunk and layout default to auto
-    assert problem.describe()["client_chunk"] == "auto" and not measured  # nothing measured at build
+    problem = toy_problem(batch=16, client_chunk="measure", layout="measure")
+    assert problem.describe()["client_chunk"] == "measure" and not measured  # nothing measured at build
     chunk, layout = problem.formulation()
     assert chunk is None or 1 <= chunk < problem.num_clients
     assert layout in ("channels_last", "nchw") and problem.client_chunk == chunk
     described = problem.describe()
     assert described["client_chunk"] == (chunk or 0) and described["layout"] == layout
-    assert toy_problem(batch=16).formulation() == (chunk, layout) and len(measured) == 1  # cached
+    assert toy_problem(batch=16, client_chunk="measure", layout="measure").formulation() == (chunk, layout)
+    assert len(measured) == 1  # cached
     pinned = {k: v for k, v in described.items() if k not in ("name", "data")}
     assert toy_problem(**pinned).formulation() == (chunk, layout) and len(measured) == 1
     assert toy_problem(batch=16, client_chunk=3).client_chunk == 3
-    with pytest.raises(ConfigError, match="client_chunk must be auto or an integer"):
+    # measure one part, the rule the other
+    assert toy_problem(batch=16, client_chunk=2, layout="measure").formulation()[0] == 2
+    assert toy_problem(batch=16, client_chunk="measure").formulation()[1] == "channels_last"
+    with pytest.raises(ConfigError, match="client_chunk must be auto, measure or an integer"):
         toy_problem(client_chunk="big")
-    with pytest.raises(ConfigError, match="layout must be auto, channels_last or nchw"):
+    with pytest.raises(ConfigError, match="layout must be auto, measure, channels_last or nchw"):
         toy_problem(layout="nhwc")
 
 

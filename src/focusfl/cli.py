@@ -34,9 +34,9 @@ run exits 1. docs/runs.md: outputs, checkpoints and resuming."""
 
 # Options of `run` that a --config file also sets: given on the command line they override it.
 _CONFIG_FLAGS = ("algorithm", "problem", "participation", "rounds", "local_steps", "lr", "seed", "dtype",
-                 "device", "engine", "eval_every", "schedule")
+                 "device", "engine", "eval_every", "schedule", "threads")
 _RUN_DEFAULTS = {"problem": "ridge", "participation": "full", "rounds": 100, "lr": "auto", "seed": 0,
-                 "device": "cpu", "engine": "vectorized", "schedule": "constant"}
+                 "device": "cpu", "engine": "vectorized", "schedule": "constant", "threads": 1}
 NN_EVAL_EVERY = 50  # neural networks: keeps evaluation a small share of a run
 
 
@@ -79,6 +79,10 @@ def _add_run(sub) -> None:
                    "test set costs about as much as 1.4 CIFAR-10 training rounds)")
     p.add_argument("--schedule", choices=["constant", "sqrt"],
                    help="step-size schedule: constant (default), or sqrt = eta/sqrt(r/10+1)")
+    p.add_argument("--threads", type=positive_int,
+                   help="torch intra-op threads for the run (default 1, recorded in config.json): the thread "
+                   "count changes float results at the rounding level, so it is part of the run, never taken "
+                   "from the machine; more threads can speed up large neural networks on a quiet machine")
     p.add_argument("--data-dir", help="folder with the dataset files of an nn problem "
                    "(default $FOCUSFL_DATA or ~/.cache/focusfl)")
     p.add_argument("--download", action="store_true",
@@ -195,7 +199,7 @@ def _run_config(args, RunConfig, config_from_json):
         rounds=values["rounds"], local_steps=values.get("local_steps"), lr=values["lr"], seed=values["seed"],
         dtype=values.get("dtype") or default_dtype(problem), device=values["device"], engine=values["engine"],
         eval_every=values.get("eval_every") or (NN_EVAL_EVERY if _algorithm_name(problem) == "nn" else 1),
-        schedule=values["schedule"],
+        schedule=values["schedule"], threads=values["threads"],
     )
 
 

@@ -33,6 +33,8 @@ class Checkpoint:
     metrics_bytes: int  # length of metrics.csv that belongs to rounds 0..round
     stream: dict[str, Any]  # participation.stream_state()
     blow_up: dict[str, Any] = field(default_factory=dict)  # BlowUpDetector.state()
+    # Problem.metric_state(): what the next row accumulates (an nn run's training losses so far).
+    metrics_state: dict[str, float | int] = field(default_factory=dict)
 
 
 def _owned(tensor: torch.Tensor) -> torch.Tensor:
@@ -85,6 +87,7 @@ def save_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
         "clients": _fields(checkpoint.state.clients),
         "participation": stream,
         "blow_up": dict(checkpoint.blow_up),
+        "metrics_state": dict(checkpoint.metrics_state),
     }
     atomic_torch_save(payload, path)
 
@@ -162,7 +165,20 @@ def load_checkpoint(path: Path, reference: State, num_clients: int) -> Checkpoin
         metrics_bytes=_number(payload, "metrics_bytes", int, path),
         stream=stream,
         blow_up=_blow_up(payload.get("blow_up") or {}, path),
+        metrics_state=_metrics_state(payload.get("metrics_state") or {}, path),
     )
+
+
+def _metrics_state(state: Any, path: Path) -> dict[str, float | int]:
+    """Problem.metric_state() as saved: a small dict of names to finite numbers."""
+    import math
+
+    if not isinstance(state, dict) or len(state) > 16 or not all(
+        isinstance(k, str) and not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+        for k, v in state.items()
+    ):
+        raise DataError(f"checkpoint {str(path)!r}: its metrics state is malformed")
+    return state
 
 
 def _blow_up(state: Any, path: Path) -> dict[str, Any]:

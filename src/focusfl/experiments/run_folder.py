@@ -157,7 +157,7 @@ class _Checkpointer:
         checkpoint = Checkpoint(
             state=result.state, round=result.rounds_done, comm=result.comm,
             metrics_bytes=self.metrics.sync(), stream=self.built.participation.stream_state(),
-            blow_up=result.blow_up.state(),
+            blow_up=result.blow_up.state(), metrics_state=self.built.problem.metric_state(),
         )
         save_checkpoint(self.path, checkpoint)
         self.saved_at = time.monotonic()
@@ -322,6 +322,7 @@ def _drive(
     resume: dict[str, Any] = {"keep_rows": False, "on_round": on_round, "eval_origin": 0}
     if start is not None:
         built.participation.restore_stream(start.stream)
+        built.problem.restore_metric_state(start.metrics_state)
         resume.update(state=start.state, start_round=start.round, comm_before=start.comm, evaluate_start=False,
                       blow_up=BlowUpDetector().restore(start.blow_up))
     try:
@@ -358,7 +359,7 @@ def _drive(
         save_checkpoint(work / CHECKPOINT, Checkpoint(
             state=result.state, round=result.rounds_done, comm=result.comm,
             metrics_bytes=(work / METRICS).stat().st_size, stream=built.participation.stream_state(),
-            blow_up=result.blow_up.state(),
+            blow_up=result.blow_up.state(), metrics_state=built.problem.metric_state(),
         ))
         save_model(work / MODEL, built.algorithm.model(result.state))
         status = "complete"

@@ -36,6 +36,10 @@ class RunConfig:
     engine: str = "vectorized"
     eval_every: int = 1
     schedule: str = "constant"
+    # torch intra-op threads while the run computes: part of the record because the thread count
+    # changes float results at the rounding level (reductions split differently); a fixed
+    # default, never the machine's core count, so the same command gives the same bytes anywhere.
+    threads: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -94,7 +98,7 @@ def make_run_algorithm(config: RunConfig, problem) -> Any:
 # Keys of config.json: what a run needs, and what focusfl records beside it.
 _REQUIRED = ("algorithm", "problem", "participation", "rounds", "seed", "dtype", "device", "engine", "eval_every")
 # "tensorboard" is an output option (where `run --tensorboard` logs), never part of a run's identity.
-_RECORDED = ("focusfl_version", "schedule", "status", "diverged_at_round", "interrupted_after_round",
+_RECORDED = ("focusfl_version", "schedule", "threads", "status", "diverged_at_round", "interrupted_after_round",
              "rounds_done", "lr_auto", "tensorboard")
 
 
@@ -115,6 +119,7 @@ def check_config(config: RunConfig) -> None:
     integer("rounds", 1)
     integer("seed", 0)
     integer("eval_every", 1)
+    integer("threads", 1)
     if config.local_steps is not None:
         integer("local_steps", 1)
     lr = config.lr
@@ -147,6 +152,7 @@ def resolved_config(built: BuiltRun) -> dict[str, Any]:
         "engine": cfg.engine,
         "eval_every": cfg.eval_every,
         "schedule": cfg.schedule,
+        "threads": cfg.threads,
     }
 
 
@@ -160,7 +166,7 @@ def config_from_json(data: Any, where: str = "config file") -> RunConfig:
     unknown = sorted(set(data) - set(_REQUIRED) - set(_RECORDED))
     if unknown:
         raise ConfigError(f"{where}: unknown key {unknown[0]!r}")
-    optional = {k: data[k] for k in ("schedule",) if k in data}
+    optional = {k: data[k] for k in ("schedule", "threads") if k in data}
     config = RunConfig(**{k: data[k] for k in _REQUIRED}, **optional)
     try:
         check_config(config)
@@ -194,6 +200,8 @@ def execute(
             key = "rel_error" if "rel_error" in row else "loss"
             bar.set_postfix({key: f"{row[key]:.3e}"}, refresh=False)
 
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(cfg.threads)
     try:
         return simulate(
             built.algorithm,
@@ -209,6 +217,7 @@ def execute(
             **resume,
         )
     finally:
+        torch.set_num_threads(threads_before)
         if bar is not None:
             bar.close()
 

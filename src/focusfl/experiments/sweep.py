@@ -469,14 +469,15 @@ def run_state(folder: Path, key: str, expected: dict | None = None) -> str:
 
 def as_requested(info: dict, expected: dict | None) -> dict:
     """A run's config.json with the problem parameters the sweep asked to choose at run time
-    (``"auto"``: an nn problem's client_chunk and layout are measured when the run starts, and
-    config.json records the choice) put back to ``"auto"``, so that its hash is the folder's."""
+    (``"auto"`` or ``"measure"``: an nn problem's client_chunk and layout are chosen when the run
+    starts, and config.json records the choice) put back as asked, so that its hash is the folder's."""
     if not expected or not isinstance(expected.get("problem"), dict) or not isinstance(info.get("problem"), dict):
         return info
-    autos = {k for k, v in expected["problem"].items() if v == "auto"}
+    autos = {k for k, v in expected["problem"].items() if v in ("auto", "measure")}
     if not autos:
         return info
-    return {**info, "problem": {k: ("auto" if k in autos else v) for k, v in info["problem"].items()}}
+    asked = expected["problem"]
+    return {**info, "problem": {k: (asked[k] if k in autos else v) for k, v in info["problem"].items()}}
 
 
 @dataclass
@@ -541,7 +542,9 @@ def run_sweep(
                 report.skipped += 1
                 report.logged += _log_run(root, run, folder)
                 continue
-            tasks.append(RunTask(key=run.key, config=dict(run.config.__dict__), out=str(folder / run.key),
+            # The executor's threads per worker are the runs' threads, recorded in their config.json.
+            tasks.append(RunTask(key=run.key, config={**run.config.__dict__, "threads": pool.threads},
+                                 out=str(folder / run.key),
                                  resume=state == "resume", checkpoint_every=checkpoint_every,
                                  allow_model_import=allow_model_import))
         report.resumed = sum(task.resume for task in tasks)

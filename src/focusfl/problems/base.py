@@ -94,6 +94,15 @@ class Problem(abc.ABC):
             row["rel_error"] = relative_error(x, x_star)
         return row
 
+    def metric_state(self) -> dict[str, float | int]:
+        """What the next row's metrics have accumulated since the last row (numbers only), for
+        checkpoints: a run resumed between two rows then writes the row the uninterrupted run
+        writes. Problems whose metrics depend on the model alone keep nothing."""
+        return {}
+
+    def restore_metric_state(self, state: dict[str, float | int]) -> None:
+        """Put back what :meth:`metric_state` returned (an empty dict: nothing accumulated)."""
+
     @abc.abstractmethod
     def describe(self) -> dict[str, Any]:
         """``{"name": ..., **parameters}``: enough to rebuild the problem (JSON-serialisable)."""

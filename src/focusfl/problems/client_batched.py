@@ -9,7 +9,8 @@ the n client networks can instead be written directly as one network with groupe
   k*C..k*C+C-1), so a convolution is ``conv2d(..., groups=n)`` with the clients' kernels
   stacked, and pooling and activations act per channel unchanged. The memory layout is the
   caller's choice: channels-last (the default; oneDNN's fastest on x86 CPUs) or NCHW (which
-  cuDNN may prefer); the problem measures both at start (NeuralNetwork.formulation);
+  cuDNN may prefer); the problem chooses by rule, or measures both on request
+  (NeuralNetwork.formulation);
 - after ``Flatten`` activations are ``[n, b, F]`` and a linear layer is one ``baddbmm``;
 - dropout masks are KeyedDropout's, computed per client from the same keys as in vmap.
 

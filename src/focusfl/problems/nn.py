@@ -23,9 +23,11 @@ augmentation (``augment=crop-flip``: random crop with padding 4 and horizontal f
 standard CIFAR transforms of the papers' code, as batched tensor ops on the stored images).
 
 Speed: how the clients' gradients are computed (clients per batched call, memory layout of the
-convolutions) is measured once per device and model when a run starts (``formulation``) and
-cached; evaluation runs in inference mode on a test set standardised once, in the layout
-the measurement chose.
+convolutions) is chosen by a deterministic rule from the device type, the model's activation
+sizes and the batch (``formulation``), so a run's bytes never depend on timing or load;
+measuring instead is an explicit opt-in (``client_chunk=measure``, ``layout=measure``) whose
+outcome config.json records. Evaluation runs in inference mode on a test set standardised once,
+in the chosen layout.
 """
 from __future__ import annotations
 
@@ -63,13 +65,23 @@ AUGMENT_PADDING = 4  # RandomCrop(32, padding=4) of the papers' CIFAR code
 EVAL_BATCH = {"cpu": 256}
 EVAL_BATCH_ACCELERATOR = 2048
 
-# client_chunk=auto measures chunks of 1, 2, 4, ... clients; on a CPU it stops once a chunk is
+# client_chunk=auto: the largest power-of-two chunk whose forward activations (elements, summed
+# over the model's leaf modules, times batch and clients) stay within this budget. On a 2-core
+# Xeon, timed per client with one thread (2026-11-24): the MNIST CNN at batch 32 (0.73M elements
+# a client) ran fastest at chunks of 4-8 (3.1 ms against 4.9 at one client), the CIFAR-10 CNN at
+# batch 128 (5.8M) at 1-2, the MLP and logistic regression (< 0.1M) with every client at once;
+# a budget of 2**23 elements picks 8, 1 and all of them. Accelerators want large calls; their
+# budget (2**28 elements, 1 GiB in float32 before the backward pass) bounds memory instead.
+_CHUNK_BUDGET_CPU = 1 << 23
+_CHUNK_BUDGET_ACCELERATOR = 1 << 28
+# client_chunk=measure times chunks of 1, 2, 4, ... clients; on a CPU it stops once a chunk is
 # this much slower per client than the best so far (grouped convolutions cost more per sample
 # as the group count grows there, so larger chunks only get worse).
 _TUNE_STOP = 1.15
 _CPU_MARGIN = 1.1  # a larger chunk replaces a smaller one on a CPU only if 10% faster per client
 _TUNE_MAX_CHUNK = 64
-# Measured formulations, per (device, model, input, batch, dtype, path, clients, threads).
+# Measured formulations (client_chunk/layout=measure), per (device, model, input, batch, dtype,
+# path, clients, threads).
 _FORMULATIONS: dict[tuple, tuple[int | None, str]] = {}
 
 
@@ -93,9 +105,9 @@ class NeuralNetwork(Problem):
         "batch": 64,  # minibatch per client and local step
         "test_fraction": 0.0,  # > 0: hold out this fraction of the training images as test set
         "eval_batch": "auto",  # samples per forward pass when evaluating; auto: 256 on CPU, 2048 on GPU
-        "client_chunk": "auto",  # k > 0: batch at most k clients at once; 0: all; auto: measured
+        "client_chunk": "auto",  # k > 0: at most k clients at once; 0: all; auto: by rule; measure: timed
         "client_batching": "auto",  # auto: grouped-weights path for nn.Sequential models; vmap: always vmap
-        "layout": "auto",  # convolutions' memory layout: channels_last, nchw, or auto (measured)
+        "layout": "auto",  # convolutions' memory layout: channels_last, nchw, auto (by rule) or measure
         "augment": "none",  # none, or crop-flip: random crop (padding 4) and horizontal flip
         "seed": 0,  # partition, held-out split and model initialisation
     }
@@ -197,6 +209,7 @@ class NeuralNetwork(Problem):
         self._train_model = module.train()
         self._eval_model = copy.deepcopy(module).eval()
         self._has_convolutions = any(isinstance(m, nn.Conv2d) for m in module.modules())
+        self._activations_per_sample = _activation_elements(self._eval_model, self.input_shape, self.dtype, self.device)
         # The grouped-weights path needs every parameter trainable (it builds all of them from z).
         all_trainable = len(named) == len(list(module.parameters()))
         self.batched_sequential = (
@@ -214,7 +227,8 @@ class NeuralNetwork(Problem):
     def client_chunk(self) -> int | None:
         """How many clients the vectorized engine batches at once (None: all active clients).
 
-        ``client_chunk=k`` fixes it, 0 means all; ``auto`` is measured (see ``formulation``).
+        ``client_chunk=k`` fixes it, 0 means all; ``auto`` follows the rule, ``measure`` times it
+        (see ``formulation``).
         """
         return self.formulation()[0]
 
@@ -226,20 +240,29 @@ class NeuralNetwork(Problem):
     def formulation(self) -> tuple[int | None, str]:
         """(clients per batched call or None for all, convolution layout) for this run.
 
-        What ``auto`` leaves open is measured the first time it is needed: one gradient call of
-        the real model on real minibatches for chunks of 1, 2, 4, ... clients, in channels-last
-        and NCHW memory where the grouped-weights path is used, and the fastest per client is
-        kept (cached per device, model, input shape, batch, dtype and thread count, so later
-        problems of the same kind do not measure again). On a CPU chunks of one client (plain
-        per-client calls) or a few usually win: grouped convolutions cost more per sample as
-        the group count grows there; an accelerator wants every client at once. Results do not
-        depend on the choice beyond rounding (tests hold every formulation equal), and
-        ``describe()`` reports it, so a run's config.json replays the same one.
+        ``auto`` (the default) is a rule of the device type, the model and the batch, never of
+        the clock, so the same command gives the same bytes on a busy or an idle machine: on a
+        CPU, channels-last convolutions (oneDNN's fastest) and the largest power-of-two chunk of
+        clients whose forward activations fit ``_CHUNK_BUDGET_CPU`` elements; on an accelerator,
+        NCHW and chunks bounded by ``_CHUNK_BUDGET_ACCELERATOR``. Formulations round differently
+        (grouped against per-client convolutions), so float32 results depend on the choice at
+        the rounding level, and SG-FOCUS can amplify that.
+
+        ``measure`` is the opt-in to time the candidates instead: one gradient call of the real
+        model on real minibatches for chunks of 1, 2, 4, ... clients, in channels-last and NCHW
+        memory where the grouped-weights path is used, the fastest per client kept (cached per
+        device, model, input shape, batch, dtype and thread count). Its outcome can differ from
+        one process to the next; ``describe()`` (so config.json) records it, and a rerun from
+        config.json computes the same way.
         """
         if not self._tuned:
             self._tuned = True
             chunk, layout = self.params["client_chunk"], self.params["layout"]
-            if chunk == "auto" or layout == "auto":
+            if chunk == "auto":
+                chunk = self._rule_chunk()
+            if layout == "auto":
+                layout = self._rule_layout()
+            if "measure" in (chunk, layout):
                 key = (
                     str(self.device), str(self._train_model), self.input_shape, self.batch, self.dtype,
                     self.batched_sequential, self.num_clients, chunk, layout, torch.get_num_threads(),
@@ -251,8 +274,20 @@ class NeuralNetwork(Problem):
             self._layout = layout
         return self._chunk, self._layout
 
+    def _rule_layout(self) -> str:
+        return "channels_last" if self.device.type == "cpu" else "nchw"
+
+    def _rule_chunk(self) -> int:
+        """The largest power of two (0 = all clients) whose chunk's activations fit the budget."""
+        budget = _CHUNK_BUDGET_CPU if self.device.type == "cpu" else _CHUNK_BUDGET_ACCELERATOR
+        per_client = self._activations_per_sample * self.batch
+        chunk = 1
+        while chunk * 2 * per_client <= budget and chunk * 2 <= _TUNE_MAX_CHUNK:
+            chunk *= 2
+        return 0 if chunk >= self.num_clients else chunk
+
     def _layouts(self, layout: str) -> list[str]:
-        if layout != "auto":
+        if layout != "measure":
             return [layout]
         if not self._has_convolutions:
             return ["channels_last"]  # nothing to lay out; eval and gradients ignore it
@@ -261,8 +296,8 @@ class NeuralNetwork(Problem):
         return ["channels_last", "nchw"]
 
     def _measure_formulations(self, chunk, layout) -> tuple[int | None, str]:
-        """The fastest (chunk, layout) per client over the candidates that ``auto`` leaves open."""
-        chunks = [int(chunk)] if chunk != "auto" else _chunk_candidates(self.num_clients)
+        """The fastest (chunk, layout) per client over the candidates that ``measure`` leaves open."""
+        chunks = [int(chunk)] if chunk != "measure" else _chunk_candidates(self.num_clients)
         best: tuple[float, int, str] | None = None
         for candidate_layout in self._layouts(layout):
             for k in chunks:
@@ -277,7 +312,7 @@ class NeuralNetwork(Problem):
                 margin = _CPU_MARGIN if self.device.type == "cpu" and best is not None and best[2] == candidate_layout else 1.0
                 if best is None or seconds * margin < best[0]:
                     best = (seconds, k, candidate_layout)
-                elif chunk == "auto" and self.device.type == "cpu" and seconds > _TUNE_STOP * best[0]:
+                elif chunk == "measure" and self.device.type == "cpu" and seconds > _TUNE_STOP * best[0]:
                     break  # larger chunks only get slower on a CPU
         if best is None:  # not even one client fitted in memory while measuring: run one at a time
             return 1, self._layouts(layout)[0]
@@ -461,6 +496,16 @@ class NeuralNetwork(Problem):
         self._loss_count = 0
         return row
 
+    def metric_state(self) -> dict[str, float | int]:
+        """The training-loss accumulator of the rows to come (float64 sum, count): a checkpoint
+        keeps it so that a resumed run's next ``train_loss`` is the uninterrupted run's."""
+        return {"train_loss_sum": float(self._loss_sum), "train_loss_count": int(self._loss_count)}
+
+    def restore_metric_state(self, state: dict[str, float | int]) -> None:
+        self._loss_sum = torch.tensor(float(state.get("train_loss_sum", 0.0)), dtype=torch.float64,
+                                      device=self.device)
+        self._loss_count = int(state.get("train_loss_count", 0))
+
     def loss(self, x: torch.Tensor) -> torch.Tensor:
         """F(x) = (1/N) sum_i f_i(x) over all training data (dropout off); costs a full pass."""
         total = torch.zeros((), dtype=self.dtype, device=self.device)
@@ -524,12 +569,14 @@ def _validate(p: dict[str, Any]) -> None:
             raise ConfigError(f"{where}: {key} must be an integer >= 1, got {p[key]!r}")
     if p["eval_batch"] != "auto" and (not isinstance(p["eval_batch"], int) or p["eval_batch"] < 1):
         raise ConfigError(f"{where}: eval_batch must be auto or an integer >= 1, got {p['eval_batch']!r}")
-    if p["layout"] not in ("auto", "channels_last", "nchw"):
-        raise ConfigError(f"{where}: layout must be auto, channels_last or nchw, got {p['layout']!r}")
+    if p["layout"] not in ("auto", "measure", "channels_last", "nchw"):
+        raise ConfigError(f"{where}: layout must be auto, measure, channels_last or nchw, got {p['layout']!r}")
     if p["augment"] not in ("none", "crop-flip"):
         raise ConfigError(f"{where}: augment must be none or crop-flip, got {p['augment']!r}")
-    if p["client_chunk"] != "auto" and (not isinstance(p["client_chunk"], int) or p["client_chunk"] < 0):
-        raise ConfigError(f"{where}: client_chunk must be auto or an integer >= 0, got {p['client_chunk']!r}")
+    if p["client_chunk"] not in ("auto", "measure") and (
+        isinstance(p["client_chunk"], bool) or not isinstance(p["client_chunk"], int) or p["client_chunk"] < 0
+    ):
+        raise ConfigError(f"{where}: client_chunk must be auto, measure or an integer >= 0, got {p['client_chunk']!r}")
     if not isinstance(p["seed"], int) or p["seed"] < 0:
         raise ConfigError(f"{where}: seed must be an integer >= 0, got {p['seed']!r}")
     if p["client_batching"] not in ("auto", "vmap"):
@@ -538,6 +585,28 @@ def _validate(p: dict[str, Any]) -> None:
         raise ConfigError(f"{where}: test_fraction must be in [0, 1), got {p['test_fraction']}")
     if not float(p["alpha"]) > 0 or not math.isfinite(float(p["alpha"])):
         raise ConfigError(f"{where}: alpha must be a positive number, got {p['alpha']}")
+
+
+def _activation_elements(module: nn.Module, input_shape, dtype: torch.dtype, device: torch.device) -> int:
+    """Output elements of the module's leaf layers for one sample: what a forward pass keeps for
+    the backward pass, from shapes alone (one forward pass of a zero sample, hooks on leaves)."""
+    counted = [0]
+
+    def count(layer, inputs, output) -> None:
+        if isinstance(output, torch.Tensor):
+            counted[0] += output.numel()
+
+    leaves = [m for m in module.modules() if next(m.children(), None) is None]
+    hooks = [m.register_forward_hook(count) for m in leaves]
+    try:
+        with torch.no_grad():
+            module(torch.zeros((1, *input_shape), dtype=dtype, device=device))
+    except (RuntimeError, ValueError, TypeError, IndexError):
+        return 0  # the probe that follows names the mismatch in one line
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return max(counted[0], 1)
 
 
 def _chunk_candidates(clients: int) -> list[int]:
