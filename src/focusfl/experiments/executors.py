@@ -27,6 +27,7 @@ from typing import Iterable, Iterator
 
 from .. import __version__
 from ..errors import ConfigError, DataError, FocusflError
+from ..threads import DEFAULT_THREADS
 
 EXECUTORS = ("local", "ray")
 
@@ -106,11 +107,11 @@ def publish_shipped(task: RunTask, files: dict[str, bytes]) -> None:
         output.publish()
 
 
-# One torch thread per worker unless told otherwise. Measured on this 2-core machine (the
-# benchmark sweep, d = 40): two intra-op threads made small runs 5x slower, and they split
-# reductions differently, so the bytes changed with the thread count. With one thread each,
-# K workers write the bytes one worker writes; give big models more with --threads.
-DEFAULT_THREADS = 1
+# One torch thread per worker unless told otherwise (focusfl/threads.py). Measured on this 2-core
+# machine (the benchmark sweep, d = 40): two intra-op threads made small runs 5x slower, and they
+# split reductions differently, so the bytes changed with the thread count. With one thread each,
+# K workers write the bytes one worker writes; give big models more with --threads (each run's
+# config.json records it).
 
 
 # -- this machine --------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from ..errors import ConfigError
 from ..participation import make_participation
 from ..problems import make_problem
 from ..spec import parse_spec
+from ..threads import DEFAULT_THREADS, fixed_threads
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -39,7 +40,7 @@ class RunConfig:
     # torch intra-op threads while the run computes: part of the record because the thread count
     # changes float results at the rounding level (reductions split differently); a fixed
     # default, never the machine's core count, so the same command gives the same bytes anywhere.
-    threads: int = 1
+    threads: int = DEFAULT_THREADS
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -200,24 +201,22 @@ def execute(
             key = "rel_error" if "rel_error" in row else "loss"
             bar.set_postfix({key: f"{row[key]:.3e}"}, refresh=False)
 
-    threads_before = torch.get_num_threads()
-    torch.set_num_threads(cfg.threads)
     try:
-        return simulate(
-            built.algorithm,
-            built.problem,
-            built.participation,
-            cfg.rounds - resume.get("start_round", 0),
-            seed=cfg.seed,
-            engine=cfg.engine,
-            eval_every=cfg.eval_every,
-            on_row=show,
-            progress=bar,
-            schedule=cfg.schedule,
-            **resume,
-        )
+        with fixed_threads(cfg.threads):
+            return simulate(
+                built.algorithm,
+                built.problem,
+                built.participation,
+                cfg.rounds - resume.get("start_round", 0),
+                seed=cfg.seed,
+                engine=cfg.engine,
+                eval_every=cfg.eval_every,
+                on_row=show,
+                progress=bar,
+                schedule=cfg.schedule,
+                **resume,
+            )
     finally:
-        torch.set_num_threads(threads_before)
         if bar is not None:
             bar.close()
 

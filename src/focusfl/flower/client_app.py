@@ -22,6 +22,7 @@ import torch
 from flwr.app import ConfigRecord, Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
 
+from ..threads import fixed_threads
 from .codec import (CTX, MESSAGE, ROWS, RUN, SERVER, STATUS, Malformed, decode_ctx, decode_run, decode_tree,
                     encode_tree, round_context)
 from .node import NO_ROUND, LostState, Memory, build, data_fingerprint, fresh, has_memory, load, store, sync
@@ -54,6 +55,13 @@ def _node(message: Message, context: Context):
 
 
 def handle(message: Message, context: Context) -> Message:
+    """Answer one message (every type), computing with one torch thread as the reference replay
+    does (the thread count changes float results: focusfl/threads.py)."""
+    with fixed_threads():
+        return _handle(message, context)
+
+
+def _handle(message: Message, context: Context) -> Message:
     """Answer one message (every type); errors become error replies."""
     kind = message.metadata.message_type
     try:

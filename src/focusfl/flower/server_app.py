@@ -35,6 +35,7 @@ from ..errors import ConfigError
 from ..experiments.checkpoint import MODEL, save_model
 from ..experiments.outputs import open_output, write_csv, write_json
 from ..experiments.runner import RunConfig, build
+from ..threads import fixed_threads
 from .strategy import AlgorithmStrategy, FederationResult
 
 RUN_CONFIG_KEY = "focusfl"
@@ -90,7 +91,8 @@ def build_strategy(config: FederationConfig, log=print) -> tuple[AlgorithmStrate
 def run_federation(grid: Grid, config: FederationConfig, log=print) -> FederationResult:
     strategy, built = build_strategy(config, log=log)
     started = time.monotonic()
-    result = strategy.start(grid)
+    with fixed_threads():  # the server's steps and evaluations, as the reference replay computes them
+        result = strategy.start(grid)
     if config.audit:
         result.audit = strategy.audit(grid)
         gap = result.audit.get("tracking")
