@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import ConfigError
+from ..errors import ConfigError, FocusflError
 from .outputs import output_folder, write_csv
 from .reproduce import Preset, register
 
@@ -75,7 +75,12 @@ QUICK = Sizes(ridge_rounds=40, study_rounds=300, prox_rounds=200, push_rounds=30
 
 
 def _first(summary: list[dict], algorithm: str, scenario: str, key: str):
-    return next(row[key] for row in summary if row["algorithm"] == algorithm and row["scenario"] == scenario)
+    """The ``key`` of the summary row of (algorithm, scenario); a missing row is a bug of the report
+    (a renamed preset entry), said in one line rather than as a bare StopIteration."""
+    for row in summary:
+        if row["algorithm"] == algorithm and row["scenario"] == scenario:
+            return row[key]
+    raise FocusflError(f"the report needs the run {algorithm} under {scenario}, which its preset did not produce")
 
 
 def _rounds(value) -> str:
