@@ -253,7 +253,8 @@ def test_report_command_runs_end_to_end_as_a_user_types_it(tmp_path):
     assert proc.returncode == 0, proc.stderr
     text = (out / "report.md").read_text()
     verdicts = re.findall(r"\*\*(reproduced|reproduced on another axis|not reproduced|not checked here)\*\*", text)
-    assert len(verdicts) >= 20 and "mnist-demo on mnist1500.npz" in text
+    assert len(verdicts) >= 20 and "mnist-demo on mnist1500.npz" in text and "tuned on the clients' validation" in text
+    assert (out / "mnist-demo" / "steps.csv").is_file()
     figures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
     assert figures and all((out / figure).is_file() for figure in figures)
     assert read_csv(out / "summary.csv")
