@@ -119,3 +119,9 @@ def test_the_help_example_runs_as_a_user_types_it(tmp_path):
                    "--rounds", "20", "--points", "2", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     assert [row["algorithm"] for row in read_csv(out / "summary.csv")] == ["focus", "fedavg"]
+    # Its trials are a sweep whose experiment.toml `focusfl sweep` runs (and finds finished).
+    import tomllib
+
+    assert tomllib.loads((out / "experiment.toml").read_text())["algorithms"] == ["focus", "fedavg"]
+    again = run_cli("sweep", str(out / "experiment.toml"), "--out", str(tmp_path / "sweep"))
+    assert again.returncode == 0, again.stderr

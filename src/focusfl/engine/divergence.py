@@ -27,7 +27,7 @@ from typing import Sequence
 FACTOR = 10.0
 PATIENCE = 3
 MIN_ROUNDS = 20
-TRACKED = ("loss", "train_loss", "test_loss")
+TRACKED = ("loss", "train_loss", "test_loss", "val_loss")
 
 
 def tracked_loss(row: dict) -> str | None:

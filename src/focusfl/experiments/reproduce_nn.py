@@ -51,7 +51,7 @@ class Setup:
     notes: list[str] = field(default_factory=list)
     # The step-size search (`--steps tuned`, the default): the preset's step times these factors,
     # each run tune_rounds rounds (evaluated every tune_eval_every) on the clients' validation share.
-    tune_rounds: int = 50
+    tune_rounds: int = 40
     tune_eval_every: int = 5
     factors: tuple[float, ...] = (1 / 9, 1 / 3, 1.0, 3.0)
 
@@ -135,14 +135,13 @@ def _label(name: str, hyperparameters: dict) -> str:
 
 
 def _sweep(name: str, algorithms: list[dict], spec: dict, participation: str, seeds: list[int], rounds: int,
-           eval_every: int, setup: Setup, args: argparse.Namespace) -> dict:
-    from .sweep import parse_experiment
+           eval_every: int, setup: Setup, args: argparse.Namespace):
+    from .sweep import experiment_text, parse_experiment
 
-    return parse_experiment({
-        "name": name, "algorithms": algorithms, "problems": [spec], "participation": [participation],
-        "seeds": seeds, "rounds": rounds, "eval_every": eval_every, "schedule": setup.schedule,
-        "dtype": args.dtype, "device": args.device,
-    })
+    data = {"name": name, "algorithms": algorithms, "problems": [spec], "participation": [participation],
+            "seeds": seeds, "rounds": rounds, "eval_every": eval_every, "schedule": setup.schedule,
+            "dtype": args.dtype, "device": args.device}
+    return parse_experiment(data, experiment_text(data))
 
 
 def tune_steps(setup: Setup, spec: dict, algorithms: list[str], args: argparse.Namespace, folder: Path) -> list[dict]:

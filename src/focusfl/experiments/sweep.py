@@ -27,6 +27,7 @@ import hashlib
 import itertools
 import json
 import math
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,6 +123,29 @@ def load_experiment(path: str | Path) -> Experiment:
         return parse_experiment(data, text)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
+
+
+def experiment_text(data: dict) -> str:
+    """``data`` (an experiment as parse_experiment takes it) as an experiment file that
+    ``focusfl sweep FILE`` runs: what tune and the nn presets write as their experiment.toml."""
+
+    def key(name: str) -> str:
+        return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else json.dumps(name)
+
+    def value(item: Any) -> str:
+        if isinstance(item, bool):
+            return "true" if item else "false"
+        if isinstance(item, (int, float)):
+            return repr(item) if not isinstance(item, float) or math.isfinite(item) else ("inf" if item > 0 else "-inf")
+        if isinstance(item, str):
+            return json.dumps(item)  # a TOML basic string: JSON's escapes are TOML's
+        if isinstance(item, (list, tuple, range)):
+            return "[" + ", ".join(value(v) for v in item) + "]"
+        if isinstance(item, dict):
+            return "{" + ", ".join(f"{key(k)} = {value(v)}" for k, v in item.items()) + "}"
+        raise ConfigError(f"cannot write {item!r} in an experiment file")
+
+    return "".join(f"{key(k)} = {value(v)}\n" for k, v in data.items())
 
 
 def parse_experiment(data: dict, text: str = "") -> Experiment:

@@ -301,6 +301,7 @@ def with_validation(problem: str | dict, fraction: float | None) -> dict:
     if fraction is not None:
         spec["validation"] = fraction
     spec.setdefault("validation", DEFAULT_VALIDATION)
+    spec["evaluate"] = "validation"  # trials skip the test set: it plays no part in the choice
     if not 0 < float(spec["validation"]) < 1:
         raise ConfigError(f"tuning a neural network needs a validation share in (0, 1), got {spec['validation']}")
     return spec
@@ -333,7 +334,7 @@ def setup_from_args(args: argparse.Namespace) -> TuneSetup:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .sweep import parse_experiment, run_sweep
+    from .sweep import experiment_text, parse_experiment, run_sweep
     from .outputs import write_csv, write_json
 
     setup = setup_from_args(args)
@@ -342,13 +343,14 @@ def run(args: argparse.Namespace) -> int:
     grid = lr_grid(args.lr_min, args.lr_max, args.points)
     algorithms = expand_algorithms(args.algorithm)
     seeds = list(range(setup.seed, setup.seed + args.seeds))
-    experiment = parse_experiment({
+    data = {
         "name": "tune", "algorithms": algorithms, "problems": [setup.problem], "participation": [setup.participation],
         "lr": grid, "seeds": seeds, "rounds": setup.rounds, "eval_every": setup.eval_every,
         "schedule": setup.schedule, "dtype": setup.dtype, "device": setup.device,
         "targets": [] if setup.target is None else [setup.target],
         **({"local_steps": setup.local_steps} if setup.local_steps is not None else {}),
-    })
+    }
+    experiment = parse_experiment(data, experiment_text(data))
     found: dict = {}
 
     def tables(experiment, runs, folder, *, band, failures) -> list[str]:

@@ -105,6 +105,7 @@ class NeuralNetwork(Problem):
         "batch": 64,  # minibatch per client and local step
         "test_fraction": 0.0,  # > 0: hold out this fraction of the training images as test set
         "validation": 0.0,  # > 0: each client keeps this fraction of its own data out of training (val_* metrics)
+        "evaluate": "test",  # test: test metrics (and val_* with validation); validation: val_* only (tuning)
         "eval_batch": "auto",  # samples per forward pass when evaluating; auto: 256 on CPU, 2048 on GPU
         "client_chunk": "auto",  # k > 0: at most k clients at once; 0: all; auto: by rule; measure: timed
         "client_batching": "auto",  # auto: grouped-weights path for nn.Sequential models; vmap: always vmap
@@ -497,8 +498,9 @@ class NeuralNetwork(Problem):
         return float(total_loss) / count, float(correct) / count
 
     def metrics(self, x: torch.Tensor) -> dict[str, float]:
-        test_loss, test_accuracy = self.evaluate(x, self.test_inputs(), self.test_labels)
-        row = {"test_loss": test_loss, "test_accuracy": test_accuracy}
+        row = {}
+        if self.params["evaluate"] == "test":  # a step-size search never looks at the test set
+            row["test_loss"], row["test_accuracy"] = self.evaluate(x, self.test_inputs(), self.test_labels)
         if len(self.validation_labels):
             row["val_loss"], row["val_accuracy"] = self.evaluate(x, self.validation_images, self.validation_labels)
         if self._loss_count:
@@ -596,6 +598,10 @@ def _validate(p: dict[str, Any]) -> None:
         raise ConfigError(f"{where}: test_fraction must be in [0, 1), got {p['test_fraction']}")
     if not 0.0 <= float(p["validation"]) < 1.0:
         raise ConfigError(f"{where}: validation must be in [0, 1), got {p['validation']}")
+    if p["evaluate"] not in ("test", "validation"):
+        raise ConfigError(f"{where}: evaluate must be test or validation, got {p['evaluate']!r}")
+    if p["evaluate"] == "validation" and not float(p["validation"]) > 0:
+        raise ConfigError(f"{where}: evaluate=validation needs a validation share (validation=0.1, say)")
     if not float(p["alpha"]) > 0 or not math.isfinite(float(p["alpha"])):
         raise ConfigError(f"{where}: alpha must be a positive number, got {p['alpha']}")
 
