@@ -125,3 +125,17 @@ def test_the_help_example_runs_as_a_user_types_it(tmp_path):
     assert tomllib.loads((out / "experiment.toml").read_text())["algorithms"] == ["focus", "fedavg"]
     again = run_cli("sweep", str(out / "experiment.toml"), "--out", str(tmp_path / "sweep"))
     assert again.returncode == 0, again.stderr
+
+
+def test_a_stochastic_choice_keeps_one_grid_point_below_the_edge_of_stability():
+    def trial(lr, final, diverged=0):
+        return {"algorithm": "scaffold", "lr": lr, "metric": "val_loss", "final": final,
+                "first_round_below_target": None, "diverged": diverged}
+
+    # 0.02 scores best but 0.06 diverged: 0.02 sits at the edge, 0.0067 is taken.
+    trials = [trial(0.0022, 2.2), trial(0.0067, 1.19), trial(0.02, 0.64), trial(0.06, math.inf, 2)]
+    assert tune.choose(trials)["lr"] == 0.0067
+    assert tune.pick_best(trials)["lr"] == 0.02  # convex problems keep the plain ranking
+    assert tune.choose([trial(0.05, 0.6), trial(0.15, 0.38)])["lr"] == 0.15  # the grid's top: nothing above
+    everything = [trial(0.1, math.inf, 1), trial(0.3, math.inf, 2)]
+    assert tune.choose(everything)["lr"] == 0.1

@@ -148,10 +148,11 @@ def tune_steps(setup: Setup, spec: dict, algorithms: list[str], args: argparse.N
     """Each algorithm's step per scenario, chosen on the clients' validation share (never the
     test set): the preset's step times ``setup.factors``, ``--tune-rounds`` rounds, ``--seeds``
     seeds, ranked by the mean validation loss over the last third of the evaluations (a step whose
-    runs diverge, or oscillate at the end, loses; experiments/tune.py). One row per (scenario,
-    algorithm) with the chosen step and every grid point's score."""
+    runs diverge, or oscillate at the end, loses), one grid point below the edge of stability
+    (:func:`focusfl.experiments.tune.pick_stable`). One row per (scenario, algorithm) with the
+    chosen step and every grid point's score."""
     from .sweep import run_sweep
-    from .tune import grid_rows, pick_best, with_validation
+    from .tune import choose, grid_rows, with_validation
 
     tuned = with_validation(spec, args.validation)
     seeds = list(range(args.seed, args.seed + args.seeds))
@@ -176,11 +177,12 @@ def tune_steps(setup: Setup, spec: dict, algorithms: list[str], args: argparse.N
         for name in algorithms:
             label = _label(name, setup.algorithms[name])
             trials = sorted((t for t in found["trials"] if t["algorithm"] == label), key=lambda t: t["lr"])
-            best = pick_best(trials)
+            best = choose(trials)
             choices.append({
                 "scenario": scenario, "algorithm": name, "lr": best["lr"], "steps": "tuned",
                 "preset_lr": setup.algorithms[name]["lr"], "score": best["final"],
                 "every_step_diverged": all(t["diverged"] for t in trials),
+                "largest_of_grid": best["lr"] == trials[-1]["lr"],
                 "grid": ";".join(f"{t['lr']:g}={t['final']:.4g}" + (" (diverged)" if t["diverged"] else "")
                                  for t in trials),
             })
@@ -403,7 +405,8 @@ def make_runner(setup: Setup):
             print("steps chosen on the clients' validation share (steps.csv has every grid point's score):")
             for row in steps:
                 print(f"  {row['scenario']}: {row['algorithm']} lr {row['lr']:g} (preset {row['preset_lr']:g})"
-                      + ("; every step of the grid diverged" if row["every_step_diverged"] else ""))
+                      + ("; every step of the grid diverged" if row["every_step_diverged"] else "")
+                      + ("; the grid's largest (a larger one may do better)" if row["largest_of_grid"] else ""))
         print(format_table(summary))
         print(f"\nwrote {Path(args.out) / 'summary.csv'}, steps.csv, figure_*.png, partition.png and the runs' folders")
         return 0
