@@ -20,9 +20,18 @@ def test_a_huge_step_diverges_with_exit_1_and_keeps_its_rows(tmp_path):
     out = tmp_path / "boom"
     proc = run_cli("run", "--algorithm", "focus", *SMALL, "--lr", "1e308", "--rounds", "5", "--out", str(out))
     line = assert_one_line_error(proc, 1, contains="diverged")
-    assert str(out) in line
+    assert str(out) in line and "(non-finite model)" in line
     assert json.loads((out / "config.json").read_text())["status"] == "diverged"
     assert (out / "curve.png").is_file() and not (out / "checkpoint.pt").exists()
+
+
+def test_a_finite_blow_up_names_the_rule_that_stopped_it(tmp_path):
+    # Row 21 is finite (loss 3e97): the blow-up rule stopped the run, not a non-finite model.
+    out = tmp_path / "boom"
+    proc = run_cli("run", "--algorithm", "fedavg", "--problem", "ridge", "--participation", "full", "--rounds", "50",
+                   "--lr", "1", "--out", str(out))
+    line = assert_one_line_error(proc, 1, contains="diverged at round 21 (blow-up rule: loss 2.98e+97, above 10x")
+    assert "non-finite" not in line
 
 
 def test_output_piped_into_head_ends_quietly():
@@ -154,3 +163,22 @@ def test_every_command_has_a_description_examples_and_option_help():
     run_help = build_parser()._subparsers._group_actions[0].choices["run"].format_help()
     for needle in ("ridge", "bernoulli", "markov", "trace", "focus", "--resume", "default: 'auto'"[:7]):
         assert needle in run_help, needle
+
+
+def test_specs_with_lists_are_quoted_wherever_a_shell_would_read_them():
+    # `bernoulli:p=0.1;0.5` typed unquoted runs with p=0.1, then "0.5: command not found".
+    import re
+    from pathlib import Path
+
+    from focusfl.cli import build_parser
+
+    root = Path(__file__).resolve().parents[1]
+    texts = {path.name: path.read_text() for path in [root / "README.md", *sorted((root / "docs").glob("*.md"))]}
+    parser = build_parser()
+    texts["--help"] = "\n".join(sub.format_help() for action in parser._subparsers._group_actions
+                                for sub in action.choices.values())
+    unquoted = re.compile(r"(?<!['\"])\b[a-z_]+:[^\s'\"`]*=[^\s'\"`;]*;[^\s'\"`]*")
+    for name, text in texts.items():
+        for line in text.splitlines():
+            if "focusfl " in line or "--" in line:
+                assert not unquoted.search(line), f"{name}: a ';' list a shell would cut: {line.strip()}"

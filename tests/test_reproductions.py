@@ -114,3 +114,14 @@ def test_reproduce_ridge_refuses_a_huge_grid_and_bad_export_names_before_writing
         assert message in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "folder"]
     assert (tmp_path / "afile").read_text() == "mine"
+
+
+def test_the_two_ridge_settings_default_to_their_own_folders(tmp_path):
+    # The notebook setting once replaced a 165-run paper result in the shared default folder.
+    from cli_harness import run_cli
+
+    for setting in ("paper", "notebook"):
+        proc = run_cli("reproduce", "ridge", "--setting", setting, "--rounds", "2", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "runs" / "reproduce-ridge" / "summary.csv").is_file()
+    assert (tmp_path / "runs" / "reproduce-ridge-notebook" / "summary.csv").is_file()

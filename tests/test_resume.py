@@ -84,6 +84,12 @@ def test_sigterm_stops_with_a_checkpoint_and_resume_finishes(tmp_path):
     info = json.loads((out / "config.json").read_text())
     assert info["status"] == "interrupted" and (out / "checkpoint.pt").is_file()
     stopped = info["interrupted_after_round"]
+    # The same command typed again must not start over and replace the stopped run.
+    before = (out / "checkpoint.pt").read_bytes()
+    retyped = run_cli(*args)
+    line = assert_one_line_error(retyped, 2, contains="holds an interrupted run")
+    assert f"--resume {out}" in line and "--restart" in line
+    assert (out / "checkpoint.pt").read_bytes() == before
     resumed = run_cli("run", "--resume", str(out), "--rounds", str(stopped + 3000))
     assert resumed.returncode == 0, resumed.stderr
     info = json.loads((out / "config.json").read_text())

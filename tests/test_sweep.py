@@ -349,3 +349,10 @@ def test_plot_never_replaces_a_users_file_but_replaces_its_own(reference, tmp_pa
     assert (tmp_path / "raster.pdf").read_text() == "mine"
     assert main(["participation", "bernoulli", "--plot", str(tmp_path / "r.pdf")]) == 0
     assert main(["participation", "bernoulli", "--plot", str(tmp_path / "r.pdf")]) == 0
+    # SVG too (the plotting code always wrote it): tagged, replaced when ours, refused when not.
+    assert main(["participation", "bernoulli", "--plot", str(tmp_path / "r.svg")]) == 0
+    first = (tmp_path / "r.svg").read_bytes()
+    assert main(["participation", "bernoulli", "--plot", str(tmp_path / "r.svg")]) == 0
+    assert (tmp_path / "r.svg").read_bytes() == first  # no date in it: the same figure, the same bytes
+    (tmp_path / "mine.svg").write_text("<?xml version='1.0'?><svg/>")
+    assert main(["participation", "bernoulli", "--plot", str(tmp_path / "mine.svg")]) == 2

@@ -139,8 +139,11 @@ def _cmd_run(args) -> int:
     print(f"wrote {out}/metrics.csv, config.json, curve.png")
     _print_log_dir(Path(out))
     if result.diverged_at is not None:
+        from .engine.divergence import BlowUpDetector
+
+        detector = result.blow_up or BlowUpDetector()
         raise DivergenceError(
-            f"diverged (non-finite model) at round {result.diverged_at}; what was computed is in {out}"
+            f"diverged at round {result.diverged_at} ({detector.reason(last)}); what was computed is in {out}"
         )
     return 0
 
@@ -222,7 +225,7 @@ def _add_participation(sub) -> None:
     p.add_argument("--clients", type=positive_int, default=16)
     p.add_argument("--rounds", type=positive_int, default=1000)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--plot", help="write an availability raster to this PNG/PDF file")
+    p.add_argument("--plot", help="write an availability raster to this PNG, PDF or SVG file")
     p.set_defaults(handler=_cmd_participation)
 
 
@@ -232,8 +235,8 @@ def _cmd_participation(args) -> int:
     from .participation.statistics import summarize
 
     process = make_participation(args.spec, args.clients, seed=args.seed)
-    if args.plot and Path(args.plot).suffix.lower() not in (".png", ".pdf"):
-        raise ConfigError(f"--plot must end in .png or .pdf, got {args.plot!r}")
+    if args.plot and Path(args.plot).suffix.lower() not in (".png", ".pdf", ".svg"):
+        raise ConfigError(f"--plot must end in .png, .pdf or .svg, got {args.plot!r}")
     if args.plot:
         from .experiments.outputs import check_figure_targets
 
@@ -275,6 +278,7 @@ def _add_algorithms(sub) -> None:
 
 def _cmd_algorithms(args) -> int:
     from .algorithms import ALGORITHMS
+    from .algorithms.base import Algorithm
 
     width = max(len("name"), *(len(name) for name in ALGORITHMS))  # names never push the columns
     print(f"{'name':<{width}} {'down':>5} {'up':>5} {'server mem':>11} {'client mem':>11}  what it is")
@@ -288,7 +292,19 @@ def _cmd_algorithms(args) -> int:
         )
     print("\ndown/up: vectors of d floats per participating client per round; memory in vectors (server: N d")
     print("tables count as N vectors); client memory is kept by every client between rounds.")
+    print("\nhyperparameters (SPEC keys with their defaults, e.g. fedavg:server_lr=0.5; every algorithm also takes")
+    print("lr and local_steps, given by --lr and --local-steps):")
+    for name, cls in ALGORITHMS.items():
+        defaults = cls()
+        keys = [f"{key}={_shown(getattr(defaults, key))}" for key in cls.__dataclass_fields__
+                if key not in Algorithm.__dataclass_fields__]
+        print(f"  {name:<{width}} {', '.join(keys) or '(none)'}")
     return 0
+
+
+def _shown(value) -> str:
+    """A default as a user types it in a SPEC."""
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 # -- tune ----------------------------------------------------------------------------------------

@@ -100,6 +100,14 @@ class BlowUpDetector:
         self.streak += 1
         return self.streak >= max(1, self.patience) and round_ - self.streak_from >= self.min_rounds
 
+    def reason(self, row: dict) -> str:
+        """Which rule stopped a run whose last row is ``row``, in words for its one-line message."""
+        value = row.get(self.key) if self.key else None
+        if isinstance(value, (int, float)) and math.isfinite(value) and self.start is not None:
+            return (f"blow-up rule: {self.key} {value:.3g}, above {self.factor:g}x its start {self.start:.3g} at "
+                    f"{self.streak} evaluations since round {self.streak_from}")
+        return "non-finite model"
+
     def state(self) -> dict:
         return {"key": self.key, "start": self.start, "streak": self.streak, "streak_from": self.streak_from}
 

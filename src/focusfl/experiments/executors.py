@@ -187,6 +187,9 @@ class LocalExecutor:
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
 
+    def check(self) -> None:
+        """Nothing to reach before the runs: worker processes start with them."""
+
     def close(self) -> None:
         """Nothing to release: ``run`` shuts its process pool down itself."""
 
@@ -231,6 +234,12 @@ class RayExecutor:
     def describe(self) -> str:
         where = self.address or "a local Ray"
         return f"Ray tasks on {where}, {self.threads} CPU(s) each"
+
+    def check(self) -> None:
+        """Connect to the cluster ``--address`` names before anything is written: a wrong address
+        is one line and leaves no folder behind. (A local cluster starts with the first run.)"""
+        if self.address is not None:
+            self._connect()
 
     def _connect(self):
         import ray

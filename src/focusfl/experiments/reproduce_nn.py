@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -51,8 +52,8 @@ class Setup:
     notes: list[str] = field(default_factory=list)
     # The step-size search (`--steps tuned`, the default): the preset's step times these factors,
     # each run tune_rounds rounds (evaluated every tune_eval_every) on the clients' validation share.
-    tune_rounds: int = 40
-    tune_eval_every: int = 5
+    tune_rounds: int = 30
+    tune_eval_every: int = 3
     factors: tuple[float, ...] = (1 / 9, 1 / 3, 1.0, 3.0)
 
 
@@ -367,8 +368,9 @@ def preset_arguments(setup: Setup, default_out: str, *, npz_required: bool = Fal
                             help=f"rounds per step-size trial (default {setup.tune_rounds})")
         parser.add_argument("--tune-eval-every", type=int, default=None,
                             help=f"evaluate the trials every E rounds (default {setup.tune_eval_every})")
-        parser.add_argument("--workers", type=int, default=1,
-                            help="runs at a time on this machine (each with one thread; results do not depend on it)")
+        parser.add_argument("--workers", type=int, default=None,
+                            help="runs at a time on this machine, each with one thread (default: 2, or 1 on a "
+                            "one-core machine; the numbers do not depend on it)")
         parser.add_argument("--dtype", choices=list(DTYPES), default="float32")
         parser.add_argument("--device", default="cpu", help="cpu or cuda")
 
@@ -388,6 +390,8 @@ def problem_spec(setup: Setup, args: argparse.Namespace) -> dict:
 
 def make_runner(setup: Setup):
     def run(args: argparse.Namespace) -> int:
+        if args.workers is None:  # speed only: every run computes with one thread whatever the count
+            args.workers = min(2, os.cpu_count() or 1)
         for key in ("rounds", "eval_every", "tune_rounds", "tune_eval_every", "seeds", "workers"):
             value = getattr(args, key)
             if value is not None and value < 1:

@@ -206,11 +206,15 @@ def many_lines_style():
     return matplotlib.rc_context({"axes.prop_cycle": styles, "axes.formatter.limits": (-3, 4)})
 
 
+DEFAULT_OUT = {"paper": "runs/reproduce-ridge", "notebook": "runs/reproduce-ridge-notebook"}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from ..argtypes import non_negative_int, positive_int
 
-    parser.add_argument("--out", default="runs/reproduce-ridge",
-                        help="output folder; a rerun skips the runs finished there")
+    parser.add_argument("--out", default=None,
+                        help="output folder; a rerun skips the runs finished there (default runs/reproduce-ridge, "
+                        "runs/reproduce-ridge-notebook for --setting notebook)")
     parser.add_argument("--setting", choices=list(PRESET_FILES), default="paper",
                         help="paper: the setting the FOCUS paper states; notebook: the authors' notebook that drew "
                         "the published figure")
@@ -235,6 +239,8 @@ def run(args: argparse.Namespace) -> int:
     if args.export is not None:
         return export(args)
     experiment = configured(args.setting, rounds=args.rounds, seeds=args.seeds, seed=args.seed)
+    # Each setting has its own default folder: the notebook's must not replace the paper's runs.
+    args.out = args.out or DEFAULT_OUT[args.setting]
     # d <= 100, n <= 16: every tensor op is tiny, and intra-op threads only add synchronisation
     # (on a busy 2-core machine they made this preset ~20x slower); workers use one each.
     torch.set_num_threads(1)

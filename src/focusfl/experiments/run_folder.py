@@ -187,7 +187,8 @@ def run_to_folder(
     root = _tensorboard_root(tensorboard, out)
     built = build(config, allow_model_import=allow_model_import)
     with open_output(out, kind="run") as output:
-        if output.found_partial and (output.work / CHECKPOINT).is_file() and not restart:
+        killed = output.found_partial and (output.work / CHECKPOINT).is_file()
+        if (killed or _stopped(output.target)) and not restart:
             raise ConfigError(
                 f"{out} holds an interrupted run; continue it with `focusfl run --resume {out}` "
                 "or start it over with --restart"
@@ -462,6 +463,17 @@ def _number(text: str | None) -> float:
         return float(text) if text else math.nan
     except ValueError:
         return math.nan
+
+
+def _stopped(folder: Path) -> bool:
+    """A run stopped by a signal (SIGTERM, Ctrl-C) and published so: its config.json says
+    ``interrupted`` and its checkpoint is there to continue from. A folder that is not a run's
+    (or unreadable) is not one; open_output has judged it already."""
+    try:
+        info = _read_json(folder / CONFIG) if (folder / CONFIG).is_file() else None
+    except ConfigError:
+        return False
+    return isinstance(info, dict) and info.get("status") == "interrupted" and (folder / CHECKPOINT).is_file()
 
 
 def _read_json(path: Path) -> Any:

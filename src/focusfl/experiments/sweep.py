@@ -553,6 +553,11 @@ def run_sweep(
         root = check_root(tensorboard, out, what="the sweep folder")
     runs = expand(experiment, allow_model_import=allow_model_import)
     pool = make_executor(executor, workers=workers, threads=threads, address=address)  # checks Ray is there
+    try:
+        pool.check()  # reaches a Ray cluster now: a wrong address must leave no folder behind
+    except BaseException:
+        pool.close()
+        raise
     report = SweepReport(total=len(runs), runs=runs)
     started = time.monotonic()
     with open_store(out, kind=kind) as store:
