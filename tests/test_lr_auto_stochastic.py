@@ -9,7 +9,8 @@ from focusfl.algorithms import ALGORITHMS
 from focusfl.experiments.runner import RunConfig, build, execute
 from focusfl.problems import make_problem
 
-ALL = [name for name, cls in ALGORITHMS.items() if cls.alias_of is None]
+# Every algorithm, and SG-FOCUS (registered as a variant of FOCUS: it reuses stored minibatch gradients).
+ALL = [name for name, cls in ALGORITHMS.items() if cls.alias_of is None] + ["sg_focus"]
 PROBLEMS = ["ridge:dim=10,clients=8,samples=40,batch=4", "logistic:dim=10,clients=8,samples=40,batch=4"]
 
 

@@ -356,3 +356,17 @@ def test_plot_never_replaces_a_users_file_but_replaces_its_own(reference, tmp_pa
     assert (tmp_path / "r.svg").read_bytes() == first  # no date in it: the same figure, the same bytes
     (tmp_path / "mine.svg").write_text("<?xml version='1.0'?><svg/>")
     assert main(["participation", "bernoulli", "--plot", str(tmp_path / "mine.svg")]) == 2
+
+
+def test_a_ray_cluster_that_is_not_there_leaves_no_folder_behind(tmp_path):
+    pytest.importorskip("ray")
+    from cli_harness import assert_one_line_error, cli_env, run_cli
+
+    experiment = tmp_path / "experiment.toml"
+    experiment.write_text('algorithms = ["focus"]\nproblems = ["ridge:dim=3,clients=4,samples=5"]\nrounds = 5\n')
+    env = cli_env()
+    env.pop("RAY_ADDRESS", None)
+    proc = run_cli("sweep", str(experiment), "--out", str(tmp_path / "big"), "--executor", "ray", "--address", "auto",
+                   env=env, limit_gib=None, timeout=120)
+    assert_one_line_error(proc, 2, contains="cannot connect to Ray at auto")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["experiment.toml"]

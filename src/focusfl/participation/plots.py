@@ -50,5 +50,7 @@ def plot_raster(mask: Any, path: str | Path, title: str | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     from ..experiments.outputs import figure_metadata
 
-    fig.savefig(path, dpi=150, metadata=figure_metadata(path))
+    # A fixed salt for the SVG's element ids (random otherwise): the same figure, the same bytes.
+    with matplotlib.rc_context({"svg.hashsalt": "focusfl"}):
+        fig.savefig(path, dpi=150, metadata=figure_metadata(path))
     return path
