@@ -42,6 +42,11 @@ def plot_label_histograms(
     fig, ax = plt.subplots(figsize=(width, 0.35 * classes + 1.8))
     shown = counts.ravel() > 0
     ax.scatter(cx.ravel()[shown], cy.ravel()[shown], s=sizes.ravel()[shown], alpha=0.6, color="tab:blue")
+    # A key: what a bubble's area means, at the largest count and two fractions of it.
+    for count in sorted({int(round(largest * f)) for f in (1.0, 0.5, 0.1)} - {0}, reverse=True):
+        ax.scatter([], [], s=count / largest * cell, alpha=0.6, color="tab:blue", label=f"{count} samples")
+    ax.legend(title="bubble area", loc="upper left", bbox_to_anchor=(1.01, 1.0), labelspacing=1.6, borderpad=1.0,
+              frameon=False, fontsize="small")
     ax.set_xlabel("client")
     ax.set_ylabel("class")
     ax.set_xlim(-0.7, clients - 0.3)

@@ -283,13 +283,14 @@ def figure_tables(experiment, runs, folder: Path, *, band: str, failures, settin
     from .aggregate import aggregate, plot_series, read_folders
 
     with many_lines_style():
-        written = aggregate(experiment, runs, folder, band=band, failures=failures)
+        titles = {spec: f"{title} ({spec})" for title, spec in SCENARIOS.items()}
+        written = aggregate(experiment, runs, folder, band=band, failures=failures, panel_titles=titles)
         if setting == "notebook" and "results.csv" in written:
             series, metric = read_folders([folder], experiment.metric)
             written += plot_series(
                 series, folder, metric=metric, band=band, title=f"{experiment.name}, on the notebook's x-axis",
                 xs=("round",), stems=("figure_notebook_axis",), x_factor=NOTEBOOK_AXIS,
-                xlabel="rounds x 2 for SCAFFOLD and ProxSkip (the notebook's axis)",
+                xlabel="rounds x 2 for SCAFFOLD and ProxSkip (the notebook's axis)", panel_titles=titles,
             )
     return written
 
