@@ -164,21 +164,3 @@ def test_every_command_has_a_description_examples_and_option_help():
     for needle in ("ridge", "bernoulli", "markov", "trace", "focus", "--resume", "default: 'auto'"[:7]):
         assert needle in run_help, needle
 
-
-def test_specs_with_lists_are_quoted_wherever_a_shell_would_read_them():
-    # `bernoulli:p=0.1;0.5` typed unquoted runs with p=0.1, then "0.5: command not found".
-    import re
-    from pathlib import Path
-
-    from focusfl.cli import build_parser
-
-    root = Path(__file__).resolve().parents[1]
-    texts = {path.name: path.read_text() for path in [root / "README.md", *sorted((root / "docs").glob("*.md"))]}
-    parser = build_parser()
-    texts["--help"] = "\n".join(sub.format_help() for action in parser._subparsers._group_actions
-                                for sub in action.choices.values())
-    unquoted = re.compile(r"(?<!['\"])\b[a-z_]+:[^\s'\"`]*=[^\s'\"`;]*;[^\s'\"`]*")
-    for name, text in texts.items():
-        for line in text.splitlines():
-            if "focusfl " in line or "--" in line:
-                assert not unquoted.search(line), f"{name}: a ';' list a shell would cut: {line.strip()}"

@@ -370,3 +370,22 @@ def test_a_ray_cluster_that_is_not_there_leaves_no_folder_behind(tmp_path):
                    env=env, limit_gib=None, timeout=120)
     assert_one_line_error(proc, 2, contains="cannot connect to Ray at auto")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["experiment.toml"]
+
+
+def test_ray_address_where_nothing_listens_is_one_line_within_seconds(tmp_path):
+    pytest.importorskip("ray")
+    import socket
+
+    from cli_harness import assert_one_line_error, run_cli
+
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    experiment = tmp_path / "experiment.toml"
+    experiment.write_text('algorithms = ["focus"]\nproblems = ["ridge:dim=3,clients=4,samples=5"]\nrounds = 5\n')
+    started = time.monotonic()
+    proc = run_cli("sweep", str(experiment), "--out", str(tmp_path / "big"), "--executor", "ray",
+                   "--address", f"127.0.0.1:{port}", timeout=120)
+    line = assert_one_line_error(proc, 2, contains=f"cannot connect to Ray at 127.0.0.1:{port}")
+    assert "ray start --head" in line and time.monotonic() - started < 60  # Ray alone retries for minutes
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["experiment.toml"]

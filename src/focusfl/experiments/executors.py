@@ -30,6 +30,7 @@ from ..errors import ConfigError, DataError, FocusflError
 from ..threads import DEFAULT_THREADS
 
 EXECUTORS = ("local", "ray")
+CONNECT_SECONDS = 5.0  # --address HOST:PORT: how long to wait for a Ray head to accept a connection
 
 
 @dataclass(frozen=True)
@@ -248,6 +249,8 @@ class RayExecutor:
             kwargs = {"include_dashboard": False, "log_to_driver": False}
             if self.address is None:
                 kwargs["runtime_env"] = ray_runtime_env()
+            else:
+                _check_listening(self.address)
             try:
                 ray.init(address=self.address, **kwargs)
             except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -308,6 +311,24 @@ class RayExecutor:
 
             ray.shutdown()
             self._started = False
+
+
+def _check_listening(address: str) -> None:
+    """A HOST:PORT (or ray://HOST:PORT) where nothing listens is one line within seconds; Ray
+    itself retries such an address for minutes. ``auto`` and other forms are left to Ray."""
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_SECONDS):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ConfigError(f"cannot connect to Ray at {address}: nothing answers there ({reason}); "
+                          "start it with `ray start --head`, or give --address auto for a cluster on this "
+                          "machine") from None
 
 
 def make_executor(name: str, *, workers: int = 1, threads: int | None = None, address: str | None = None):
