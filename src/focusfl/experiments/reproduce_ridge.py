@@ -201,8 +201,9 @@ def many_lines_style():
     import matplotlib
     from cycler import cycler
 
-    colors = list(matplotlib.colormaps["tab20"].colors)
-    styles = cycler(color=colors[0::2] + colors[1::2]) + cycler(linestyle=["-"] * 10 + ["--"] * 10)
+    from .plots import _palette
+
+    styles = cycler(color=_palette(20)) + cycler(linestyle=["-"] * 10 + ["--"] * 10)
     return matplotlib.rc_context({"axes.prop_cycle": styles, "axes.formatter.limits": (-3, 4)})
 
 
