@@ -57,6 +57,8 @@ SCENARIOS = {
 }
 THRESHOLD = 1e-8
 PRESET_FILES = {"paper": "ridge.toml", "notebook": "ridge-notebook.toml"}
+# Settings whose results differ never share a default folder: a rerun of one would replace the other's.
+DEFAULT_OUT = {"paper": "runs/reproduce-ridge", "notebook": "runs/reproduce-ridge-notebook"}
 TITLES = {
     "paper": "Ridge regression, the paper's stated setting (d=100, N=16, tau=5, eta=0.0002)",
     "notebook": "Ridge regression, the authors' notebook setting (d=50, 500 rows/client, no reg, tau=3, "
@@ -209,8 +211,8 @@ def many_lines_style():
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from ..argtypes import non_negative_int, positive_int
 
-    parser.add_argument("--out", default="runs/reproduce-ridge",
-                        help="output folder; a rerun skips the runs finished there")
+    parser.add_argument("--out", help=f"output folder (default: {DEFAULT_OUT['paper']}, or {DEFAULT_OUT['notebook']} "
+                        "for --setting notebook); a rerun skips the runs finished there")
     parser.add_argument("--setting", choices=list(PRESET_FILES), default="paper",
                         help="paper: the setting the FOCUS paper states; notebook: the authors' notebook that drew "
                         "the published figure")
@@ -235,13 +237,13 @@ def run(args: argparse.Namespace) -> int:
     if args.export is not None:
         return export(args)
     experiment = configured(args.setting, rounds=args.rounds, seeds=args.seeds, seed=args.seed)
+    out = Path(args.out or DEFAULT_OUT[args.setting])
     # d <= 100, n <= 16: every tensor op is tiny, and intra-op threads only add synchronisation
     # (on a busy 2-core machine they made this preset ~20x slower); workers use one each.
     torch.set_num_threads(1)
-    report = run_sweep(experiment, args.out, workers=args.workers, band=args.band, progress=True,
+    report = run_sweep(experiment, out, workers=args.workers, band=args.band, progress=True,
                        tensorboard=args.tensorboard,
                        kind="reproduce-ridge", tables=lambda *a, **k: figure_tables(*a, setting=args.setting, **k))
-    out = Path(args.out)
     print(format_summary(read_csv(out / "summary.csv")))
     print(f"\n{report.total} runs: {report.skipped} finished earlier, {report.ran} ran, {len(report.failed)} failed; "
           f"{report.seconds:.1f} s")
