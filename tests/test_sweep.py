@@ -3,6 +3,7 @@ equal to sequential, a SIGKILLed sweep resumed, and `focusfl plot`."""
 from __future__ import annotations
 
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -189,6 +190,21 @@ def test_ray_on_a_local_two_cpu_cluster_writes_the_same_results(reference, tmp_p
         assert files_of(out) == files_of(reference)
     finally:
         ray.shutdown()
+
+
+def test_ray_address_where_nothing_listens_is_one_line_and_leaves_no_folder(tmp_path):
+    pytest.importorskip("ray", reason="Ray is an optional extra (pip install 'focusfl[ray]')")
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    path = write(tmp_path, GRID)
+    started = time.monotonic()
+    proc = run_cli("sweep", str(path), "--out", str(tmp_path / "runs" / "big"), "--executor", "ray",
+                   "--address", f"127.0.0.1:{port}", timeout=120)
+    line = assert_one_line_error(proc, 2, contains=f"cannot connect to Ray at 127.0.0.1:{port}")
+    assert "ray start --head" in line
+    assert time.monotonic() - started < 60  # Ray alone retries such an address for minutes
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["experiment.toml"]  # no runs/big, no partial, no lock
 
 
 def test_a_run_shipped_back_from_a_node_without_the_folder_is_the_same_run(reference, tmp_path):

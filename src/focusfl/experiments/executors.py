@@ -30,6 +30,7 @@ from ..errors import ConfigError, DataError, FocusflError
 from ..threads import DEFAULT_THREADS
 
 EXECUTORS = ("local", "ray")
+CONNECT_SECONDS = 5.0  # --address HOST:PORT: how long to wait for a Ray head to accept a connection
 
 
 @dataclass(frozen=True)
@@ -187,6 +188,9 @@ class LocalExecutor:
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
 
+    def start(self) -> None:
+        """Nothing to reach before the sweep's folder is made: ``run`` starts its own pool."""
+
     def close(self) -> None:
         """Nothing to release: ``run`` shuts its process pool down itself."""
 
@@ -232,6 +236,10 @@ class RayExecutor:
         where = self.address or "a local Ray"
         return f"Ray tasks on {where}, {self.threads} CPU(s) each"
 
+    def start(self) -> None:
+        """Connect now, before the sweep makes its folder: without a cluster nothing is left behind."""
+        self._connect()
+
     def _connect(self):
         import ray
 
@@ -239,6 +247,8 @@ class RayExecutor:
             kwargs = {"include_dashboard": False, "log_to_driver": False}
             if self.address is None:
                 kwargs["runtime_env"] = ray_runtime_env()
+            else:
+                _check_listening(self.address)
             try:
                 ray.init(address=self.address, **kwargs)
             except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -299,6 +309,24 @@ class RayExecutor:
 
             ray.shutdown()
             self._started = False
+
+
+def _check_listening(address: str) -> None:
+    """A HOST:PORT (or ray://HOST:PORT) where nothing listens is one line within seconds; Ray
+    itself retries such an address for minutes. ``auto`` and other forms are left to Ray."""
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_SECONDS):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ConfigError(f"cannot connect to Ray at {address}: nothing answers there ({reason}); "
+                          "start it with `ray start --head`, or give --address auto for a cluster on this "
+                          "machine") from None
 
 
 def make_executor(name: str, *, workers: int = 1, threads: int | None = None, address: str | None = None):

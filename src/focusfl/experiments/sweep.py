@@ -517,9 +517,7 @@ def run_sweep(
     band=, failures=)`` writes instead: ``focusfl tune``'s tables; it returns the names).
     ``tensorboard``: a folder in which to log every finished run (:func:`log_name`), those
     finished earlier included unless their log is complete already."""
-    from .aggregate import aggregate
-    from .executors import RunTask, make_executor
-    from .outputs import open_store, write_text
+    from .executors import make_executor
 
     root = None
     if tensorboard is not None:
@@ -528,7 +526,23 @@ def run_sweep(
         require()
         root = check_root(tensorboard, out, what="the sweep folder")
     runs = expand(experiment, allow_model_import=allow_model_import)
-    pool = make_executor(executor, workers=workers, threads=threads, address=address)  # checks Ray is there
+    pool = make_executor(executor, workers=workers, threads=threads, address=address)  # checks Ray is installed
+    pool.start()  # connects to Ray: without a cluster the sweep stops here, before it makes its folder
+    try:
+        return _run_in_store(experiment, runs, out, pool, root=root, kind=kind, checkpoint_every=checkpoint_every,
+                             band=band, progress=progress, allow_model_import=allow_model_import, tables=tables)
+    finally:
+        pool.close()
+
+
+def _run_in_store(experiment: Experiment, runs: list, out: str | Path, pool, *, root: Path | None, kind: str,
+                  checkpoint_every: int | None, band: str | None, progress: bool, allow_model_import: bool,
+                  tables) -> SweepReport:
+    """run_sweep in its locked folder, with an executor that is ready."""
+    from .aggregate import aggregate
+    from .executors import RunTask
+    from .outputs import open_store, write_text
+
     report = SweepReport(total=len(runs), runs=runs)
     started = time.monotonic()
     with open_store(out, kind=kind) as store:
@@ -554,18 +568,15 @@ def run_sweep(
                   + (f"; TensorBoard logs in {root}" if root is not None else ""))
         by_key = {run.key: run for run in runs}
         exit_code = None
-        try:
-            for task, outcome in _with_progress(pool.run(tasks), len(tasks), progress, pool.slots):
-                if outcome["status"] in ("complete", "diverged"):
-                    report.ran += 1
-                    report.logged += _log_run(root, by_key[task.key], folder)
-                elif outcome["status"] == "interrupted":
-                    report.interrupted += 1
-                    exit_code = exit_code or outcome.get("exit_code")  # 130, 143, 129: the signal's
-                else:
-                    report.failed.append({"run": task.key, **by_key[task.key].axes, "error": outcome.get("error", "")})
-        finally:
-            pool.close()
+        for task, outcome in _with_progress(pool.run(tasks), len(tasks), progress, pool.slots):
+            if outcome["status"] in ("complete", "diverged"):
+                report.ran += 1
+                report.logged += _log_run(root, by_key[task.key], folder)
+            elif outcome["status"] == "interrupted":
+                report.interrupted += 1
+                exit_code = exit_code or outcome.get("exit_code")  # 130, 143, 129: the signal's
+            else:
+                report.failed.append({"run": task.key, **by_key[task.key].axes, "error": outcome.get("error", "")})
         if report.interrupted:
             from .run_folder import Interrupted
 
