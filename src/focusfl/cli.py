@@ -134,15 +134,20 @@ def _cmd_run(args) -> int:
         result = run_to_folder(config, out, progress=True, checkpoint_every=args.checkpoint_every,
                                restart=args.restart, allow_model_import=allow_import, tensorboard=args.tensorboard)
     last = result.last_row
-    shown = ", ".join(f"{k}={v:.6g}" for k, v in last.items() if k not in ("round", "active"))
+    shown = ", ".join(f"{k}={_shown(v)}" for k, v in last.items() if k not in ("round", "active"))
     print(f"round {last['round']}: {shown}")
     print(f"wrote {out}/metrics.csv, config.json, curve.png")
     _print_log_dir(Path(out))
     if result.diverged_at is not None:
         raise DivergenceError(
-            f"diverged (non-finite model) at round {result.diverged_at}; what was computed is in {out}"
+            f"diverged at round {result.diverged_at} ({result.diverged_why}); what was computed is in {out}"
         )
     return 0
+
+
+def _shown(value) -> str:
+    """A metric as the run's last line prints it: numbers to 6 digits, flags as true/false."""
+    return str(value).lower() if isinstance(value, bool) else f"{value:.6g}"
 
 
 def _print_log_dir(out: Path) -> None:

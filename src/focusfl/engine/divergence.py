@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+NON_FINITE = "non-finite model"  # RunResult.diverged_why of a run stopped by a NaN or an infinity
 FACTOR = 10.0
 PATIENCE = 3
 MIN_ROUNDS = 20
@@ -99,6 +100,11 @@ class BlowUpDetector:
             self.streak_from = round_
         self.streak += 1
         return self.streak >= max(1, self.patience) and round_ - self.streak_from >= self.min_rounds
+
+    def reason(self) -> str:
+        """Why the rule stopped the run, for a person: which loss, against what, since when."""
+        return (f"{self.key} stayed above {self.factor:g}x its start of {self.start:.3g} for {self.streak} "
+                f"evaluations from round {self.streak_from}: the blow-up rule")
 
     def state(self) -> dict:
         return {"key": self.key, "start": self.start, "streak": self.streak, "streak_from": self.streak_from}
