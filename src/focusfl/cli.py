@@ -61,7 +61,8 @@ def _add_run(sub) -> None:
     p.add_argument("--algorithm", help="algorithm NAME or NAME:key=value,... (see `focusfl algorithms`)")
     p.add_argument("--problem", help="problem SPEC, e.g. ridge:dim=50,clients=16 or nn:data=mnist,alpha=0.1 "
                    "(default ridge; neural networks: docs/neural-networks.md)")
-    p.add_argument("--participation", help="participation SPEC, e.g. bernoulli or weighted:m=4 (default full; "
+    p.add_argument("--participation", help="participation SPEC, e.g. bernoulli, weighted:m=4, or one p per client "
+                   "as 'bernoulli:p=0.2;0.9;...' (quoted: a shell ends the command at ;) (default full; "
                    "docs/participation.md)")
     p.add_argument("--rounds", type=positive_int, help="rounds to run in all (default 100); with --resume, "
                    "a larger number runs a finished run further")
@@ -482,7 +483,9 @@ def _command_texts() -> dict[str, tuple[str, str]]:
                           "(empirical and nominal), q_i = E[1{i in S}/|S|], delays tau. Participation "
                           f"processes: {', '.join(available_participation())} (docs/participation.md).",
                           _examples("focusfl participation bernoulli", "focusfl participation markov:rho=0.9 --clients 8",
-                                    "focusfl participation weighted:m=4 --rounds 2000 --plot raster.png")),
+                                    "focusfl participation weighted:m=4 --rounds 2000 --plot raster.png",
+                                    "focusfl participation 'bernoulli:p=0.1;0.5;0.9;0.2' --clients 4   "
+                                    "# a list: quoted, a shell ends the command at ;")),
         "algorithms": ("List the registered algorithms with the vectors each sends per round and the memory "
                        "it keeps (docs/algorithms.md).", _examples("focusfl algorithms")),
         "tune": ("Grid-search the step size of one or more algorithms on one problem and participation "
