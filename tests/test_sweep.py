@@ -2,6 +2,7 @@
 equal to sequential, a SIGKILLed sweep resumed, and `focusfl plot`."""
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import time
@@ -365,3 +366,15 @@ def test_plot_never_replaces_a_users_file_but_replaces_its_own(reference, tmp_pa
     assert (tmp_path / "raster.pdf").read_text() == "mine"
     assert main(["participation", "bernoulli", "--plot", str(tmp_path / "r.pdf")]) == 0
     assert main(["participation", "bernoulli", "--plot", str(tmp_path / "r.pdf")]) == 0
+
+
+def test_plot_labels_spell_booleans_as_specs_do(tmp_path):
+    from focusfl.cli import main
+    from focusfl.experiments.aggregate import read_folders
+
+    for name, participation in (("a", "bernoulli:redraw=true"), ("b", "bernoulli:redraw=false")):
+        assert main(["run", "--algorithm", "focus", "--problem", SMALL, "--participation", participation,
+                     "--rounds", "3", "--out", str(tmp_path / name)]) == 0
+    series, _ = read_folders([tmp_path / "a", tmp_path / "b"], "loss")
+    assert sorted(s.axes["participation"] for s in series) == ["bernoulli:redraw=false", "bernoulli:redraw=true"]
+    assert json.loads((tmp_path / "a" / "config.json").read_text())["participation"]["redraw"] is True

@@ -1,8 +1,10 @@
 """`focusfl tune`: the step-size grid, the ranking rule and the command."""
+import json
 import math
 
 import pytest
 
+from cli_harness import run_cli
 from focusfl.cli import main
 from focusfl.errors import ConfigError
 from focusfl.experiments.outputs import read_csv
@@ -87,3 +89,17 @@ def test_tune_ranks_neural_network_runs_by_test_loss(tmp_path, capsys):
     grid = read_csv(out / "grid.csv")
     assert {row["metric"] for row in grid} == {"test_loss"}
     assert all(math.isfinite(float(row["final"])) for row in grid)
+
+
+def test_tune_shows_booleans_as_a_spec_spells_them_and_keeps_its_files(tmp_path):
+    out = tmp_path / "tune"
+    proc = run_cli("tune", "--algorithm", "proxskip:pull=true", "--problem", SMALL, "--participation",
+                   "bernoulli:redraw=true", "--rounds", "5", "--points", "2", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "proxskip:pull=true" in proc.stdout and "True" not in proc.stdout
+    assert {row["algorithm"] for row in read_csv(out / "grid.csv")} == {"proxskip:pull=true"}
+    # Display only: the runs' configurations keep their booleans (docs/cli.md lists these files).
+    configs = [json.loads(p.read_text()) for p in (out / "runs").glob("*/config.json")]
+    assert len(configs) == 2 and all(c["algorithm"]["pull"] is True for c in configs)
+    assert {p.name for p in out.iterdir()} == {"summary.csv", "grid.csv", "config.json", "experiment.toml", "runs",
+                                              ".focusfl-output.json"}
