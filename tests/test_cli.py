@@ -5,6 +5,7 @@ import sys
 
 import pytest
 
+from cli_harness import run_cli
 from focusfl.cli import main
 from focusfl.experiments.outputs import read_csv
 
@@ -147,6 +148,25 @@ def test_algorithms_lists_the_registry(capsys):
     text = capsys.readouterr().out
     for name in ALGORITHMS:
         assert name in text
+
+
+def test_algorithms_lists_every_hyperparameter_as_a_spec_takes_it():
+    """docs/experiments.md sends readers to `focusfl algorithms` for the keys an algorithm table takes."""
+    import dataclasses
+
+    from focusfl.algorithms import ALGORITHMS, make_algorithm
+
+    proc = run_cli("algorithms")
+    assert proc.returncode == 0, proc.stderr
+    section = proc.stdout.split("\nhyperparameters")[1].splitlines()[2:]  # after its two-line header
+    shown = {line.split()[0]: line.split(maxsplit=1)[1] for line in section if line.strip()}
+    assert list(shown) == list(ALGORITHMS)
+    for name, cls in ALGORITHMS.items():
+        keys = [f.name for f in dataclasses.fields(cls) if f.init and f.name not in ("lr", "local_steps")]
+        items = [] if shown[name] == "-" else shown[name].split(", ")
+        assert [item.split("=")[0].split(" ")[0] for item in items] == keys, name
+        defaults = ",".join(item for item in items if "=" in item)
+        make_algorithm(f"{name}:{defaults}" if defaults else name)  # each default, typed back, is accepted
 
 
 def test_reproduce_ridge_small(tmp_path, capsys):

@@ -294,7 +294,31 @@ def _cmd_algorithms(args) -> int:
         )
     print("\ndown/up: vectors of d floats per participating client per round; memory in vectors (server: N d")
     print("tables count as N vectors); client memory is kept by every client between rounds.")
+    print("\nhyperparameters, given as NAME:key=value,... (defaults shown; every algorithm also takes lr and")
+    print("local_steps, which --lr and --local-steps set):")
+    for name, cls in ALGORITHMS.items():
+        print(f"{name:<{width}} {', '.join(_hyperparameters(cls)) or '-'}")
     return 0
+
+
+def _hyperparameters(cls) -> list[str]:
+    """``key=default`` of an algorithm's own hyperparameters, spelled as a SPEC takes them."""
+    import dataclasses
+
+    shown = []
+    for field in dataclasses.fields(cls):
+        if not field.init or field.name in ("lr", "local_steps"):
+            continue
+        default = field.default
+        if default is None:
+            shown.append(f"{field.name} (unset)")
+        elif isinstance(default, bool):
+            shown.append(f"{field.name}={str(default).lower()}")
+        elif isinstance(default, float):
+            shown.append(f"{field.name}={default:g}")
+        else:
+            shown.append(f"{field.name}={default}")
+    return shown
 
 
 # -- tune ----------------------------------------------------------------------------------------
@@ -486,8 +510,8 @@ def _command_texts() -> dict[str, tuple[str, str]]:
                                     "focusfl participation weighted:m=4 --rounds 2000 --plot raster.png",
                                     "focusfl participation 'bernoulli:p=0.1;0.5;0.9;0.2' --clients 4   "
                                     "# a list: quoted, a shell ends the command at ;")),
-        "algorithms": ("List the registered algorithms with the vectors each sends per round and the memory "
-                       "it keeps (docs/algorithms.md).", _examples("focusfl algorithms")),
+        "algorithms": ("List the registered algorithms with the vectors each sends per round, the memory "
+                       "it keeps and its hyperparameters with their defaults (docs/algorithms.md).", _examples("focusfl algorithms")),
         "tune": ("Grid-search the step size of one or more algorithms on one problem and participation "
                  "process; prints the best step of each and writes grid.csv and summary.csv. " + names,
                  _examples("focusfl tune --algorithm focus,fedavg --problem ridge --participation bernoulli",
