@@ -137,6 +137,23 @@ def test_participation_command_prints_statistics_and_plots(tmp_path, capsys):
     assert plot.stat().st_size > 1000
 
 
+@pytest.mark.parametrize("suffix", [".svg", ".pdf"])
+def test_participation_plot_writes_svg_and_pdf_the_same_bytes_and_never_over_a_users_file(tmp_path, suffix):
+    args = ["participation", "weighted:m=2", "--clients", "4", "--rounds", "60", "--plot"]
+    plot = tmp_path / f"raster{suffix}"
+    assert run_cli(*args, str(plot)).returncode == 0
+    first = plot.read_bytes()
+    again = run_cli(*args, str(plot))  # focusfl's own figure: replaced, by the same bytes
+    assert again.returncode == 0, again.stderr
+    assert plot.read_bytes() == first
+    mine = tmp_path / f"mine{suffix}"
+    mine.write_bytes(b'<svg xmlns="http://www.w3.org/2000/svg"/>' if suffix == ".svg" else b"%PDF-1.4 mine")
+    refused = run_cli(*args, str(mine))
+    assert refused.returncode == 2 and "focusfl did not write it" in refused.stderr
+    assert mine.read_bytes().endswith(b"/>" if suffix == ".svg" else b"mine")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([plot.name, mine.name])
+
+
 def test_participation_command_rejects_bad_spec(capsys):
     assert main(["participation", "uniform:m=9", "--clients", "4"]) == 2
 

@@ -228,7 +228,8 @@ def _add_participation(sub) -> None:
     p.add_argument("--clients", type=positive_int, default=16)
     p.add_argument("--rounds", type=positive_int, default=1000)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--plot", help="write an availability raster to this PNG/PDF file")
+    p.add_argument("--plot", help="write an availability raster to this PNG, PDF or SVG file (never over a file "
+                   "focusfl did not write)")
     p.set_defaults(handler=_cmd_participation)
 
 
@@ -238,8 +239,8 @@ def _cmd_participation(args) -> int:
     from .participation.statistics import summarize
 
     process = make_participation(args.spec, args.clients, seed=args.seed)
-    if args.plot and Path(args.plot).suffix.lower() not in (".png", ".pdf"):
-        raise ConfigError(f"--plot must end in .png or .pdf, got {args.plot!r}")
+    if args.plot and Path(args.plot).suffix.lower() not in (".png", ".pdf", ".svg"):
+        raise ConfigError(f"--plot must end in .png, .pdf or .svg, got {args.plot!r}")
     if args.plot:
         from .experiments.outputs import check_figure_targets
 

@@ -673,14 +673,21 @@ FIGURE_TAG = "focusfl"
 _TAG_SCAN_BYTES = 1 << 16
 
 
-def figure_metadata(path: str | Path) -> dict[str, str]:
-    """Matplotlib savefig metadata that marks a PNG or PDF as written by focusfl."""
-    return {"Creator": FIGURE_TAG} if str(path).lower().endswith(".pdf") else {"Software": FIGURE_TAG}
+_SVG_TAG = re.compile(rb"<dc:creator>\s*<cc:Agent>\s*<dc:title>" + FIGURE_TAG.encode() + rb"</dc:title>")
+
+
+def figure_metadata(path: str | Path) -> dict[str, str | None]:
+    """Matplotlib savefig metadata that marks a PNG, PDF or SVG as written by focusfl. A PDF or SVG
+    gets no date, so the same command writes the same bytes."""
+    suffix = Path(path).suffix.lower()
+    if suffix == ".svg":
+        return {"Creator": FIGURE_TAG, "Date": None}
+    return {"Creator": FIGURE_TAG, "CreationDate": None} if suffix == ".pdf" else {"Software": FIGURE_TAG}
 
 
 def _tagged(path: Path) -> bool:
-    """Whether a file is a figure focusfl wrote: its tag, uncompressed near the start (PNG tEXt)
-    or the end (PDF Info) of the file."""
+    """Whether a file is a figure focusfl wrote: its tag, uncompressed near the start (PNG tEXt,
+    SVG metadata) or the end (PDF Info) of the file."""
     try:
         with open(path, "rb") as handle:
             head = handle.read(_TAG_SCAN_BYTES)
@@ -690,7 +697,8 @@ def _tagged(path: Path) -> bool:
         return False
     tag = FIGURE_TAG.encode()
     return (head.startswith(b"\x89PNG") and b"Software\x00" + tag in head) or (
-        head.startswith(b"%PDF") and b"(" + tag + b")" in tail)
+        head.startswith(b"%PDF") and b"(" + tag + b")" in tail) or (
+        head.startswith((b"<?xml", b"<svg")) and _SVG_TAG.search(head) is not None)
 
 
 def check_figure_targets(paths, option: str) -> None:
