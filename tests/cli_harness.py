@@ -42,6 +42,14 @@ def default_signals() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
+def focusfl_command() -> list[str]:
+    """The installed ``focusfl`` console script beside this interpreter, as a user types it (its
+    imports come from this checkout through cli_env's PYTHONPATH); ``python -m focusfl.cli`` only
+    where the package was not installed."""
+    script = Path(sys.executable).with_name("focusfl")
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "focusfl.cli"]
+
+
 _STARTED: list[subprocess.Popen] = []
 
 
@@ -55,9 +63,9 @@ def stop_started() -> None:
 
 
 def popen_cli(*args: str, **kwargs) -> subprocess.Popen:
-    """``python -m focusfl.cli ARGS`` started in the background, signals at their defaults;
+    """``focusfl ARGS`` started in the background, signals at their defaults;
     the ``no_orphans`` fixture of conftest.py kills it after the test if it still runs."""
-    proc = subprocess.Popen([sys.executable, "-m", "focusfl.cli", *args], env=kwargs.pop("env", None) or cli_env(),
+    proc = subprocess.Popen([*focusfl_command(), *args], env=kwargs.pop("env", None) or cli_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=kwargs.pop("preexec_fn", default_signals), **kwargs)
     _STARTED.append(proc)
@@ -72,10 +80,10 @@ def run_cli(
     env: dict[str, str] | None = None,
     stdin: str | None = None,
 ) -> subprocess.CompletedProcess:
-    """``python -m focusfl.cli ARGS`` in ``cwd``; text output captured."""
+    """``focusfl ARGS`` in ``cwd``; text output captured."""
     preexec = _limit_memory(int(limit_gib * GIB)) if limit_gib else None
     return subprocess.run(
-        [sys.executable, "-m", "focusfl.cli", *args],
+        [*focusfl_command(), *args],
         cwd=cwd,
         env=env or cli_env(),
         input=stdin,

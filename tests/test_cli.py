@@ -194,3 +194,12 @@ def test_reproduce_ridge_small(tmp_path, capsys):
     assert {"focus", "fedavg"} <= {row["algorithm"] for row in summary}
     assert (out / "figure.png").exists() and (out / "figure.pdf").exists()
     assert "first round < 1e-8" in capsys.readouterr().out
+
+
+def test_algorithms_lists_each_algorithms_hyperparameters_as_docs_say(tmp_path):
+    from cli_harness import run_cli
+
+    proc = run_cli("algorithms")
+    assert proc.returncode == 0, proc.stderr
+    rows = {line.split()[0]: line for line in proc.stdout.split("hyperparameters")[1].splitlines()[1:] if line.strip()}
+    assert "notebook=false" in rows["mifa"] and "cutoff=50" in rows["fedau"] and "server_lr=1.0" in rows["scaffold"]

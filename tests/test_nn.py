@@ -508,17 +508,49 @@ def test_real_mnist_trains():
 
 
 # -- presets -------------------------------------------------------------------------------------
-def test_mnist_demo_preset_writes_its_outputs(tmp_path, capsys):
+def test_mnist_demo_tunes_its_steps_on_validation_and_runs_seeds(tmp_path):
+    # As a user types it, at toy sizes: steps chosen per algorithm on the clients' validation
+    # share, the final runs over two seeds (two workers), tables and figures; the same command
+    # again reuses every run and writes the same tables.
+    from cli_harness import run_cli
+
     out = tmp_path / "demo"
-    code = main(["reproduce", "mnist-demo", "--data", str(REAL_MNIST), "--rounds", "2", "--eval-every", "1",
-                 "--algorithms", "sg_focus,fedavg", "--out", str(out)])
-    assert code == 0
+    command = ["reproduce", "mnist-demo", "--data", str(REAL_MNIST), "--rounds", "2", "--eval-every", "1",
+               "--tune-rounds", "2", "--tune-eval-every", "1", "--algorithms", "sg_focus,fedavg", "--workers", "2",
+               "--out", str(out)]
+    proc = run_cli(*command)
+    assert proc.returncode == 0, proc.stderr
+    assert "final acc" in proc.stdout and "steps chosen on the clients' validation share" in proc.stdout
     summary = read_rows(out / "summary.csv")
     assert [row["algorithm"] for row in summary] == ["sg_focus", "fedavg"]
+    assert all(row["steps"] == "tuned" and row["seeds"] == "2" and row["status"] == "complete" for row in summary)
+    steps = read_rows(out / "steps.csv")
+    grid = {row["algorithm"]: row["grid"].split(";") for row in steps}
+    assert all(len(points) == 4 for points in grid.values())  # the preset's step x 1/9, 1/3, 1, 3
+    assert {row["algorithm"]: float(row["lr"]) for row in steps} == {r["algorithm"]: float(r["lr"]) for r in summary}
     # Named as docs/neural-networks.md says: <scenario> is the participation spec.
-    for name in ("figure_bernoulli.png", "figure_bernoulli.pdf", "partition.png", "metrics_bernoulli_sg_focus.csv"):
+    for name in ("figure_bernoulli.png", "figure_bernoulli.pdf", "partition.png", "steps.csv",
+                 "tuning-bernoulli/grid.csv", "runs-bernoulli/experiment.toml"):
         assert (out / name).is_file()
-    assert "final acc" in capsys.readouterr().out
+    first = (out / "summary.csv").read_bytes()
+    again = run_cli(*command)
+    assert again.returncode == 0 and "16 runs; 16 finished earlier" in again.stdout
+    assert (out / "summary.csv").read_bytes() == first
+
+
+def test_a_diverged_run_is_named_as_diverged_never_as_an_accuracy():
+    from focusfl.experiments import reproduce_nn
+
+    good = [{"round": 0.0, "test_accuracy": 0.1, "test_loss": 2.3}, {"round": 50.0, "test_accuracy": 0.9, "test_loss": 0.3}]
+    bad = [{"round": 0.0, "test_accuracy": 0.1, "test_loss": 2.3}, {"round": 50.0, "test_accuracy": 0.6, "test_loss": 1.0},
+           {"round": 100.0, "test_accuracy": math.nan, "test_loss": math.nan, "diverged": "True"}]
+    row = reproduce_nn.summary_row("scaffold", "bernoulli", [(bad, 100)], 0.02, "fixed")
+    assert row["status"] == "diverged at round 100" and row["final_test_accuracy"] is None
+    assert row["best_test_accuracy"] == 0.6
+    table = reproduce_nn.format_table([row])
+    assert "diverged at round 100" in table and "nan" not in table
+    both = reproduce_nn.summary_row("scaffold", "bernoulli", [(good, None), (bad, 100)], 0.02, "tuned")
+    assert both["status"] == "1 of 2 seeds diverged (first at round 100)" and both["final_test_accuracy"] is None
 
 
 def write_cifar10(folder: Path, per_batch: int = 64) -> None:
@@ -542,12 +574,13 @@ def test_paper_preset_runs_every_scenario_on_local_files(tmp_path):
     setup = dataclasses.replace(paper, problem={**paper.problem, "alpha": 1.0, "min_size": 2, "batch": 8},
                                 rounds=2, eval_every=1)
     args = argparse.Namespace(device="cpu", dtype="float32", seed=0, rounds=None, eval_every=None,
-                              data_dir=str(tmp_path), download=False, data=None)
+                              data_dir=str(tmp_path), download=False, data=None, steps="fixed", seeds=1, workers=1)
     spec = reproduce_nn.problem_spec(setup, args)
-    panels, summary, problem = reproduce_nn.run_setup(setup, spec, args, ["sg_focus", "mifa"])
-    assert list(panels) == list(paper.scenarios) and len(summary) == 4
-    assert all(row["rounds"] == 2 and 0 <= row["final_test_accuracy"] <= 1 for row in summary)
-    assert problem.params["model"] == "focus-cnn" and problem.num_clients == 32
+    summary, steps = reproduce_nn.run_preset(setup, spec, ["sg_focus", "mifa"], args, tmp_path / "out")
+    assert [row["scenario"] for row in steps] == [s for s in paper.scenarios for _ in range(2)] and len(summary) == 4
+    assert all(row["rounds"] == 2 and 0 <= row["final_test_accuracy"] <= 1 and row["lr"] == 2e-3 for row in summary)
+    config = json.loads(next((tmp_path / "out" / "runs-markov" / "runs").glob("*/config.json")).read_text())
+    assert config["problem"]["model"] == "focus-cnn" and config["problem"]["clients"] == 32
 
 
 def test_presets_skip_unregistered_algorithms(monkeypatch):

@@ -2,6 +2,7 @@
 the blow-up detector, the ridge settings, ProxSkip's adaptations, MIFA's notebook variant, the bias
 window and the figure helpers."""
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -237,3 +238,23 @@ def test_reproductions_page_is_a_report_whose_figures_exist():
     assert figures and all((docs / figure).is_file() for figure in figures)
     verdicts = re.findall(r"\*\*(reproduced|reproduced on another axis|not reproduced|not checked here)\*\*", text)
     assert len(verdicts) >= 20
+
+
+def test_report_command_runs_end_to_end_as_a_user_types_it(tmp_path):
+    # The report once crashed on a fresh install while its parts were tested one by one: run the
+    # whole command, at toy sizes, with the real-digits part on the bundled MNIST sample.
+    import re
+
+    from cli_harness import run_cli
+
+    fixture = Path(__file__).resolve().parent / "fixtures" / "mnist1500.npz"
+    out = tmp_path / "report"
+    proc = run_cli("reproduce", "report", "--quick", "--out", str(out), "--data", str(fixture), timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    text = (out / "report.md").read_text()
+    verdicts = re.findall(r"\*\*(reproduced|reproduced on another axis|not reproduced|not checked here)\*\*", text)
+    assert len(verdicts) >= 20 and "mnist-demo on mnist1500.npz" in text and "tuned on the clients' validation" in text
+    assert (out / "mnist-demo" / "steps.csv").is_file()
+    figures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+    assert figures and all((out / figure).is_file() for figure in figures)
+    assert read_csv(out / "summary.csv")

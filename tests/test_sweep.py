@@ -2,9 +2,7 @@
 equal to sequential, a SIGKILLed sweep resumed, and `focusfl plot`."""
 from __future__ import annotations
 
-import json
 import signal
-import socket
 import time
 from pathlib import Path
 
@@ -193,21 +191,6 @@ def test_ray_on_a_local_two_cpu_cluster_writes_the_same_results(reference, tmp_p
         ray.shutdown()
 
 
-def test_ray_address_where_nothing_listens_is_one_line_and_leaves_no_folder(tmp_path):
-    pytest.importorskip("ray", reason="Ray is an optional extra (pip install 'focusfl[ray]')")
-    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens there
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    path = write(tmp_path, GRID)
-    started = time.monotonic()
-    proc = run_cli("sweep", str(path), "--out", str(tmp_path / "runs" / "big"), "--executor", "ray",
-                   "--address", f"127.0.0.1:{port}", timeout=120)
-    line = assert_one_line_error(proc, 2, contains=f"cannot connect to Ray at 127.0.0.1:{port}")
-    assert "ray start --head" in line
-    assert time.monotonic() - started < 60  # Ray alone retries such an address for minutes
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["experiment.toml"]  # no runs/big, no partial, no lock
-
-
 def test_a_run_shipped_back_from_a_node_without_the_folder_is_the_same_run(reference, tmp_path):
     from focusfl.experiments.executors import RunTask, publish_shipped, run_task
 
@@ -366,15 +349,43 @@ def test_plot_never_replaces_a_users_file_but_replaces_its_own(reference, tmp_pa
     assert (tmp_path / "raster.pdf").read_text() == "mine"
     assert main(["participation", "bernoulli", "--plot", str(tmp_path / "r.pdf")]) == 0
     assert main(["participation", "bernoulli", "--plot", str(tmp_path / "r.pdf")]) == 0
+    # SVG too (the plotting code always wrote it): tagged, replaced when ours, refused when not.
+    assert main(["participation", "bernoulli", "--plot", str(tmp_path / "r.svg")]) == 0
+    first = (tmp_path / "r.svg").read_bytes()
+    assert main(["participation", "bernoulli", "--plot", str(tmp_path / "r.svg")]) == 0
+    assert (tmp_path / "r.svg").read_bytes() == first  # no date in it: the same figure, the same bytes
+    (tmp_path / "mine.svg").write_text("<?xml version='1.0'?><svg/>")
+    assert main(["participation", "bernoulli", "--plot", str(tmp_path / "mine.svg")]) == 2
 
 
-def test_plot_labels_spell_booleans_as_specs_do(tmp_path):
-    from focusfl.cli import main
-    from focusfl.experiments.aggregate import read_folders
+def test_a_ray_cluster_that_is_not_there_leaves_no_folder_behind(tmp_path):
+    pytest.importorskip("ray")
+    from cli_harness import assert_one_line_error, cli_env, run_cli
 
-    for name, participation in (("a", "bernoulli:redraw=true"), ("b", "bernoulli:redraw=false")):
-        assert main(["run", "--algorithm", "focus", "--problem", SMALL, "--participation", participation,
-                     "--rounds", "3", "--out", str(tmp_path / name)]) == 0
-    series, _ = read_folders([tmp_path / "a", tmp_path / "b"], "loss")
-    assert sorted(s.axes["participation"] for s in series) == ["bernoulli:redraw=false", "bernoulli:redraw=true"]
-    assert json.loads((tmp_path / "a" / "config.json").read_text())["participation"]["redraw"] is True
+    experiment = tmp_path / "experiment.toml"
+    experiment.write_text('algorithms = ["focus"]\nproblems = ["ridge:dim=3,clients=4,samples=5"]\nrounds = 5\n')
+    env = cli_env()
+    env.pop("RAY_ADDRESS", None)
+    proc = run_cli("sweep", str(experiment), "--out", str(tmp_path / "big"), "--executor", "ray", "--address", "auto",
+                   env=env, limit_gib=None, timeout=120)
+    assert_one_line_error(proc, 2, contains="cannot connect to Ray at auto")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["experiment.toml"]
+
+
+def test_ray_address_where_nothing_listens_is_one_line_within_seconds(tmp_path):
+    pytest.importorskip("ray")
+    import socket
+
+    from cli_harness import assert_one_line_error, run_cli
+
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    experiment = tmp_path / "experiment.toml"
+    experiment.write_text('algorithms = ["focus"]\nproblems = ["ridge:dim=3,clients=4,samples=5"]\nrounds = 5\n')
+    started = time.monotonic()
+    proc = run_cli("sweep", str(experiment), "--out", str(tmp_path / "big"), "--executor", "ray",
+                   "--address", f"127.0.0.1:{port}", timeout=120)
+    line = assert_one_line_error(proc, 2, contains=f"cannot connect to Ray at 127.0.0.1:{port}")
+    assert "ray start --head" in line and time.monotonic() - started < 60  # Ray alone retries for minutes
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["experiment.toml"]

@@ -1,13 +1,12 @@
 """`focusfl tune`: the step-size grid, the ranking rule and the command."""
-import json
 import math
 
 import pytest
 
-from cli_harness import run_cli
 from focusfl.cli import main
 from focusfl.errors import ConfigError
 from focusfl.experiments.outputs import read_csv
+from focusfl.experiments import tune
 from focusfl.experiments.tune import expand_algorithms, lr_grid, pick_best
 
 SMALL = "ridge:dim=5,clients=4,samples=10"
@@ -73,33 +72,70 @@ def test_tune_command_rejects_bad_input_without_output(tmp_path):
     assert not out.exists()
 
 
-def test_tune_ranks_neural_network_runs_by_test_loss(tmp_path, capsys):
-    # nn rows carry test_loss/test_accuracy, no full training loss: tune tracks the test loss.
+def test_tune_ranks_neural_networks_on_a_validation_split_never_the_test_set(tmp_path, capsys):
+    # nn rows carry test metrics, and the clients' held-out share gives val_loss: tune ranks by it.
+    import json
+
     import numpy as np
 
     rng = np.random.default_rng(0)
     data = tmp_path / "tiny.npz"
     np.savez(data, images=rng.integers(0, 256, (80, 1, 6, 6), dtype=np.uint8), labels=rng.integers(0, 3, 80))
     out = tmp_path / "t"
-    code = main(["tune", "--algorithm", "fedavg", "--problem",
-                 f"nn:data={data},clients=4,model=logreg,batch=8,test_fraction=0.25,partition=iid",
-                 "--participation", "full", "--rounds", "3", "--lr-min", "0.01", "--lr-max", "0.1",
-                 "--points", "2", "--out", str(out)])
+    problem = f"nn:data={data},clients=4,model=logreg,batch=8,test_fraction=0.25,partition=iid"
+    code = main(["tune", "--algorithm", "fedavg", "--problem", problem, "--participation", "full", "--rounds", "3",
+                 "--lr-min", "0.01", "--lr-max", "0.1", "--points", "2", "--out", str(out)])
     assert code == 0
     grid = read_csv(out / "grid.csv")
-    assert {row["metric"] for row in grid} == {"test_loss"}
+    assert {row["metric"] for row in grid} == {"val_loss"}
     assert all(math.isfinite(float(row["final"])) for row in grid)
+    assert json.loads((out / "config.json").read_text())["tune"]["problem"]["validation"] == 0.1
+    assert "first <=" not in capsys.readouterr().out  # no target for neural networks
+    assert main(["tune", "--algorithm", "fedavg", "--problem", problem, "--target", "0.1",
+                 "--out", str(tmp_path / "u")]) == 2
+    assert main(["tune", "--algorithm", "fedavg", "--validation", "0.1", "--out", str(tmp_path / "v")]) == 2
 
 
-def test_tune_shows_booleans_as_a_spec_spells_them_and_keeps_its_files(tmp_path):
+def test_a_stochastic_score_prefers_a_steady_loss_to_an_oscillating_one():
+    steady = [2.3, 1.0, 0.8, 0.7, 0.65, 0.6]
+    oscillating = [2.3, 0.9, 0.5, 2.0, 1.8, 0.4]  # lower final, but not where it ends on average
+    assert tune.trial_score(oscillating, "val_loss", False) > tune.trial_score(steady, "val_loss", False)
+    assert tune.trial_score(oscillating, "rel_error", False) == 0.4  # convex: the final value
+    assert tune.trial_score(steady, "val_loss", True) == math.inf
+
+
+def test_algorithms_are_a_comma_separated_list_as_the_help_shows():
+    assert tune.split_algorithms("focus,fedavg") == ["focus", "fedavg"]
+    assert tune.split_algorithms("focus, fedavg:weighting=p,server_lr=1,scaffold") == [
+        "focus", "fedavg:weighting=p,server_lr=1", "scaffold"]
+    assert tune.expand_algorithms(["focus,fedavg", "scaffold"]) == ["focus", "fedavg", "scaffold"]
+
+
+def test_the_help_example_runs_as_a_user_types_it(tmp_path):
+    from cli_harness import run_cli
+
     out = tmp_path / "tune"
-    proc = run_cli("tune", "--algorithm", "proxskip:pull=true", "--problem", SMALL, "--participation",
-                   "bernoulli:redraw=true", "--rounds", "5", "--points", "2", "--out", str(out))
+    proc = run_cli("tune", "--algorithm", "focus,fedavg", "--problem", "ridge", "--participation", "bernoulli",
+                   "--rounds", "20", "--points", "2", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
-    assert "proxskip:pull=true" in proc.stdout and "True" not in proc.stdout
-    assert {row["algorithm"] for row in read_csv(out / "grid.csv")} == {"proxskip:pull=true"}
-    # Display only: the runs' configurations keep their booleans (docs/cli.md lists these files).
-    configs = [json.loads(p.read_text()) for p in (out / "runs").glob("*/config.json")]
-    assert len(configs) == 2 and all(c["algorithm"]["pull"] is True for c in configs)
-    assert {p.name for p in out.iterdir()} == {"summary.csv", "grid.csv", "config.json", "experiment.toml", "runs",
-                                              ".focusfl-output.json"}
+    assert [row["algorithm"] for row in read_csv(out / "summary.csv")] == ["focus", "fedavg"]
+    # Its trials are a sweep whose experiment.toml `focusfl sweep` runs (and finds finished).
+    import tomllib
+
+    assert tomllib.loads((out / "experiment.toml").read_text())["algorithms"] == ["focus", "fedavg"]
+    again = run_cli("sweep", str(out / "experiment.toml"), "--out", str(tmp_path / "sweep"))
+    assert again.returncode == 0, again.stderr
+
+
+def test_a_stochastic_choice_keeps_one_grid_point_below_the_edge_of_stability():
+    def trial(lr, final, diverged=0):
+        return {"algorithm": "scaffold", "lr": lr, "metric": "val_loss", "final": final,
+                "first_round_below_target": None, "diverged": diverged}
+
+    # 0.02 scores best but 0.06 diverged: 0.02 sits at the edge, 0.0067 is taken.
+    trials = [trial(0.0022, 2.2), trial(0.0067, 1.19), trial(0.02, 0.64), trial(0.06, math.inf, 2)]
+    assert tune.choose(trials)["lr"] == 0.0067
+    assert tune.pick_best(trials)["lr"] == 0.02  # convex problems keep the plain ranking
+    assert tune.choose([trial(0.05, 0.6), trial(0.15, 0.38)])["lr"] == 0.15  # the grid's top: nothing above
+    everything = [trial(0.1, math.inf, 1), trial(0.3, math.inf, 2)]
+    assert tune.choose(everything)["lr"] == 0.1

@@ -135,20 +135,18 @@ def _cmd_run(args) -> int:
         result = run_to_folder(config, out, progress=True, checkpoint_every=args.checkpoint_every,
                                restart=args.restart, allow_model_import=allow_import, tensorboard=args.tensorboard)
     last = result.last_row
-    shown = ", ".join(f"{k}={_shown(v)}" for k, v in last.items() if k not in ("round", "active"))
+    shown = ", ".join(f"{k}={v:.6g}" for k, v in last.items() if k not in ("round", "active"))
     print(f"round {last['round']}: {shown}")
     print(f"wrote {out}/metrics.csv, config.json, curve.png")
     _print_log_dir(Path(out))
     if result.diverged_at is not None:
+        from .engine.divergence import BlowUpDetector
+
+        detector = result.blow_up or BlowUpDetector()
         raise DivergenceError(
-            f"diverged at round {result.diverged_at} ({result.diverged_why}); what was computed is in {out}"
+            f"diverged at round {result.diverged_at} ({detector.reason(last)}); what was computed is in {out}"
         )
     return 0
-
-
-def _shown(value) -> str:
-    """A metric as the run's last line prints it: numbers to 6 digits, flags as true/false."""
-    return str(value).lower() if isinstance(value, bool) else f"{value:.6g}"
 
 
 def _print_log_dir(out: Path) -> None:
@@ -228,8 +226,7 @@ def _add_participation(sub) -> None:
     p.add_argument("--clients", type=positive_int, default=16)
     p.add_argument("--rounds", type=positive_int, default=1000)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--plot", help="write an availability raster to this PNG, PDF or SVG file (never over a file "
-                   "focusfl did not write)")
+    p.add_argument("--plot", help="write an availability raster to this PNG, PDF or SVG file")
     p.set_defaults(handler=_cmd_participation)
 
 
@@ -282,6 +279,7 @@ def _add_algorithms(sub) -> None:
 
 def _cmd_algorithms(args) -> int:
     from .algorithms import ALGORITHMS
+    from .algorithms.base import Algorithm
 
     width = max(len("name"), *(len(name) for name in ALGORITHMS))  # names never push the columns
     print(f"{'name':<{width}} {'down':>5} {'up':>5} {'server mem':>11} {'client mem':>11}  what it is")
@@ -295,31 +293,19 @@ def _cmd_algorithms(args) -> int:
         )
     print("\ndown/up: vectors of d floats per participating client per round; memory in vectors (server: N d")
     print("tables count as N vectors); client memory is kept by every client between rounds.")
-    print("\nhyperparameters, given as NAME:key=value,... (defaults shown; every algorithm also takes lr and")
-    print("local_steps, which --lr and --local-steps set):")
+    print("\nhyperparameters (SPEC keys with their defaults, e.g. fedavg:server_lr=0.5; every algorithm also takes")
+    print("lr and local_steps, given by --lr and --local-steps):")
     for name, cls in ALGORITHMS.items():
-        print(f"{name:<{width}} {', '.join(_hyperparameters(cls)) or '-'}")
+        defaults = cls()
+        keys = [f"{key}={_shown(getattr(defaults, key))}" for key in cls.__dataclass_fields__
+                if key not in Algorithm.__dataclass_fields__]
+        print(f"  {name:<{width}} {', '.join(keys) or '(none)'}")
     return 0
 
 
-def _hyperparameters(cls) -> list[str]:
-    """``key=default`` of an algorithm's own hyperparameters, spelled as a SPEC takes them."""
-    import dataclasses
-
-    shown = []
-    for field in dataclasses.fields(cls):
-        if not field.init or field.name in ("lr", "local_steps"):
-            continue
-        default = field.default
-        if default is None:
-            shown.append(f"{field.name} (unset)")
-        elif isinstance(default, bool):
-            shown.append(f"{field.name}={str(default).lower()}")
-        elif isinstance(default, float):
-            shown.append(f"{field.name}={default:g}")
-        else:
-            shown.append(f"{field.name}={default}")
-    return shown
+def _shown(value) -> str:
+    """A default as a user types it in a SPEC."""
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 # -- tune ----------------------------------------------------------------------------------------
@@ -511,8 +497,8 @@ def _command_texts() -> dict[str, tuple[str, str]]:
                                     "focusfl participation weighted:m=4 --rounds 2000 --plot raster.png",
                                     "focusfl participation 'bernoulli:p=0.1;0.5;0.9;0.2' --clients 4   "
                                     "# a list: quoted, a shell ends the command at ;")),
-        "algorithms": ("List the registered algorithms with the vectors each sends per round, the memory "
-                       "it keeps and its hyperparameters with their defaults (docs/algorithms.md).", _examples("focusfl algorithms")),
+        "algorithms": ("List the registered algorithms with the vectors each sends per round and the memory "
+                       "it keeps (docs/algorithms.md).", _examples("focusfl algorithms")),
         "tune": ("Grid-search the step size of one or more algorithms on one problem and participation "
                  "process; prints the best step of each and writes grid.csv and summary.csv. " + names,
                  _examples("focusfl tune --algorithm focus,fedavg --problem ridge --participation bernoulli",

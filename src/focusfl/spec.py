@@ -65,8 +65,8 @@ def format_spec(name: str, params: dict[str, Any]) -> str:
     def fmt(value: Any) -> str:
         if isinstance(value, (list, tuple)):
             return ";".join(fmt(v) for v in value)
-        if isinstance(value, bool):  # as a SPEC spells it (notebook=true), not Python's True
-            return str(value).lower()
+        if isinstance(value, bool):
+            return "true" if value else "false"  # as users type it (parse_spec reads both)
         return str(value)
 
     return name + ":" + ",".join(f"{k}={fmt(v)}" for k, v in params.items())

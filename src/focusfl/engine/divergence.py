@@ -24,11 +24,10 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-NON_FINITE = "non-finite model"  # RunResult.diverged_why of a run stopped by a NaN or an infinity
 FACTOR = 10.0
 PATIENCE = 3
 MIN_ROUNDS = 20
-TRACKED = ("loss", "train_loss", "test_loss")
+TRACKED = ("loss", "train_loss", "test_loss", "val_loss")
 
 
 def tracked_loss(row: dict) -> str | None:
@@ -101,10 +100,13 @@ class BlowUpDetector:
         self.streak += 1
         return self.streak >= max(1, self.patience) and round_ - self.streak_from >= self.min_rounds
 
-    def reason(self) -> str:
-        """Why the rule stopped the run, for a person: which loss, against what, since when."""
-        return (f"{self.key} stayed above {self.factor:g}x its start of {self.start:.3g} for {self.streak} "
-                f"evaluations from round {self.streak_from}: the blow-up rule")
+    def reason(self, row: dict) -> str:
+        """Which rule stopped a run whose last row is ``row``, in words for its one-line message."""
+        value = row.get(self.key) if self.key else None
+        if isinstance(value, (int, float)) and math.isfinite(value) and self.start is not None:
+            return (f"blow-up rule: {self.key} {value:.3g}, above {self.factor:g}x its start {self.start:.3g} at "
+                    f"{self.streak} evaluations since round {self.streak_from}")
+        return "non-finite model"
 
     def state(self) -> dict:
         return {"key": self.key, "start": self.start, "streak": self.streak, "streak_from": self.streak_from}

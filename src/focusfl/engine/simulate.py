@@ -11,7 +11,7 @@ import torch
 from ..algorithms.base import Algorithm, State
 from ..errors import ConfigError
 from ..problems.base import Problem
-from .divergence import NON_FINITE, BlowUpDetector
+from .divergence import BlowUpDetector
 from .reference import reference_round
 from .vectorized import vectorized_round
 
@@ -37,8 +37,7 @@ class RunResult:
     rows: list[dict] = field(default_factory=list)  # empty when simulate(keep_rows=False)
     state: State | None = None
     rounds_done: int = 0
-    diverged_at: int | None = None  # round count at which the run diverged (non-finite or blown up)
-    diverged_why: str | None = None  # which rule stopped it: divergence.NON_FINITE or the blow-up rule's reason
+    diverged_at: int | None = None  # round count at which the model stopped being finite
     last_row: dict | None = None  # the latest evaluated row (kept even without rows)
     comm: tuple[float, float] = (0.0, 0.0)  # cumulative floats sent (down, up) after rounds_done
     blow_up: BlowUpDetector | None = None  # the run's detector (its state goes into checkpoints)
@@ -146,11 +145,8 @@ def simulate(
             finite = all(math.isfinite(v) for v in row.values())
         else:
             row.update({"loss": math.inf, "grad_norm": math.inf})
-        if not finite:
-            result.diverged_why = NON_FINITE
-        elif result.blow_up.update(row):
+        if finite and result.blow_up.update(row):
             finite = False
-            result.diverged_why = result.blow_up.reason()
         if not finite:
             row["diverged"] = True
         result.last_row = row

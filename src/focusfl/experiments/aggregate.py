@@ -106,7 +106,8 @@ def _stride(rounds: Any, eval_every: Any) -> int:
 
 
 # -- a sweep -------------------------------------------------------------------------------------
-def aggregate(experiment, runs, folder: Path, *, band: str, failures: Sequence[dict]) -> list[str]:
+def aggregate(experiment, runs, folder: Path, *, band: str, failures: Sequence[dict],
+              panel_titles: dict[str, str] | None = None) -> list[str]:
     """Write results.csv, summary.csv (and failures.csv, or remove a stale one) and the
     figures of ``runs`` into ``folder``; returns the names written."""
     from .run_folder import CONFIG, METRICS
@@ -149,7 +150,7 @@ def aggregate(experiment, runs, folder: Path, *, band: str, failures: Sequence[d
         (folder / FAILURES).unlink(missing_ok=True)
     if series:
         title = f"{experiment.name}: {_metric_label(metric)}"
-        written += plot_series(series, folder, metric=metric, band=band, title=title)
+        written += plot_series(series, folder, metric=metric, band=band, title=title, panel_titles=panel_titles)
     return written
 
 
@@ -279,10 +280,11 @@ def _metric_label(metric: str) -> str:
 def plot_series(series: Sequence[Series], folder: Path, *, metric: str, band: str, title: str,
                 xs: Sequence[str] = ("round", "comm_total"), stems: Sequence[str] = ("figure", "figure_communication"),
                 formats: Sequence[str] = ("png", "pdf"), x_factor: dict[str, float] | None = None,
-                xlabel: str | None = None) -> list[str]:
+                xlabel: str | None = None, panel_titles: dict[str, str] | None = None) -> list[str]:
     """Band figures of ``series`` against each of ``xs``: one panel per (problem, participation).
     ``x_factor[algorithm]`` multiplies an algorithm's x values (the FOCUS notebook's axis counts
-    SCAFFOLD's and ProxSkip's rounds twice); ``xlabel`` replaces the x axis's name."""
+    SCAFFOLD's and ProxSkip's rounds twice); ``xlabel`` replaces the x axis's name;
+    ``panel_titles[participation spec]`` says what a panel's participation means."""
     from .plots import plot_band_panels
 
     log = use_log(series)
@@ -293,6 +295,7 @@ def plot_series(series: Sequence[Series], folder: Path, *, metric: str, band: st
     panels: dict[str, dict[tuple, list[Series]]] = {}
     for s in series:
         title_of = str(s.axes.get("participation"))
+        title_of = (panel_titles or {}).get(title_of, title_of)
         if len(problems) > 1:
             title_of = f"{s.axes.get('problem')}\n{title_of}"
         panels.setdefault(title_of, {}).setdefault(_group(s.axes), []).append(s)

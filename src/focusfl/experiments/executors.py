@@ -188,8 +188,8 @@ class LocalExecutor:
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
 
-    def start(self) -> None:
-        """Nothing to reach before the sweep's folder is made: ``run`` starts its own pool."""
+    def check(self) -> None:
+        """Nothing to reach before the runs: worker processes start with them."""
 
     def close(self) -> None:
         """Nothing to release: ``run`` shuts its process pool down itself."""
@@ -236,9 +236,11 @@ class RayExecutor:
         where = self.address or "a local Ray"
         return f"Ray tasks on {where}, {self.threads} CPU(s) each"
 
-    def start(self) -> None:
-        """Connect now, before the sweep makes its folder: without a cluster nothing is left behind."""
-        self._connect()
+    def check(self) -> None:
+        """Connect to the cluster ``--address`` names before anything is written: a wrong address
+        is one line and leaves no folder behind. (A local cluster starts with the first run.)"""
+        if self.address is not None:
+            self._connect()
 
     def _connect(self):
         import ray

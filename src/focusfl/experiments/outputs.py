@@ -673,16 +673,13 @@ FIGURE_TAG = "focusfl"
 _TAG_SCAN_BYTES = 1 << 16
 
 
-_SVG_TAG = re.compile(rb"<dc:creator>\s*<cc:Agent>\s*<dc:title>" + FIGURE_TAG.encode() + rb"</dc:title>")
-
-
 def figure_metadata(path: str | Path) -> dict[str, str | None]:
-    """Matplotlib savefig metadata that marks a PNG, PDF or SVG as written by focusfl. A PDF or SVG
-    gets no date, so the same command writes the same bytes."""
+    """Matplotlib savefig metadata that marks a PNG, PDF or SVG as written by focusfl (an SVG
+    without the date matplotlib would add, so that the same figure is the same bytes)."""
     suffix = Path(path).suffix.lower()
     if suffix == ".svg":
         return {"Creator": FIGURE_TAG, "Date": None}
-    return {"Creator": FIGURE_TAG, "CreationDate": None} if suffix == ".pdf" else {"Software": FIGURE_TAG}
+    return {"Creator": FIGURE_TAG} if suffix == ".pdf" else {"Software": FIGURE_TAG}
 
 
 def _tagged(path: Path) -> bool:
@@ -698,7 +695,7 @@ def _tagged(path: Path) -> bool:
     tag = FIGURE_TAG.encode()
     return (head.startswith(b"\x89PNG") and b"Software\x00" + tag in head) or (
         head.startswith(b"%PDF") and b"(" + tag + b")" in tail) or (
-        head.startswith((b"<?xml", b"<svg")) and _SVG_TAG.search(head) is not None)
+        head.startswith(b"<?xml") and b"<dc:title>" + tag + b"</dc:title>" in head)
 
 
 def check_figure_targets(paths, option: str) -> None:

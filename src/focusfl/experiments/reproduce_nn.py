@@ -20,7 +20,9 @@ skipped with a note.
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,7 +33,7 @@ from ..algorithms import ALGORITHMS, make_algorithm
 from ..errors import ConfigError
 from ..participation import make_participation
 from ..problems import make_problem
-from .outputs import ResultCache, output_folder, write_csv
+from .outputs import read_csv, write_csv
 from .reproduce import Preset, cached_run, register
 from .runner import DTYPES, BuiltRun, RunConfig, execute, resolve_device
 
@@ -48,6 +50,11 @@ class Setup:
     eval_every: int
     schedule: str = "constant"
     notes: list[str] = field(default_factory=list)
+    # The step-size search (`--steps tuned`, the default): the preset's step times these factors,
+    # each run tune_rounds rounds (evaluated every tune_eval_every) on the clients' validation share.
+    tune_rounds: int = 30
+    tune_eval_every: int = 3
+    factors: tuple[float, ...] = (1 / 9, 1 / 3, 1.0, 3.0)
 
 
 FOCUS_CIFAR10 = Setup(
@@ -58,6 +65,8 @@ FOCUS_CIFAR10 = Setup(
     algorithms={name: {"lr": 2e-3, "local_steps": 3} for name in ("sg_focus", "fedavg", "fedau", "scaffold", "mifa")},
     rounds=10_000,
     eval_every=50,
+    tune_rounds=1_000,
+    tune_eval_every=50,
 )
 
 FEDSUM_MNIST = Setup(
@@ -75,6 +84,8 @@ FEDSUM_MNIST = Setup(
     },
     rounds=2_000,
     eval_every=20,
+    tune_rounds=200,
+    tune_eval_every=20,
     schedule="sqrt",
     notes=["alpha=0.1, the step sizes and the P1-P3 rates are our choices (lost in the paper's extraction)"],
 )
@@ -111,59 +122,182 @@ def available(setup: Setup, only: list[str] | None) -> tuple[list[str], list[str
     return [a for a in wanted if a in ALGORITHMS], notes
 
 
-def run_setup(setup: Setup, problem_spec: dict, args: argparse.Namespace, algorithms: list[str], cache=None):
-    """Every (scenario, algorithm) run on one problem: (panels, summary rows, problem)."""
-    device = resolve_device(args.device)
-    problem = make_problem(problem_spec, dtype=DTYPES[args.dtype], device=str(device))
+# -- step sizes -----------------------------------------------------------------------------------
+def _entry(name: str, hyperparameters: dict, lr) -> dict:
+    """The sweep's algorithm table of a preset algorithm at step(s) ``lr``."""
+    return {"name": name, **hyperparameters, "lr": lr}
+
+
+def _label(name: str, hyperparameters: dict) -> str:
+    """How the sweep names the algorithm (its SPEC without lr and local_steps)."""
+    from ..spec import format_spec
+
+    return format_spec(name, {k: v for k, v in hyperparameters.items() if k not in ("lr", "local_steps")})
+
+
+def _sweep(name: str, algorithms: list[dict], spec: dict, participation: str, seeds: list[int], rounds: int,
+           eval_every: int, setup: Setup, args: argparse.Namespace):
+    from .sweep import experiment_text, parse_experiment
+
+    data = {"name": name, "algorithms": algorithms, "problems": [spec], "participation": [participation],
+            "seeds": seeds, "rounds": rounds, "eval_every": eval_every, "schedule": setup.schedule,
+            "dtype": args.dtype, "device": args.device}
+    return parse_experiment(data, experiment_text(data))
+
+
+def tune_steps(setup: Setup, spec: dict, algorithms: list[str], args: argparse.Namespace, folder: Path) -> list[dict]:
+    """Each algorithm's step per scenario, chosen on the clients' validation share (never the
+    test set): the preset's step times ``setup.factors``, ``--tune-rounds`` rounds, ``--seeds``
+    seeds, ranked by the mean validation loss over the last third of the evaluations (a step whose
+    runs diverge, or oscillate at the end, loses), one grid point below the edge of stability
+    (:func:`focusfl.experiments.tune.pick_stable`). One row per (scenario, algorithm) with the
+    chosen step and every grid point's score."""
+    from .sweep import run_sweep
+    from .tune import choose, grid_rows, with_validation
+
+    tuned = with_validation(spec, args.validation)
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    rounds = args.tune_rounds or setup.tune_rounds
+    eval_every = min(args.tune_eval_every or setup.tune_eval_every, rounds)
+    choices = []
+    for scenario, participation in setup.scenarios.items():
+        entries = [_entry(name, setup.algorithms[name],
+                          [float(f"{setup.algorithms[name]['lr'] * f:.3g}") for f in setup.factors])
+                   for name in algorithms]
+        experiment = _sweep("tune steps", entries, tuned, participation, seeds, rounds, eval_every, setup, args)
+        found: dict = {}
+
+        def tables(experiment, runs, where, *, band, failures) -> list[str]:
+            found["trials"] = grid_rows(runs, where, None)
+            write_csv(where / "grid.csv", found["trials"])
+            return ["grid.csv"]
+
+        report = run_sweep(experiment, folder / f"tuning-{scenario_tag(participation)}", workers=args.workers,
+                           progress=True, kind="tune", tables=tables)
+        _raise_failures(report, "tuning")
+        for name in algorithms:
+            label = _label(name, setup.algorithms[name])
+            trials = sorted((t for t in found["trials"] if t["algorithm"] == label), key=lambda t: t["lr"])
+            best = choose(trials)
+            choices.append({
+                "scenario": scenario, "algorithm": name, "lr": best["lr"], "steps": "tuned",
+                "preset_lr": setup.algorithms[name]["lr"], "score": best["final"],
+                "every_step_diverged": all(t["diverged"] for t in trials),
+                "largest_of_grid": best["lr"] == trials[-1]["lr"],
+                "grid": ";".join(f"{t['lr']:g}={t['final']:.4g}" + (" (diverged)" if t["diverged"] else "")
+                                 for t in trials),
+            })
+    return choices
+
+
+def fixed_steps(setup: Setup, algorithms: list[str]) -> list[dict]:
+    return [{"scenario": scenario, "algorithm": name, "lr": setup.algorithms[name]["lr"], "steps": "fixed",
+             "preset_lr": setup.algorithms[name]["lr"]}
+            for scenario in setup.scenarios for name in algorithms]
+
+
+def _raise_failures(report, phase: str) -> None:
+    if report.failed:
+        first = report.failed[0]
+        raise ConfigError(f"{len(report.failed)} {phase} run(s) failed (the first, {first['algorithm']} seed "
+                          f"{first['seed']}: {first['error']}); run the same command again to retry them")
+
+
+# -- the runs -------------------------------------------------------------------------------------
+def run_final(setup: Setup, spec: dict, steps: list[dict], args: argparse.Namespace, folder: Path):
+    """The preset's runs at the chosen steps, ``--seeds`` seeds each, ``--workers`` at a time:
+    (panels: scenario -> algorithm -> one row list per seed, summary rows)."""
+    from .run_folder import CONFIG, METRICS
+    from .sweep import RUNS, run_sweep
+
+    seeds = list(range(args.seed, args.seed + args.seeds))
     rounds = args.rounds or setup.rounds
     eval_every = args.eval_every or setup.eval_every
-    panels: dict[str, dict[str, list[dict]]] = {}
+    panels: dict[str, dict[str, list[list[dict]]]] = {}
     summary = []
-    for scenario, spec in setup.scenarios.items():
+    for scenario, participation in setup.scenarios.items():
+        chosen = [row for row in steps if row["scenario"] == scenario]
+        entries = [_entry(row["algorithm"], setup.algorithms[row["algorithm"]], row["lr"]) for row in chosen]
+        experiment = _sweep(setup.title, entries, spec, participation, seeds, rounds, eval_every, setup, args)
+        where = folder / f"runs-{scenario_tag(participation)}"
+        report = run_sweep(experiment, where, workers=args.workers, progress=True, kind="sweep",
+                           tables=lambda *a, **k: [])
+        _raise_failures(report, "preset")
+        by_label: dict[str, list[tuple[list[dict], int | None]]] = {}
+        for run in report.runs:
+            info = json.loads((where / RUNS / run.key / CONFIG).read_text())
+            rows = [_typed(row) for row in read_csv(where / RUNS / run.key / METRICS)]
+            by_label.setdefault(run.axes["algorithm"], []).append((rows, info.get("diverged_at_round")))
         panels[scenario] = {}
-        for name in algorithms:
-            config = RunConfig(
-                algorithm=name, problem=problem_spec, participation=spec, rounds=rounds, seed=args.seed,
-                dtype=args.dtype, device=args.device, eval_every=eval_every, schedule=setup.schedule,
-            )
-            built = BuiltRun(
-                config, make_algorithm(name, **setup.algorithms[name]), problem,
-                make_participation(spec, problem.num_clients, seed=args.seed, problem=problem),
-            )
-            key = {"preset": setup.title, **asdict(config), "hyperparameters": setup.algorithms[name]}
-            result, seconds = cached_run(cache, key, lambda: execute(built, progress=True))
-            panels[scenario][name] = result.rows
-            summary.append(summary_row(name, spec, result, seconds))
-    return panels, summary, problem
+        for row in chosen:
+            name = row["algorithm"]
+            runs = by_label[_label(name, setup.algorithms[name])]
+            panels[scenario][name] = [rows for rows, _ in runs]
+            summary.append(summary_row(name, participation, runs, row["lr"], row["steps"]))
+    return panels, summary
 
 
-def summary_row(name: str, spec: str, result, seconds: float) -> dict:
-    accuracies = [r["test_accuracy"] for r in result.rows if "test_accuracy" in r]
-    last = result.rows[-1]
+def _typed(row: dict) -> dict:
+    """A metrics.csv row with numbers as numbers (empty cells dropped, the diverged flag kept)."""
+    out: dict = {}
+    for key, cell in row.items():
+        if cell in ("", None):
+            continue
+        try:
+            out[key] = float(cell)
+        except ValueError:
+            out[key] = cell
+    return out
+
+
+def _mean(values: list[float]) -> float | None:
+    return math.fsum(values) / len(values) if values else None
+
+
+def summary_row(name: str, spec: str, runs: list[tuple[list[dict], int | None]], lr: float, steps: str) -> dict:
+    """One (scenario, algorithm) over its seeds. A run that diverged is named as diverged at its
+    round, never given a final accuracy: the final columns are left empty then, and ``status``
+    says which seeds diverged where."""
+    diverged = [at for _, at in runs if at is not None]
+    finished = [rows for rows, at in runs if at is None]
+    finals = [rows[-1]["test_accuracy"] for rows in finished]
+    bests = [max(r["test_accuracy"] for r in rows if math.isfinite(r.get("test_accuracy", math.nan)))
+             for rows, _ in runs if any(math.isfinite(r.get("test_accuracy", math.nan)) for r in rows)]
+    if not diverged:
+        status = "complete"
+    elif len(runs) == 1:
+        status = f"diverged at round {diverged[0]}"
+    else:
+        status = f"{len(diverged)} of {len(runs)} seeds diverged (first at round {min(diverged)})"
     return {
         "algorithm": name,
         "participation": spec,
-        "rounds": result.rounds_done,
-        "final_test_accuracy": last.get("test_accuracy", math.nan),
-        "best_test_accuracy": max(accuracies) if accuracies else math.nan,
-        "final_test_loss": last.get("test_loss", math.nan),
-        "final_train_loss": last.get("train_loss", math.nan),
-        "diverged_at": result.diverged_at,
-        "seconds": round(seconds, 1),
+        "lr": lr,
+        "steps": steps,
+        "seeds": len(runs),
+        "rounds": int(max(rows[-1]["round"] for rows, _ in runs)),
+        "status": status,
+        "final_test_accuracy": None if diverged else _mean(finals),
+        "final_test_accuracy_min": None if diverged else min(finals),
+        "final_test_accuracy_max": None if diverged else max(finals),
+        "best_test_accuracy": _mean(bests),
+        "final_test_loss": None if diverged else _mean([rows[-1]["test_loss"] for rows in finished]),
+        "diverged_at": min(diverged) if diverged else None,
     }
 
 
 def format_table(summary: list[dict]) -> str:
-    header = (
-        f"{'algorithm':<10} {'participation':<22} {'final acc':>9} {'best acc':>9} {'test loss':>10} {'seconds':>8}"
-    )
+    header = (f"{'algorithm':<10} {'participation':<22} {'lr':>8} {'steps':>6} {'final acc':>9} {'(min - max)':>15} "
+              f"{'best acc':>9} {'test loss':>10}")
     lines = [header, "-" * len(header)]
     for row in summary:
-        diverged = f"  (diverged at round {row['diverged_at']})" if row["diverged_at"] is not None else ""
-        lines.append(
-            f"{row['algorithm']:<10} {row['participation']:<22} {row['final_test_accuracy']:>9.4f} "
-            f"{row['best_test_accuracy']:>9.4f} {row['final_test_loss']:>10.4f} {row['seconds']:>8.1f}{diverged}"
-        )
+        head = f"{row['algorithm']:<10} {row['participation']:<22} {row['lr']:>8.3g} {row['steps']:>6}"
+        best = "" if row["best_test_accuracy"] is None else f"{row['best_test_accuracy']:>9.4f}"
+        if row["final_test_accuracy"] is None:
+            lines.append(f"{head} {row['status']}" + (f"; best acc before {best.strip()}" if best else ""))
+            continue
+        span = f"({row['final_test_accuracy_min']:.3f} - {row['final_test_accuracy_max']:.3f})" if row["seeds"] > 1 else ""
+        lines.append(f"{head} {row['final_test_accuracy']:>9.4f} {span:>15} {best:>9} {row['final_test_loss']:>10.4f}")
     return "\n".join(lines)
 
 
@@ -173,17 +307,38 @@ def scenario_tag(spec: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", spec).strip("-")
 
 
-def write_outputs(scratch: Path, setup: Setup, panels, summary, problem) -> None:
-    from ..data.plots import plot_label_histograms, plot_training_curves
+def write_outputs(folder: Path, setup: Setup, panels, summary, steps, problem) -> list[str]:
+    """summary.csv, steps.csv, figure_<scenario>.png/pdf (seed bands) and partition.png; the names."""
+    from ..data.plots import plot_label_histograms, plot_training_bands
 
-    write_csv(scratch / "summary.csv", summary)
+    written = ["summary.csv", "steps.csv", "partition.png"]
+    write_csv(folder / "summary.csv", summary)
+    write_csv(folder / "steps.csv", steps)
     for scenario, runs in panels.items():
         tag = scenario_tag(setup.scenarios[scenario])
-        for name, rows in runs.items():
-            write_csv(scratch / f"metrics_{tag}_{name}.csv", rows)
-        plot_training_curves(runs, [scratch / f"figure_{tag}.png", scratch / f"figure_{tag}.pdf"],
-                             title=f"{setup.title}\n{scenario}")
-    plot_label_histograms(problem.label_histograms(), scratch / "partition.png")
+        chosen = {row["algorithm"]: row for row in steps if row["scenario"] == scenario}
+        labelled = {f"{name} (lr {chosen[name]['lr']:g}, {chosen[name]['steps']})": seeds for name, seeds in runs.items()}
+        plot_training_bands(labelled, [folder / f"figure_{tag}.png", folder / f"figure_{tag}.pdf"],
+                            title=f"{setup.title}\n{scenario}")
+        written += [f"figure_{tag}.png", f"figure_{tag}.pdf"]
+    plot_label_histograms(problem.label_histograms(), folder / "partition.png")
+    return written
+
+
+def run_preset(setup: Setup, spec: dict, algorithms: list[str], args: argparse.Namespace, folder: Path):
+    """The whole preset into the focusfl folder ``folder`` (a rerun skips finished runs): steps
+    (tuned unless ``--steps fixed``), the runs over the seeds, tables and figures.
+    Returns (summary rows, steps rows)."""
+    from .outputs import open_store
+
+    problem = make_problem(spec, dtype=DTYPES[args.dtype], device=str(resolve_device(args.device)))
+    with open_store(folder, kind="reproduce-nn") as store:
+        steps = (tune_steps(setup, spec, algorithms, args, store.path) if args.steps == "tuned"
+                 else fixed_steps(setup, algorithms))
+        panels, summary = run_final(setup, spec, steps, args, store.path)
+        written = write_outputs(store.path, setup, panels, summary, steps, problem)
+        store.mark(written, folders=[p.name for p in store.path.iterdir() if p.is_dir() and not p.name.startswith(".")])
+    return summary, steps
 
 
 def preset_arguments(setup: Setup, default_out: str, *, npz_required: bool = False):
@@ -200,7 +355,22 @@ def preset_arguments(setup: Setup, default_out: str, *, npz_required: bool = Fal
                             help=f"evaluate every E rounds (default {setup.eval_every})")
         parser.add_argument("--algorithms", default=None,
                             help=f"comma-separated subset of {','.join(setup.algorithms)}")
-        parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument("--seed", type=int, default=0, help="the first seed (default 0)")
+        parser.add_argument("--seeds", type=int, default=2,
+                            help="seeds per step size and per final run; figures draw their mean and min-max band "
+                            "(default 2)")
+        parser.add_argument("--steps", choices=["tuned", "fixed"], default="tuned",
+                            help="tuned (default): each algorithm's step chosen on the clients' validation share; "
+                            "fixed: the preset's steps")
+        parser.add_argument("--validation", type=float, default=None,
+                            help="share of each client's data held out to choose the steps on (default 0.1)")
+        parser.add_argument("--tune-rounds", type=int, default=None,
+                            help=f"rounds per step-size trial (default {setup.tune_rounds})")
+        parser.add_argument("--tune-eval-every", type=int, default=None,
+                            help=f"evaluate the trials every E rounds (default {setup.tune_eval_every})")
+        parser.add_argument("--workers", type=int, default=None,
+                            help="runs at a time on this machine, each with one thread (default: 2, or 1 on a "
+                            "one-core machine; the numbers do not depend on it)")
         parser.add_argument("--dtype", choices=list(DTYPES), default="float32")
         parser.add_argument("--device", default="cpu", help="cpu or cuda")
 
@@ -220,22 +390,29 @@ def problem_spec(setup: Setup, args: argparse.Namespace) -> dict:
 
 def make_runner(setup: Setup):
     def run(args: argparse.Namespace) -> int:
-        for key in ("rounds", "eval_every"):
+        if args.workers is None:  # speed only: every run computes with one thread whatever the count
+            args.workers = min(2, os.cpu_count() or 1)
+        for key in ("rounds", "eval_every", "tune_rounds", "tune_eval_every", "seeds", "workers"):
             value = getattr(args, key)
             if value is not None and value < 1:
                 raise ConfigError(f"--{key.replace('_', '-')} must be >= 1, got {value}")
+        if args.validation is not None and not 0 < args.validation < 1:
+            raise ConfigError(f"--validation must be in (0, 1), got {args.validation}")
         only = [a.strip() for a in args.algorithms.split(",")] if args.algorithms else None
         algorithms, notes = available(setup, only)
         for note in notes + [f"note: {n}" for n in setup.notes]:
             print(note)
         if not algorithms:
             raise ConfigError("none of the preset's algorithms is registered")
-        with output_folder(args.out, kind="reproduce-nn", keep_partial=True) as scratch:
-            panels, summary, problem = run_setup(setup, problem_spec(setup, args), args, algorithms,
-                                                 cache=ResultCache(scratch))
-            write_outputs(scratch, setup, panels, summary, problem)
+        summary, steps = run_preset(setup, problem_spec(setup, args), algorithms, args, Path(args.out))
+        if args.steps == "tuned":
+            print("steps chosen on the clients' validation share (steps.csv has every grid point's score):")
+            for row in steps:
+                print(f"  {row['scenario']}: {row['algorithm']} lr {row['lr']:g} (preset {row['preset_lr']:g})"
+                      + ("; every step of the grid diverged" if row["every_step_diverged"] else "")
+                      + ("; the grid's largest (a larger one may do better)" if row["largest_of_grid"] else ""))
         print(format_table(summary))
-        print(f"\nwrote {Path(args.out) / 'summary.csv'}, figure_*.png, metrics_*.csv and partition.png")
+        print(f"\nwrote {Path(args.out) / 'summary.csv'}, steps.csv, figure_*.png, partition.png and the runs' folders")
         return 0
 
     return run

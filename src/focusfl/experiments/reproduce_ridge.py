@@ -57,8 +57,6 @@ SCENARIOS = {
 }
 THRESHOLD = 1e-8
 PRESET_FILES = {"paper": "ridge.toml", "notebook": "ridge-notebook.toml"}
-# Settings whose results differ never share a default folder: a rerun of one would replace the other's.
-DEFAULT_OUT = {"paper": "runs/reproduce-ridge", "notebook": "runs/reproduce-ridge-notebook"}
 TITLES = {
     "paper": "Ridge regression, the paper's stated setting (d=100, N=16, tau=5, eta=0.0002)",
     "notebook": "Ridge regression, the authors' notebook setting (d=50, 500 rows/client, no reg, tau=3, "
@@ -208,11 +206,15 @@ def many_lines_style():
     return matplotlib.rc_context({"axes.prop_cycle": styles, "axes.formatter.limits": (-3, 4)})
 
 
+DEFAULT_OUT = {"paper": "runs/reproduce-ridge", "notebook": "runs/reproduce-ridge-notebook"}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from ..argtypes import non_negative_int, positive_int
 
-    parser.add_argument("--out", help=f"output folder (default: {DEFAULT_OUT['paper']}, or {DEFAULT_OUT['notebook']} "
-                        "for --setting notebook); a rerun skips the runs finished there")
+    parser.add_argument("--out", default=None,
+                        help="output folder; a rerun skips the runs finished there (default runs/reproduce-ridge, "
+                        "runs/reproduce-ridge-notebook for --setting notebook)")
     parser.add_argument("--setting", choices=list(PRESET_FILES), default="paper",
                         help="paper: the setting the FOCUS paper states; notebook: the authors' notebook that drew "
                         "the published figure")
@@ -237,13 +239,15 @@ def run(args: argparse.Namespace) -> int:
     if args.export is not None:
         return export(args)
     experiment = configured(args.setting, rounds=args.rounds, seeds=args.seeds, seed=args.seed)
-    out = Path(args.out or DEFAULT_OUT[args.setting])
+    # Each setting has its own default folder: the notebook's must not replace the paper's runs.
+    args.out = args.out or DEFAULT_OUT[args.setting]
     # d <= 100, n <= 16: every tensor op is tiny, and intra-op threads only add synchronisation
     # (on a busy 2-core machine they made this preset ~20x slower); workers use one each.
     torch.set_num_threads(1)
-    report = run_sweep(experiment, out, workers=args.workers, band=args.band, progress=True,
+    report = run_sweep(experiment, args.out, workers=args.workers, band=args.band, progress=True,
                        tensorboard=args.tensorboard,
                        kind="reproduce-ridge", tables=lambda *a, **k: figure_tables(*a, setting=args.setting, **k))
+    out = Path(args.out)
     print(format_summary(read_csv(out / "summary.csv")))
     print(f"\n{report.total} runs: {report.skipped} finished earlier, {report.ran} ran, {len(report.failed)} failed; "
           f"{report.seconds:.1f} s")
@@ -279,13 +283,14 @@ def figure_tables(experiment, runs, folder: Path, *, band: str, failures, settin
     from .aggregate import aggregate, plot_series, read_folders
 
     with many_lines_style():
-        written = aggregate(experiment, runs, folder, band=band, failures=failures)
+        titles = {spec: f"{title} ({spec})" for title, spec in SCENARIOS.items()}
+        written = aggregate(experiment, runs, folder, band=band, failures=failures, panel_titles=titles)
         if setting == "notebook" and "results.csv" in written:
             series, metric = read_folders([folder], experiment.metric)
             written += plot_series(
                 series, folder, metric=metric, band=band, title=f"{experiment.name}, on the notebook's x-axis",
                 xs=("round",), stems=("figure_notebook_axis",), x_factor=NOTEBOOK_AXIS,
-                xlabel="rounds x 2 for SCAFFOLD and ProxSkip (the notebook's axis)",
+                xlabel="rounds x 2 for SCAFFOLD and ProxSkip (the notebook's axis)", panel_titles=titles,
             )
     return written
 

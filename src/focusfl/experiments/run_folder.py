@@ -40,7 +40,7 @@ from ..engine.divergence import BlowUpDetector
 from ..errors import ConfigError, DataError
 from ..problems.models import refuse_model_import
 from .checkpoint import CHECKPOINT, MODEL, Checkpoint, load_checkpoint, save_checkpoint, save_model
-from .outputs import MARKER, Output, _fmt, open_output, read_marker, write_json
+from .outputs import MARKER, Output, _fmt, open_output, write_json
 from .runner import BuiltRun, RunConfig, build, config_from_json, execute, resolved_config
 
 METRICS = "metrics.csv"
@@ -187,12 +187,11 @@ def run_to_folder(
     root = _tensorboard_root(tensorboard, out)
     built = build(config, allow_model_import=allow_model_import)
     with open_output(out, kind="run") as output:
-        if not restart and _holds_interrupted_run(output):
-            if not output.found_partial:
-                output.discard()  # made just now: a refused command leaves the folders as they were
+        killed = output.found_partial and (output.work / CHECKPOINT).is_file()
+        if (killed or _stopped(output.target)) and not restart:
             raise ConfigError(
-                f"{out} holds an interrupted run; continue it with `focusfl run --resume {out}`, "
-                "discard it and start over with --restart, or choose another --out"
+                f"{out} holds an interrupted run; continue it with `focusfl run --resume {out}` "
+                "or start it over with --restart"
             )
         _clear(output.work)
         recorded = {}
@@ -203,23 +202,6 @@ def run_to_folder(
         write_json(output.work / CONFIG, {**resolved_config(built), "status": "running", **recorded})
         return _drive(built, output, None, progress=progress, checkpoint_every=checkpoint_every, curve=curve,
                       recorded=recorded)
-
-
-def _holds_interrupted_run(output: Output) -> bool:
-    """Whether ``--out`` holds a run that a retyped plain ``run`` would throw away: the partial
-    folder of a killed run (it has a checkpoint), or a run stopped by a signal and published
-    with ``status: interrupted``."""
-    if output.found_partial and (output.work / CHECKPOINT).is_file():
-        return True
-    target = output.target
-    marker = read_marker(target)
-    if marker is None or marker.get("kind") != "run" or not (target / CHECKPOINT).is_file():
-        return False
-    try:
-        data = json.loads((target / CONFIG).read_text())
-    except (OSError, ValueError):
-        return False  # not a stopped run we could resume: replacing it loses nothing resumable
-    return isinstance(data, dict) and data.get("status") == "interrupted"
 
 
 def _refuse_import_on_resume(problem, out: Path) -> None:
@@ -481,6 +463,17 @@ def _number(text: str | None) -> float:
         return float(text) if text else math.nan
     except ValueError:
         return math.nan
+
+
+def _stopped(folder: Path) -> bool:
+    """A run stopped by a signal (SIGTERM, Ctrl-C) and published so: its config.json says
+    ``interrupted`` and its checkpoint is there to continue from. A folder that is not a run's
+    (or unreadable) is not one; open_output has judged it already."""
+    try:
+        info = _read_json(folder / CONFIG) if (folder / CONFIG).is_file() else None
+    except ConfigError:
+        return False
+    return isinstance(info, dict) and info.get("status") == "interrupted" and (folder / CHECKPOINT).is_file()
 
 
 def _read_json(path: Path) -> Any:

@@ -27,6 +27,7 @@ import hashlib
 import itertools
 import json
 import math
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,6 +123,29 @@ def load_experiment(path: str | Path) -> Experiment:
         return parse_experiment(data, text)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
+
+
+def experiment_text(data: dict) -> str:
+    """``data`` (an experiment as parse_experiment takes it) as an experiment file that
+    ``focusfl sweep FILE`` runs: what tune and the nn presets write as their experiment.toml."""
+
+    def key(name: str) -> str:
+        return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else json.dumps(name)
+
+    def value(item: Any) -> str:
+        if isinstance(item, bool):
+            return "true" if item else "false"
+        if isinstance(item, (int, float)):
+            return repr(item) if not isinstance(item, float) or math.isfinite(item) else ("inf" if item > 0 else "-inf")
+        if isinstance(item, str):
+            return json.dumps(item)  # a TOML basic string: JSON's escapes are TOML's
+        if isinstance(item, (list, tuple, range)):
+            return "[" + ", ".join(value(v) for v in item) + "]"
+        if isinstance(item, dict):
+            return "{" + ", ".join(f"{key(k)} = {value(v)}" for k, v in item.items()) + "}"
+        raise ConfigError(f"cannot write {item!r} in an experiment file")
+
+    return "".join(f"{key(k)} = {value(v)}\n" for k, v in data.items())
 
 
 def parse_experiment(data: dict, text: str = "") -> Experiment:
@@ -517,7 +541,9 @@ def run_sweep(
     band=, failures=)`` writes instead: ``focusfl tune``'s tables; it returns the names).
     ``tensorboard``: a folder in which to log every finished run (:func:`log_name`), those
     finished earlier included unless their log is complete already."""
-    from .executors import make_executor
+    from .aggregate import aggregate
+    from .executors import RunTask, make_executor
+    from .outputs import open_store, write_text
 
     root = None
     if tensorboard is not None:
@@ -526,23 +552,12 @@ def run_sweep(
         require()
         root = check_root(tensorboard, out, what="the sweep folder")
     runs = expand(experiment, allow_model_import=allow_model_import)
-    pool = make_executor(executor, workers=workers, threads=threads, address=address)  # checks Ray is installed
-    pool.start()  # connects to Ray: without a cluster the sweep stops here, before it makes its folder
+    pool = make_executor(executor, workers=workers, threads=threads, address=address)  # checks Ray is there
     try:
-        return _run_in_store(experiment, runs, out, pool, root=root, kind=kind, checkpoint_every=checkpoint_every,
-                             band=band, progress=progress, allow_model_import=allow_model_import, tables=tables)
-    finally:
+        pool.check()  # reaches a Ray cluster now: a wrong address must leave no folder behind
+    except BaseException:
         pool.close()
-
-
-def _run_in_store(experiment: Experiment, runs: list, out: str | Path, pool, *, root: Path | None, kind: str,
-                  checkpoint_every: int | None, band: str | None, progress: bool, allow_model_import: bool,
-                  tables) -> SweepReport:
-    """run_sweep in its locked folder, with an executor that is ready."""
-    from .aggregate import aggregate
-    from .executors import RunTask
-    from .outputs import open_store, write_text
-
+        raise
     report = SweepReport(total=len(runs), runs=runs)
     started = time.monotonic()
     with open_store(out, kind=kind) as store:
@@ -568,15 +583,18 @@ def _run_in_store(experiment: Experiment, runs: list, out: str | Path, pool, *, 
                   + (f"; TensorBoard logs in {root}" if root is not None else ""))
         by_key = {run.key: run for run in runs}
         exit_code = None
-        for task, outcome in _with_progress(pool.run(tasks), len(tasks), progress, pool.slots):
-            if outcome["status"] in ("complete", "diverged"):
-                report.ran += 1
-                report.logged += _log_run(root, by_key[task.key], folder)
-            elif outcome["status"] == "interrupted":
-                report.interrupted += 1
-                exit_code = exit_code or outcome.get("exit_code")  # 130, 143, 129: the signal's
-            else:
-                report.failed.append({"run": task.key, **by_key[task.key].axes, "error": outcome.get("error", "")})
+        try:
+            for task, outcome in _with_progress(pool.run(tasks), len(tasks), progress, pool.slots):
+                if outcome["status"] in ("complete", "diverged"):
+                    report.ran += 1
+                    report.logged += _log_run(root, by_key[task.key], folder)
+                elif outcome["status"] == "interrupted":
+                    report.interrupted += 1
+                    exit_code = exit_code or outcome.get("exit_code")  # 130, 143, 129: the signal's
+                else:
+                    report.failed.append({"run": task.key, **by_key[task.key].axes, "error": outcome.get("error", "")})
+        finally:
+            pool.close()
         if report.interrupted:
             from .run_folder import Interrupted
 

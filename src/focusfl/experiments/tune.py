@@ -4,20 +4,26 @@ Both papers tune step sizes by grid search; this runs every algorithm asked for 
 size of a small log-spaced grid (same problem, participation, seed and rounds) and keeps the
 best one per algorithm:
 
-- a run that reaches ``target`` (default 1e-10 on the tracked metric) beats every run that
-  does not, and among those the one that gets there first wins;
-- otherwise the lowest final value wins (diverged runs count as +inf).
+- convex problems (ridge, logistic) track rel_error when the minimizer is known, else the loss:
+  a run that reaches ``target`` (default 1e-10) beats every run that does not, and among those
+  the one that gets there first wins; otherwise the lowest final value wins;
+- neural networks are tuned on a validation split carved from the clients' own training data
+  (the problem's ``validation=`` fraction, 0.1 unless the SPEC gives one; never the test set):
+  the score is the mean ``val_loss`` over the last third of the evaluations, so that a step
+  whose loss oscillates or drifts up at the end of the horizon loses against a steady one, and
+  no target applies; trials evaluate the validation share only. The chosen step stays one grid
+  point below the observed edge of stability (:func:`pick_stable`): a step whose next larger
+  neighbour diverged is not taken. The final runs of a tuned step train on all of the clients' data.
 
-The tracked metric is rel_error when the problem knows its minimizer, else the loss (for neural
-networks, the test loss: their rows carry no full training loss). Only the
-(local) step size ``lr`` is searched; other hyperparameters (server_lr, local_steps, ...) are
-fixed by the algorithm SPEC and the options.
+Diverged runs count as +inf. Only the (local) step size ``lr`` is searched; other
+hyperparameters (server_lr, local_steps, ...) are fixed by the algorithm SPEC and the options.
 
 The command runs the grid x ``--seeds`` as a sweep (experiments/sweep.py): every trial is a run
-folder under ``OUT/runs/``, ``--workers`` runs them in parallel, and the same command again
-skips finished trials. With several seeds a step size is ranked by its mean over the seeds: the
-mean round at which it reaches the target (only if every seed reaches it), else its mean final
-value; grid.csv and summary.csv give the spread (std, min, max) beside the mean.
+folder under ``OUT/runs/`` (the sweep's experiment.toml beside them), ``--workers`` runs them in
+parallel, and the same command again skips finished trials. With several seeds a step size is
+ranked by its mean over the seeds: the mean round at which it reaches the target (only if every
+seed reaches it), else its mean score; grid.csv and summary.csv give the spread (std, min, max)
+beside the mean.
 """
 from __future__ import annotations
 
@@ -31,6 +37,9 @@ from typing import Iterable, Sequence
 from ..errors import ConfigError
 
 DEFAULT_TARGET = 1e-10
+DEFAULT_VALIDATION = 0.1  # the clients' share held out to tune neural networks on
+# Metrics of stochastic runs, scored by their mean over the last third of the evaluations.
+TAIL_METRICS = ("val_loss",)
 
 
 def lr_grid(lo: float, hi: float, points: int) -> list[float]:
@@ -54,7 +63,7 @@ class TuneSetup:
     rounds: int = 300
     local_steps: int | None = None
     seed: int = 0
-    target: float = DEFAULT_TARGET
+    target: float | None = DEFAULT_TARGET  # None: no success level (neural networks)
     dtype: str = "float64"
     device: str = "cpu"
     eval_every: int = 1
@@ -62,19 +71,31 @@ class TuneSetup:
 
 
 def tracked_metric(rows: Sequence[dict]) -> str:
-    for metric in ("rel_error", "loss", "test_loss"):
+    """What a trial is ranked by; never a test-set metric."""
+    for metric in ("rel_error", "loss", "val_loss"):
         if rows and metric in rows[0]:
             return metric
-    raise ConfigError("tune: the problem reports none of rel_error, loss or test_loss")
+    raise ConfigError("tune: the problem reports none of rel_error, loss or val_loss (a neural network needs "
+                      "validation=F in its SPEC)")
 
 
-def summarize_trial(algorithm: str, lr: float, rows: Sequence[dict], diverged_at: int | None, target: float) -> dict:
-    """One grid point as a row: final and best value, first round below the target."""
+def trial_score(values: Sequence[float], metric: str, diverged: bool) -> float:
+    """The value a step size is ranked by (lower is better): the final value, or for a
+    stochastic metric the mean of the last third of the evaluations; +inf for a diverged run."""
+    if diverged or not values:
+        return math.inf
+    tail = values[-max(1, len(values) // 3):] if metric in TAIL_METRICS else values[-1:]
+    return math.fsum(tail) / len(tail) if all(math.isfinite(v) for v in tail) else math.inf
+
+
+def summarize_trial(algorithm: str, lr: float, rows: Sequence[dict], diverged_at: int | None,
+                    target: float | None) -> dict:
+    """One grid point as a row: its score, best value, first round below the target."""
     metric = tracked_metric(rows)
     values = [float(row[metric]) for row in rows]
-    final = math.inf if diverged_at is not None else values[-1]
+    final = trial_score(values, metric, diverged_at is not None)
     finite = [v for v in values if math.isfinite(v)]
-    first = next((row["round"] for row in rows if float(row[metric]) <= target), None)
+    first = None if target is None else next((row["round"] for row in rows if float(row[metric]) <= target), None)
     return {
         "algorithm": algorithm,
         "lr": lr,
@@ -119,34 +140,63 @@ def pick_best(trials: Iterable[dict]) -> dict:
     return min(trials, key=ranking_key)
 
 
-def format_best(best: Sequence[dict], target: float) -> str:
+def pick_stable(trials: Sequence[dict]) -> dict:
+    """The best step among those at least one grid point below the observed edge of stability:
+    a step is eligible when none of its seeds diverged and neither did the next larger step's.
+    Stochastic runs near the edge blow up later than a short horizon sees (SCAFFOLD at 0.02 on
+    mnist-demo: steady for 50 rounds on two seeds, diverged at round 75 in the full run, in
+    float32 and float64 alike), so the step that beats its neighbour only by sitting at the
+    edge is not taken. Without an eligible step, the best of all."""
+    ordered = sorted(trials, key=lambda t: t["lr"])
+    eligible = [t for k, t in enumerate(ordered)
+                if not t["diverged"] and (k + 1 == len(ordered) or not ordered[k + 1]["diverged"])]
+    return pick_best(eligible or ordered)
+
+
+def choose(trials: Sequence[dict]) -> dict:
+    """Convex problems: :func:`pick_best`; stochastic metrics (neural networks): :func:`pick_stable`."""
+    stochastic = any(t["metric"] in TAIL_METRICS for t in trials)
+    return pick_stable(trials) if stochastic else pick_best(trials)
+
+
+def format_best(best: Sequence[dict], target: float | None) -> str:
     """The best run per algorithm; the first line names the metric it was ranked by."""
     metrics = sorted({row["metric"] for row in best})
     seeds = max((int(row.get("seeds", 1)) for row in best), default=1)
     spread = seeds > 1
-    header = (f"{'algorithm':<28} {'best lr':>10} {'final':>11} {'(min - max)':>23} {'min':>11} "
-              f"{'first <= ' + format(target, 'g'):>16}") if spread else \
-        f"{'algorithm':<28} {'best lr':>10} {'final':>11} {'min':>11} {'first <= ' + format(target, 'g'):>16}"
+    score = "final" if not set(metrics) & set(TAIL_METRICS) else "score"
+    columns = [f"{'algorithm':<28}", f"{'best lr':>10}", f"{score:>11}"]
+    columns += [f"{'(min - max)':>23}"] if spread else []
+    columns += [f"{'min':>11}"] + ([f"{'first <= ' + format(target, 'g'):>16}"] if target is not None else [])
+    header = " ".join(columns)
     what = f"means over {seeds} seeds" if spread else "its values"
-    lines = [f"ranked by {', '.join(metrics) or 'nothing'}: final and min are {what}", header, "-" * len(header)]
+    how = "; score = mean of the last third of the evaluations" if score == "score" else ""
+    lines = [f"ranked by {', '.join(metrics) or 'nothing'}: {score} and min are {what}{how}", header, "-" * len(header)]
     for row in best:
-        first = row["first_round_below_target"]
-        first_text = "never" if first is None else f"{first:g}"
+        cells = [f"{row['algorithm']:<28}", f"{row['lr']:>10.4g}", f"{row['final']:>11.3e}"]
         if spread:
-            span = f"({row['final_min']:.2e} - {row['final_max']:.2e})"
-            lines.append(f"{row['algorithm']:<28} {row['lr']:>10.4g} {row['final']:>11.3e} {span:>23} "
-                         f"{row['best']:>11.3e} {first_text:>16}")
-        else:
-            lines.append(f"{row['algorithm']:<28} {row['lr']:>10.4g} {row['final']:>11.3e} {row['best']:>11.3e} "
-                         f"{first_text:>16}")
+            cells.append(f"{'(' + format(row['final_min'], '.2e') + ' - ' + format(row['final_max'], '.2e') + ')':>23}")
+        cells.append(f"{row['best']:>11.3e}")
+        if target is not None:
+            first = row["first_round_below_target"]
+            cells.append(f"{'never' if first is None else format(first, 'g'):>16}")
+        lines.append(" ".join(cells))
     return "\n".join(lines)
+
+
+def _value(cell: str) -> float:
+    """A metrics.csv cell as a number (an empty cell, a metric not measured that round, is NaN)."""
+    try:
+        return float(cell)
+    except (TypeError, ValueError):
+        return math.nan
 
 
 def _number(value: float) -> int | float:
     return int(value) if value.is_integer() else value
 
 
-def grid_rows(runs, folder: Path, target: float) -> list[dict]:
+def grid_rows(runs, folder: Path, target: float | None) -> list[dict]:
     """One row per (algorithm, lr) of a tune sweep: means over its seeds and their spread.
 
     ``first_round_below_target`` is the mean round at which the seeds reach ``target``, and
@@ -169,16 +219,20 @@ def grid_rows(runs, folder: Path, target: float) -> list[dict]:
             reader = csv.DictReader(handle)
             rows = list(reader)
         metric = metric or tracked_metric(rows)
-        reducer = _Reducer(Series(dict(run.axes), info.get("status", "complete")), metric, (target,), 1 << 30)
+        status = info.get("status", "complete")
+        reducer = _Reducer(Series(dict(run.axes), status), metric, () if target is None else (target,), 1 << 30)
         for row in rows:
             reducer.add(row)
         series = reducer.finish()
+        series.final = trial_score([_value(row[metric]) for row in rows], metric, status == "diverged")
         series.axes["diverged_at"] = info.get("diverged_at_round")
         groups.setdefault((run.axes["algorithm"], run.axes["lr"]), []).append(series)
     out = []
     for (algorithm, lr), members in groups.items():
         finals = [m.final for m in members]
         reached = [m.reached[target][0] for m in members if target in m.reached]
+        if target is None:
+            reached = []
         diverged = [m.axes["diverged_at"] for m in members if m.axes["diverged_at"] is not None]
         stats = _stats(finals, "final")
         out.append({
@@ -186,7 +240,8 @@ def grid_rows(runs, folder: Path, target: float) -> list[dict]:
             "final": stats["final_mean"], "final_std": stats["final_std"], "final_min": stats["final_min"],
             "final_max": stats["final_max"],
             "best": math.fsum(m.best for m in members) / len(members),
-            "first_round_below_target": _number(math.fsum(reached) / len(reached)) if len(reached) == len(members) else None,
+            "first_round_below_target": _number(math.fsum(reached) / len(reached))
+            if reached and len(reached) == len(members) else None,
             "reached": len(reached), "diverged": len(diverged), "diverged_at": min(diverged) if diverged else None,
         })
     return out
@@ -195,7 +250,8 @@ def grid_rows(runs, folder: Path, target: float) -> list[dict]:
 # -- command line ------------------------------------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--algorithm", action="append", required=True,
-                        help="algorithm NAME or NAME:key=value,... (repeat for several; 'all' = every non-alias)")
+                        help="algorithm NAME or NAME:key=value,...; several as a comma-separated list "
+                        "(focus,fedavg) or by repeating the option; 'all' = every non-alias")
     parser.add_argument("--problem", default="ridge", help="problem SPEC (default ridge)")
     parser.add_argument("--participation", default="full", help="participation SPEC (default full)")
     parser.add_argument("--rounds", type=int, default=300, help="rounds per trial (default 300)")
@@ -203,8 +259,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lr-min", type=float, default=1e-5, help="smallest step size (default 1e-5)")
     parser.add_argument("--lr-max", type=float, default=1e-1, help="largest step size (default 1e-1)")
     parser.add_argument("--points", type=int, default=9, help="grid points, log-spaced (default 9)")
-    parser.add_argument("--target", type=float, default=DEFAULT_TARGET,
-                        help="success level of the tracked metric (default 1e-10)")
+    parser.add_argument("--target", type=float, default=None,
+                        help=f"success level of the tracked metric (default {DEFAULT_TARGET:g}; neural networks: none, "
+                        "they are ranked by their validation loss)")
+    parser.add_argument("--validation", type=float, default=None,
+                        help=f"neural networks: the share of each client's data held out to score the steps on "
+                        f"(default {DEFAULT_VALIDATION:g}, or the problem SPEC's validation=)")
     parser.add_argument("--seed", type=int, default=0, help="the first seed")
     parser.add_argument("--seeds", type=int, default=1,
                         help="seeds per step size (--seed, --seed + 1, ...); the best step is the best on average")
@@ -218,12 +278,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="runs/tune", help="output folder (default runs/tune)")
 
 
+def split_algorithms(text: str) -> list[str]:
+    """``focus,fedavg:weighting=p,server_lr=1`` -> ["focus", "fedavg:weighting=p,server_lr=1"]: a
+    comma starts a new algorithm unless what follows is one more key=value of the previous SPEC."""
+    specs: list[str] = []
+    for piece in text.split(","):
+        piece = piece.strip()
+        if specs and "=" in piece and ":" not in piece.split("=")[0]:
+            specs[-1] += "," + piece
+        elif piece:
+            specs.append(piece)
+    return specs
+
+
 def expand_algorithms(names: Sequence[str]) -> list[str]:
-    """'all' stands for every registered algorithm that is not a naming alias."""
+    """'all' stands for every registered algorithm that is not a naming alias; each name may be
+    a comma-separated list."""
     from ..algorithms import ALGORITHMS, make_algorithm
 
     out: list[str] = []
-    for name in names:
+    for name in (spec for text in names for spec in split_algorithms(text)):
         if name == "all":
             out.extend(n for n, cls in ALGORITHMS.items() if cls.alias_of is None)
         else:
@@ -232,25 +306,56 @@ def expand_algorithms(names: Sequence[str]) -> list[str]:
     return out
 
 
+def is_neural_network(problem: str | dict) -> bool:
+    from ..spec import parse_spec
+
+    name = problem.get("name") if isinstance(problem, dict) else parse_spec(problem)[0]
+    return name == "nn"
+
+
+def with_validation(problem: str | dict, fraction: float | None) -> dict:
+    """The nn problem as a dict with a validation split: ``fraction``, else the SPEC's own, else
+    DEFAULT_VALIDATION. A SPEC that holds out nothing cannot be tuned without the test set."""
+    from ..spec import parse_spec
+
+    spec = dict(problem) if isinstance(problem, dict) else {"name": "nn", **parse_spec(problem)[1]}
+    if fraction is not None:
+        spec["validation"] = fraction
+    spec.setdefault("validation", DEFAULT_VALIDATION)
+    spec["evaluate"] = "validation"  # trials skip the test set: it plays no part in the choice
+    if not 0 < float(spec["validation"]) < 1:
+        raise ConfigError(f"tuning a neural network needs a validation share in (0, 1), got {spec['validation']}")
+    return spec
+
+
 def setup_from_args(args: argparse.Namespace) -> TuneSetup:
     if args.rounds < 1 or args.eval_every < 1:
         raise ConfigError("rounds and eval-every must be >= 1")
     if args.local_steps is not None and args.local_steps < 1:
         raise ConfigError(f"local-steps must be >= 1, got {args.local_steps}")
-    if not args.target > 0:
+    if args.target is not None and not args.target > 0:
         raise ConfigError(f"target must be positive, got {args.target}")
     from ..problems import default_dtype
 
+    problem = args.problem
+    target = DEFAULT_TARGET if args.target is None else args.target
+    if is_neural_network(problem):
+        problem = with_validation(problem, args.validation)
+        if args.target is not None:
+            raise ConfigError("--target does not apply to neural networks: they are ranked by their validation loss")
+        target = None
+    elif args.validation is not None:
+        raise ConfigError("--validation applies to neural networks (problem nn) only")
     return TuneSetup(
-        problem=args.problem, participation=args.participation, rounds=args.rounds,
-        local_steps=args.local_steps, seed=args.seed, target=args.target,
+        problem=problem, participation=args.participation, rounds=args.rounds,
+        local_steps=args.local_steps, seed=args.seed, target=target,
         dtype=args.dtype or default_dtype(args.problem),
         device=args.device, eval_every=args.eval_every, schedule=args.schedule,
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    from .sweep import parse_experiment, run_sweep
+    from .sweep import experiment_text, parse_experiment, run_sweep
     from .outputs import write_csv, write_json
 
     setup = setup_from_args(args)
@@ -259,17 +364,19 @@ def run(args: argparse.Namespace) -> int:
     grid = lr_grid(args.lr_min, args.lr_max, args.points)
     algorithms = expand_algorithms(args.algorithm)
     seeds = list(range(setup.seed, setup.seed + args.seeds))
-    experiment = parse_experiment({
+    data = {
         "name": "tune", "algorithms": algorithms, "problems": [setup.problem], "participation": [setup.participation],
         "lr": grid, "seeds": seeds, "rounds": setup.rounds, "eval_every": setup.eval_every,
-        "schedule": setup.schedule, "dtype": setup.dtype, "device": setup.device, "targets": [setup.target],
+        "schedule": setup.schedule, "dtype": setup.dtype, "device": setup.device,
+        "targets": [] if setup.target is None else [setup.target],
         **({"local_steps": setup.local_steps} if setup.local_steps is not None else {}),
-    })
+    }
+    experiment = parse_experiment(data, experiment_text(data))
     found: dict = {}
 
     def tables(experiment, runs, folder, *, band, failures) -> list[str]:
         trials = grid_rows(runs, folder, setup.target)
-        best = [pick_best([t for t in trials if t["algorithm"] == name])
+        best = [choose([t for t in trials if t["algorithm"] == name])
                 for name in dict.fromkeys(t["algorithm"] for t in trials)]
         write_csv(folder / "grid.csv", trials)
         write_csv(folder / "summary.csv", best)
@@ -286,7 +393,8 @@ def run(args: argparse.Namespace) -> int:
     best = found["best"]
     print(format_best(best, setup.target))
     print(f"\nwrote {Path(args.out) / 'summary.csv'} (best per algorithm), grid.csv (every step size"
-          f"{', over ' + str(len(seeds)) + ' seeds' if len(seeds) > 1 else ''}), config.json, runs/")
+          f"{', over ' + str(len(seeds)) + ' seeds' if len(seeds) > 1 else ''}), config.json, and the trials "
+          "as a sweep: experiment.toml, runs/")
     if report.failed:
         from ..errors import FocusflError
 

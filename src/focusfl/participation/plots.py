@@ -48,9 +48,9 @@ def plot_raster(mask: Any, path: str | Path, title: str | None = None) -> Path:
     ax.set_ylabel("client")
     ax.set_title(title if title is not None else f"participation: {clients} clients, {rounds} rounds")
     path.parent.mkdir(parents=True, exist_ok=True)
-    from ..experiments.outputs import FIGURE_TAG, figure_metadata
+    from ..experiments.outputs import figure_metadata
 
-    # A fixed salt for the SVG's element ids (random by default): the same command, the same bytes.
-    with matplotlib.rc_context({"svg.hashsalt": FIGURE_TAG}):
+    # A fixed salt for the SVG's element ids (random otherwise): the same figure, the same bytes.
+    with matplotlib.rc_context({"svg.hashsalt": "focusfl"}):
         fig.savefig(path, dpi=150, metadata=figure_metadata(path))
     return path

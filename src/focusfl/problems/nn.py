@@ -104,6 +104,8 @@ class NeuralNetwork(Problem):
         "clients": 32,
         "batch": 64,  # minibatch per client and local step
         "test_fraction": 0.0,  # > 0: hold out this fraction of the training images as test set
+        "validation": 0.0,  # > 0: each client keeps this fraction of its own data out of training (val_* metrics)
+        "evaluate": "test",  # test: test metrics (and val_* with validation); validation: val_* only (tuning)
         "eval_batch": "auto",  # samples per forward pass when evaluating; auto: 256 on CPU, 2048 on GPU
         "client_chunk": "auto",  # k > 0: at most k clients at once; 0: all; auto: by rule; measure: timed
         "client_batching": "auto",  # auto: grouped-weights path for nn.Sequential models; vmap: always vmap
@@ -143,8 +145,10 @@ class NeuralNetwork(Problem):
             p["partition"], train.labels, self.num_clients, int(p["seed"]),
             alpha=float(p["alpha"]), min_size=int(p["min_size"]), shards=int(p["shards"]),
         )
+        parts, held = carve_validation(parts, float(p["validation"]), int(p["seed"]))
         self._histograms = label_histograms(train.labels, parts, self.num_classes)
         self._store_data(train, test, parts)
+        self._store_validation(train, held)
         if module is None:
             if p["model"] == "auto":
                 p["model"] = default_model(dataset.name, self.input_shape)
@@ -185,6 +189,12 @@ class NeuralNetwork(Problem):
         self._shift = torch.as_tensor(-mean / std, dtype=self.dtype, device=dev).view(-1, 1, 1)
         # Minibatch keys cover this many positions for every client, whichever clients are active.
         self._positions = torch.arange(max(self.batch, int(sizes.max())), device=dev)
+
+    def _store_validation(self, train: ImageData, held: np.ndarray) -> None:
+        """The clients' held-out samples, pooled: val_loss and val_accuracy are measured on them
+        (the data a step size is chosen on, never the test set)."""
+        self.validation_images = torch.as_tensor(train.images[held], device=self.device)
+        self.validation_labels = torch.as_tensor(train.labels[held], dtype=torch.int64, device=self.device)
 
     def inputs(self, images: torch.Tensor) -> torch.Tensor:
         """Stored images (any leading shape) as standardised model inputs of the problem's dtype."""
@@ -488,8 +498,11 @@ class NeuralNetwork(Problem):
         return float(total_loss) / count, float(correct) / count
 
     def metrics(self, x: torch.Tensor) -> dict[str, float]:
-        test_loss, test_accuracy = self.evaluate(x, self.test_inputs(), self.test_labels)
-        row = {"test_loss": test_loss, "test_accuracy": test_accuracy}
+        row = {}
+        if self.params["evaluate"] == "test":  # a step-size search never looks at the test set
+            row["test_loss"], row["test_accuracy"] = self.evaluate(x, self.test_inputs(), self.test_labels)
+        if len(self.validation_labels):
+            row["val_loss"], row["val_accuracy"] = self.evaluate(x, self.validation_images, self.validation_labels)
         if self._loss_count:
             row["train_loss"] = float(self._loss_sum) / self._loss_count
         self._loss_sum = torch.zeros_like(self._loss_sum)
@@ -583,6 +596,12 @@ def _validate(p: dict[str, Any]) -> None:
         raise ConfigError(f"{where}: client_batching must be auto or vmap, got {p['client_batching']!r}")
     if not 0.0 <= float(p["test_fraction"]) < 1.0:
         raise ConfigError(f"{where}: test_fraction must be in [0, 1), got {p['test_fraction']}")
+    if not 0.0 <= float(p["validation"]) < 1.0:
+        raise ConfigError(f"{where}: validation must be in [0, 1), got {p['validation']}")
+    if p["evaluate"] not in ("test", "validation"):
+        raise ConfigError(f"{where}: evaluate must be test or validation, got {p['evaluate']!r}")
+    if p["evaluate"] == "validation" and not float(p["validation"]) > 0:
+        raise ConfigError(f"{where}: evaluate=validation needs a validation share (validation=0.1, say)")
     if not float(p["alpha"]) > 0 or not math.isfinite(float(p["alpha"])):
         raise ConfigError(f"{where}: alpha must be a positive number, got {p['alpha']}")
 
@@ -675,6 +694,24 @@ def split_test(dataset: Dataset, fraction: float, seed: int) -> tuple[ImageData,
     if dataset.test.images.shape[1:] != dataset.train.images.shape[1:]:
         raise ConfigError(f"dataset {dataset.name!r}: train and test images differ in shape")
     return dataset.train, dataset.test
+
+
+def carve_validation(parts: list[np.ndarray], fraction: float, seed: int) -> tuple[list[np.ndarray], np.ndarray]:
+    """(training parts, pooled validation indices): each client holds out round(fraction * m_i)
+    of its own samples, drawn by a key of (seed, client), and keeps at least one to train on.
+    A fraction of 0 changes nothing (the same parts, no validation samples)."""
+    if fraction <= 0:
+        return parts, np.zeros(0, dtype=np.int64)
+    kept, held = [], []
+    for client, part in enumerate(parts):
+        count = min(int(round(fraction * len(part))), len(part) - 1)
+        order = np.random.default_rng(np.random.SeedSequence([seed, 17, client])).permutation(len(part))
+        kept.append(np.sort(part[order[count:]]))
+        held.append(part[order[:count]])
+    pooled = np.sort(np.concatenate(held)).astype(np.int64)
+    if not len(pooled):
+        raise ConfigError(f"validation={fraction} holds out no sample: the clients have too few")
+    return kept, pooled
 
 
 def _seeded_model(name: str, input_shape, num_classes: int, seed: int, allow_import: bool = False) -> nn.Module:
