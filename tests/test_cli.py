@@ -7,6 +7,7 @@ import pytest
 
 from cli_harness import run_cli
 from focusfl.cli import main
+from focusfl.errors import FocusflError
 from focusfl.experiments.outputs import read_csv
 
 RUN = ["run", "--algorithm", "focus", "--problem", "ridge:dim=20,clients=8,samples=30",
@@ -180,10 +181,12 @@ def test_algorithms_lists_every_hyperparameter_as_a_spec_takes_it():
     assert list(shown) == list(ALGORITHMS)
     for name, cls in ALGORITHMS.items():
         keys = [f.name for f in dataclasses.fields(cls) if f.init and f.name not in ("lr", "local_steps")]
-        items = [] if shown[name] == "-" else shown[name].split(", ")
-        assert [item.split("=")[0].split(" ")[0] for item in items] == keys, name
-        defaults = ",".join(item for item in items if "=" in item)
+        items = [] if shown[name] == "(none)" else shown[name].split(", ")
+        assert [item.split("=")[0] for item in items] == keys, name
+        defaults = ",".join(item for item in items if not item.endswith("=(unset)"))
         make_algorithm(f"{name}:{defaults}" if defaults else name)  # each default, typed back, is accepted
+    with pytest.raises(FocusflError, match="p must be rates"):  # not a ValueError's traceback
+        make_algorithm("fedavg:p=None")
 
 
 def test_reproduce_ridge_small(tmp_path, capsys):
