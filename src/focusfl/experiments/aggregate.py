@@ -186,8 +186,10 @@ def summarize(series: Sequence[Series], metric: str, targets: Sequence[float],
     rows = []
     for key, members in groups.items():
         row = {k: v for k, v in members[0].axes.items() if k != "seed"}
-        row.update(seeds=len(members), diverged=sum(m.status == "diverged" for m in members),
-                   failed=len((failed or {}).get(key, [])), metric=metric)
+        stopped = sorted(int(m.points[-1][0]) for m in members if m.status == "diverged" and m.points)
+        # Where seeds diverged, said as rounds: their final value is +-inf, never a number.
+        row.update(seeds=len(members), diverged=len(stopped),
+                   diverged_at=";".join(map(str, stopped)), failed=len((failed or {}).get(key, [])), metric=metric)
         row.update(_stats([m.final for m in members], f"final_{metric}"))
         row.update(_stats([m.best for m in members if not math.isnan(m.best)], f"best_{metric}"))
         for target in targets:
