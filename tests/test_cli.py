@@ -5,7 +5,9 @@ import sys
 
 import pytest
 
+from cli_harness import run_cli
 from focusfl.cli import main
+from focusfl.errors import FocusflError
 from focusfl.experiments.outputs import read_csv
 
 RUN = ["run", "--algorithm", "focus", "--problem", "ridge:dim=20,clients=8,samples=30",
@@ -136,6 +138,23 @@ def test_participation_command_prints_statistics_and_plots(tmp_path, capsys):
     assert plot.stat().st_size > 1000
 
 
+@pytest.mark.parametrize("suffix", [".svg", ".pdf"])
+def test_participation_plot_writes_svg_and_pdf_the_same_bytes_and_never_over_a_users_file(tmp_path, suffix):
+    args = ["participation", "weighted:m=2", "--clients", "4", "--rounds", "60", "--plot"]
+    plot = tmp_path / f"raster{suffix}"
+    assert run_cli(*args, str(plot)).returncode == 0
+    first = plot.read_bytes()
+    again = run_cli(*args, str(plot))  # focusfl's own figure: replaced, by the same bytes
+    assert again.returncode == 0, again.stderr
+    assert plot.read_bytes() == first
+    mine = tmp_path / f"mine{suffix}"
+    mine.write_bytes(b'<svg xmlns="http://www.w3.org/2000/svg"/>' if suffix == ".svg" else b"%PDF-1.4 mine")
+    refused = run_cli(*args, str(mine))
+    assert refused.returncode == 2 and "focusfl did not write it" in refused.stderr
+    assert mine.read_bytes().endswith(b"/>" if suffix == ".svg" else b"mine")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([plot.name, mine.name])
+
+
 def test_participation_command_rejects_bad_spec(capsys):
     assert main(["participation", "uniform:m=9", "--clients", "4"]) == 2
 
@@ -147,6 +166,27 @@ def test_algorithms_lists_the_registry(capsys):
     text = capsys.readouterr().out
     for name in ALGORITHMS:
         assert name in text
+
+
+def test_algorithms_lists_every_hyperparameter_as_a_spec_takes_it():
+    """docs/experiments.md sends readers to `focusfl algorithms` for the keys an algorithm table takes."""
+    import dataclasses
+
+    from focusfl.algorithms import ALGORITHMS, make_algorithm
+
+    proc = run_cli("algorithms")
+    assert proc.returncode == 0, proc.stderr
+    section = proc.stdout.split("\nhyperparameters")[1].splitlines()[2:]  # after its two-line header
+    shown = {line.split()[0]: line.split(maxsplit=1)[1] for line in section if line.strip()}
+    assert list(shown) == list(ALGORITHMS)
+    for name, cls in ALGORITHMS.items():
+        keys = [f.name for f in dataclasses.fields(cls) if f.init and f.name not in ("lr", "local_steps")]
+        items = [] if shown[name] == "(none)" else shown[name].split(", ")
+        assert [item.split("=")[0] for item in items] == keys, name
+        defaults = ",".join(item for item in items if not item.endswith("=(unset)"))
+        make_algorithm(f"{name}:{defaults}" if defaults else name)  # each default, typed back, is accepted
+    with pytest.raises(FocusflError, match="p must be rates"):  # not a ValueError's traceback
+        make_algorithm("fedavg:p=None")
 
 
 def test_reproduce_ridge_small(tmp_path, capsys):

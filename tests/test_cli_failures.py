@@ -34,6 +34,15 @@ def test_a_finite_blow_up_names_the_rule_that_stopped_it(tmp_path):
     assert "non-finite" not in line
 
 
+def test_a_step_beyond_the_float_types_range_is_one_line_before_anything_is_written(tmp_path):
+    # torch refused the scalar mid-run with a RuntimeError traceback; a huge step that fits diverges (above).
+    for flags in (["--lr", "1e39"], ["--algorithm", "fedavg:server_lr=1e39", "--lr", "1"]):
+        proc = run_cli("run", "--algorithm", "fedavg", *SMALL, "--dtype", "float32", *flags, "--rounds", "2",
+                       "--out", str(tmp_path / "big"))
+        assert_one_line_error(proc, 2, contains="is beyond float32's range")
+    assert not list(tmp_path.iterdir())
+
+
 def test_output_piped_into_head_ends_quietly():
     proc = subprocess.Popen([sys.executable, "-m", "focusfl.cli", "participation", "bernoulli", "--clients", "5000",
                              "--rounds", "20"], env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)

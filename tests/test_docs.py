@@ -209,3 +209,36 @@ def test_the_quoting_check_sees_an_unquoted_list():
     assert not _unquoted_list("focusfl participation 'bernoulli:p=0.1;0.5' --clients 2")
     assert not _unquoted_list("--participation 'bernoulli:p=0.1;0.5;0.9;0.2'")
     assert not _unquoted_list("--participation=\"label:phi=0.1;0.5\" (default full; see docs)")
+
+
+def _documented_metrics_columns() -> set[str]:
+    """The columns docs/runs.md's table of run files names for metrics.csv."""
+    lines = (ROOT / "docs" / "runs.md").read_text().splitlines()
+    row = next(line for line in lines if line.startswith("| `metrics.csv` |"))
+    return set(re.findall(r"`(\w+)`", row)) - {"metrics"}
+
+
+def test_metrics_columns_written_are_the_documented_ones(tmp_path):
+    import numpy as np
+
+    from cli_harness import run_cli
+
+    rng = np.random.default_rng(0)
+    data = tmp_path / "toy.npz"
+    np.savez(data, images=rng.random((60, 6, 6)).astype("float32"), labels=rng.integers(0, 3, 60))
+    small = "ridge:clients=4,dim=3,samples=5"
+    runs = {
+        "ridge": ["--algorithm", "focus", "--problem", small, "--rounds", "3"],
+        "diverged": ["--algorithm", "focus", "--problem", small, "--rounds", "3", "--lr", "1e308"],
+        "nn": ["--algorithm", "fedavg", "--problem",
+               f"nn:data={data},test_fraction=0.2,validation=0.2,clients=3,batch=4,model=logreg",
+               "--lr", "0.1", "--rounds", "2", "--eval-every", "1"],
+    }
+    written = set()
+    for name, args in runs.items():
+        proc = run_cli("run", *args, "--out", str(tmp_path / name))
+        assert proc.returncode == (1 if name == "diverged" else 0), proc.stderr
+        columns = (tmp_path / name / "metrics.csv").read_text().splitlines()[0].split(",")
+        assert columns[-1] == "diverged", name
+        written |= set(columns)
+    assert written == _documented_metrics_columns()

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from cli_harness import assert_one_line_error, cli_env, killer_script, popen_cli, run_cli
+from cli_harness import assert_one_line_error, cli_env, killer_script, popen_cli, run_cli, snapshot
 from focusfl.algorithms import ALGORITHMS
 from focusfl.cli import main
 from focusfl.engine import simulate
@@ -65,7 +65,8 @@ def test_sigkill_at_ten_random_rounds_then_resume_gives_the_same_bytes(tmp_path,
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no partial left
 
 
-def test_sigterm_stops_with_a_checkpoint_and_resume_finishes(tmp_path):
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "Ctrl-C"])
+def test_a_stopped_run_is_kept_from_a_retyped_command_and_resume_finishes(tmp_path, sig, code):
     out = tmp_path / "run"
     args = ["run", "--algorithm", "focus", "--problem", "ridge:clients=4,dim=3,samples=5", "--rounds", "10000000",
             "--eval-every", "1000", "--out", str(out)]
@@ -76,24 +77,37 @@ def test_sigterm_stops_with_a_checkpoint_and_resume_finishes(tmp_path):
     while not (metrics.exists() and metrics.stat().st_size > 0) and time.monotonic() < deadline:
         time.sleep(0.2)
     time.sleep(1)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 143, err
+    assert proc.returncode == code, err
     lines = [line for line in err.splitlines() if line.strip() and "round/s" not in line and "%" not in line]
-    assert lines[-1].startswith("focusfl: SIGTERM: stopped after round") and f"--resume {out}" in lines[-1]
+    assert lines[-1].startswith(f"focusfl: {sig.name}: stopped after round") and f"--resume {out}" in lines[-1]
     info = json.loads((out / "config.json").read_text())
     assert info["status"] == "interrupted" and (out / "checkpoint.pt").is_file()
     stopped = info["interrupted_after_round"]
-    # The same command typed again must not start over and replace the stopped run.
-    before = (out / "checkpoint.pt").read_bytes()
+
+    # The same command typed again (recalled from the shell's history) must not replace the stopped run.
+    before = snapshot(tmp_path)
     retyped = run_cli(*args)
     line = assert_one_line_error(retyped, 2, contains="holds an interrupted run")
-    assert f"--resume {out}" in line and "--restart" in line
-    assert (out / "checkpoint.pt").read_bytes() == before
+    assert f"--resume {out}" in line and "--restart" in line and "another --out" in line
+    assert snapshot(tmp_path) == before  # nothing changed, and no partial folder was left beside it
+
     resumed = run_cli("run", "--resume", str(out), "--rounds", str(stopped + 3000))
     assert resumed.returncode == 0, resumed.stderr
     info = json.loads((out / "config.json").read_text())
     assert info["status"] == "complete" and info["rounds_done"] == stopped + 3000
+
+
+def test_restart_replaces_a_stopped_run_and_a_finished_run_is_replaced_without_it(tmp_path):
+    out = tmp_path / "a"
+    assert main([*RUN, "--eval-every", "10", "--out", str(out)]) == 0
+    info = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**info, "status": "interrupted"}))  # as a signal leaves it
+    assert_one_line_error(run_cli(*RUN, "--out", str(out)), 2, contains="--restart")
+    assert run_cli(*RUN, "--out", str(out), "--restart").returncode == 0
+    assert json.loads((out / "config.json").read_text())["status"] == "complete"
+    assert run_cli(*RUN, "--out", str(out)).returncode == 0  # complete: same command, same bytes
 
 
 RUN = ["run", "--algorithm", "focus", "--problem", "ridge:clients=4,dim=3,samples=5", "--rounds", "40"]

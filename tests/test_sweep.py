@@ -2,6 +2,7 @@
 equal to sequential, a SIGKILLed sweep resumed, and `focusfl plot`."""
 from __future__ import annotations
 
+import json
 import signal
 import time
 from pathlib import Path
@@ -389,3 +390,15 @@ def test_ray_address_where_nothing_listens_is_one_line_within_seconds(tmp_path):
     line = assert_one_line_error(proc, 2, contains=f"cannot connect to Ray at 127.0.0.1:{port}")
     assert "ray start --head" in line and time.monotonic() - started < 60  # Ray alone retries for minutes
     assert sorted(p.name for p in tmp_path.iterdir()) == ["experiment.toml"]
+
+
+def test_plot_labels_spell_booleans_as_specs_do(tmp_path):
+    from focusfl.cli import main
+    from focusfl.experiments.aggregate import read_folders
+
+    for name, participation in (("a", "bernoulli:redraw=true"), ("b", "bernoulli:redraw=false")):
+        assert main(["run", "--algorithm", "focus", "--problem", SMALL, "--participation", participation,
+                     "--rounds", "3", "--out", str(tmp_path / name)]) == 0
+    series, _ = read_folders([tmp_path / "a", tmp_path / "b"], "loss")
+    assert sorted(s.axes["participation"] for s in series) == ["bernoulli:redraw=false", "bernoulli:redraw=true"]
+    assert json.loads((tmp_path / "a" / "config.json").read_text())["participation"]["redraw"] is True

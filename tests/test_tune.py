@@ -1,8 +1,10 @@
 """`focusfl tune`: the step-size grid, the ranking rule and the command."""
+import json
 import math
 
 import pytest
 
+from cli_harness import run_cli
 from focusfl.cli import main
 from focusfl.errors import ConfigError
 from focusfl.experiments.outputs import read_csv
@@ -139,3 +141,15 @@ def test_a_stochastic_choice_keeps_one_grid_point_below_the_edge_of_stability():
     assert tune.choose([trial(0.05, 0.6), trial(0.15, 0.38)])["lr"] == 0.15  # the grid's top: nothing above
     everything = [trial(0.1, math.inf, 1), trial(0.3, math.inf, 2)]
     assert tune.choose(everything)["lr"] == 0.1
+
+
+def test_tune_shows_booleans_as_a_spec_spells_them_and_keeps_them_in_its_runs(tmp_path):
+    out = tmp_path / "tune"
+    proc = run_cli("tune", "--algorithm", "proxskip:pull=true", "--problem", SMALL, "--participation",
+                   "bernoulli:redraw=true", "--rounds", "5", "--points", "2", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "proxskip:pull=true" in proc.stdout and "True" not in proc.stdout
+    assert {row["algorithm"] for row in read_csv(out / "grid.csv")} == {"proxskip:pull=true"}
+    # Display only: the runs' configurations keep their booleans.
+    configs = [json.loads(p.read_text()) for p in (out / "runs").glob("*/config.json")]
+    assert len(configs) == 2 and all(c["algorithm"]["pull"] is True for c in configs)

@@ -304,7 +304,9 @@ def _cmd_algorithms(args) -> int:
 
 
 def _shown(value) -> str:
-    """A default as a user types it in a SPEC."""
+    """A default as a user types it in a SPEC; None (no value unless given) is '(unset)', which no SPEC takes."""
+    if value is None:
+        return "(unset)"
     return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 

@@ -14,6 +14,7 @@ F (FOCUS paper, Theorem 3), and local steps add client drift.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -70,9 +71,11 @@ class FedAvg(Algorithm):
                 f"fedavg: weighting must be one of {', '.join(WEIGHTINGS)}, got {self.weighting!r}"
             )
         if self.p is not None:
-            if any(not 0 < float(v) <= 1 for v in self.p):
-                raise ConfigError("fedavg: every p must be in (0, 1]")
-            object.__setattr__(self, "p", tuple(float(v) for v in self.p))
+            # A SPEC gives one number or a ';' list; anything else (a word, a flag) is one line, not a ValueError.
+            rates = list(self.p) if isinstance(self.p, (list, tuple)) else [self.p]
+            if not all(isinstance(v, numbers.Real) and not isinstance(v, bool) and 0 < v <= 1 for v in rates):
+                raise ConfigError(f"fedavg: p must be rates in (0, 1], one per client separated by ';', got {self.p!r}")
+            object.__setattr__(self, "p", tuple(float(v) for v in rates))
 
     def prepare(self, problem, participation) -> "FedAvg":
         if self.weighting != "known_p":

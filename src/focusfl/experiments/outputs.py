@@ -674,12 +674,12 @@ _TAG_SCAN_BYTES = 1 << 16
 
 
 def figure_metadata(path: str | Path) -> dict[str, str | None]:
-    """Matplotlib savefig metadata that marks a PNG, PDF or SVG as written by focusfl (an SVG
+    """Matplotlib savefig metadata that marks a PNG, PDF or SVG as written by focusfl (a PDF or SVG
     without the date matplotlib would add, so that the same figure is the same bytes)."""
     suffix = Path(path).suffix.lower()
     if suffix == ".svg":
         return {"Creator": FIGURE_TAG, "Date": None}
-    return {"Creator": FIGURE_TAG} if suffix == ".pdf" else {"Software": FIGURE_TAG}
+    return {"Creator": FIGURE_TAG, "CreationDate": None} if suffix == ".pdf" else {"Software": FIGURE_TAG}
 
 
 def _tagged(path: Path) -> bool:

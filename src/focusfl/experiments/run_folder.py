@@ -189,9 +189,11 @@ def run_to_folder(
     with open_output(out, kind="run") as output:
         killed = output.found_partial and (output.work / CHECKPOINT).is_file()
         if (killed or _stopped(output.target)) and not restart:
+            if not output.found_partial:
+                output.discard()  # made just now: a refused command leaves the folders as they were
             raise ConfigError(
-                f"{out} holds an interrupted run; continue it with `focusfl run --resume {out}` "
-                "or start it over with --restart"
+                f"{out} holds an interrupted run; continue it with `focusfl run --resume {out}`, "
+                "discard it and start over with --restart, or keep it and choose another --out"
             )
         _clear(output.work)
         recorded = {}

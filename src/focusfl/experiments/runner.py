@@ -82,6 +82,24 @@ def build(config: RunConfig, *, allow_model_import: bool = False) -> BuiltRun:
 def make_run_algorithm(config: RunConfig, problem) -> Any:
     """The algorithm with its step size: ``lr="auto"`` derives it from the problem's smoothness
     constant (:meth:`Algorithm.auto_lr`) unless the algorithm SPEC gives ``lr`` itself."""
+    algorithm = _with_step(config, problem)
+    _check_fits(algorithm, problem.dtype)
+    return algorithm
+
+
+def _check_fits(algorithm, dtype: torch.dtype) -> None:
+    """A step beyond the float type's range cannot even be applied (torch refuses the scalar with a
+    RuntimeError mid-run); a huge step that fits is allowed: the run diverges and says so."""
+    largest = torch.finfo(dtype).max
+    for field_ in dataclasses.fields(algorithm):
+        value = getattr(algorithm, field_.name)
+        if isinstance(value, float) and abs(value) > largest:
+            name = str(dtype).removeprefix("torch.")
+            raise ConfigError(f"{algorithm.name}: {field_.name}={value:g} is beyond {name}'s range "
+                              f"(largest {largest:.3g}); give a smaller value")
+
+
+def _with_step(config: RunConfig, problem) -> Any:
     if config.lr != "auto":
         return make_algorithm(config.algorithm, lr=config.lr, local_steps=config.local_steps)
     algorithm = make_algorithm(config.algorithm, local_steps=config.local_steps)
