@@ -402,3 +402,15 @@ def test_plot_labels_spell_booleans_as_specs_do(tmp_path):
     series, _ = read_folders([tmp_path / "a", tmp_path / "b"], "loss")
     assert sorted(s.axes["participation"] for s in series) == ["bernoulli:redraw=false", "bernoulli:redraw=true"]
     assert json.loads((tmp_path / "a" / "config.json").read_text())["participation"]["redraw"] is True
+
+
+def test_plot_labels_a_run_by_the_hyperparameters_it_changed(tmp_path):
+    # `focusfl plot` of MIFA and the notebook's MIFA once drew two curves both labelled "mifa".
+    from focusfl.cli import main
+    from focusfl.experiments.aggregate import read_folders
+
+    for name, algorithm in (("a", "mifa:notebook=true"), ("b", "mifa")):
+        assert main(["run", "--algorithm", algorithm, "--problem", "ridge:dim=3,clients=4,samples=5", "--rounds", "5",
+                     "--lr", "1e-3", "--out", str(tmp_path / name)]) == 0
+    series, _ = read_folders([tmp_path / "a", tmp_path / "b"], None)
+    assert [s.axes["algorithm"] for s in series] == ["mifa:notebook=true", "mifa"]

@@ -410,8 +410,9 @@ def _read_config(path: Path) -> dict:
 
 
 def _run_axes(info: dict, path: Path) -> dict:
-    """The axes of a run folder, from its config.json; the algorithm keeps its non-default keys
-    out of the label (its lr and local steps are axes of their own)."""
+    """The axes of a run folder, from its config.json. The algorithm's label is its name and the
+    hyperparameters it ran with that differ from their defaults (``mifa:notebook=true``); its lr
+    and local steps are axes of their own."""
     from ..spec import format_spec
 
     def spec(value: Any) -> str:
@@ -422,10 +423,22 @@ def _run_axes(info: dict, path: Path) -> dict:
     algorithm = info.get("algorithm") if isinstance(info.get("algorithm"), dict) else {}
     return {
         "problem": spec(info.get("problem")), "participation": _participation_label(info.get("participation")),
-        "algorithm": spec(algorithm or info.get("algorithm")), "lr": algorithm.get("lr"),
+        "algorithm": _algorithm_label(algorithm) if algorithm else spec(info.get("algorithm")), "lr": algorithm.get("lr"),
         "local_steps": algorithm.get("local_steps"), "rounds": info.get("rounds"),
         "eval_every": info.get("eval_every"), "seed": info.get("seed"),
     }
+
+
+def _algorithm_label(described: dict) -> str:
+    """``name:key=value`` of the hyperparameters that differ from the algorithm's defaults."""
+    from ..algorithms import ALGORITHMS
+    from ..spec import format_spec
+
+    name = str(described.get("name"))
+    defaults = ALGORITHMS[name]() if name in ALGORITHMS else None
+    changed = {k: v for k, v in described.items() if k not in ("name", "lr", "local_steps")
+               and not isinstance(v, (list, dict)) and (defaults is None or getattr(defaults, k, object()) != v)}
+    return format_spec(name, changed)
 
 
 def _participation_label(value: Any) -> str:
