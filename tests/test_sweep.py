@@ -414,3 +414,13 @@ def test_plot_labels_a_run_by_the_hyperparameters_it_changed(tmp_path):
                      "--lr", "1e-3", "--out", str(tmp_path / name)]) == 0
     series, _ = read_folders([tmp_path / "a", tmp_path / "b"], None)
     assert [s.axes["algorithm"] for s in series] == ["mifa:notebook=true", "mifa"]
+
+
+def test_plot_panels_say_what_the_participation_was():
+    # Panels were titled "markov" (rho dropped) and "bernoulli:redraw=False".
+    from focusfl.experiments.aggregate import _participation_label
+
+    assert _participation_label({"name": "markov", "p": [0.1, 0.2], "rho": [0.8, 0.8]}) == "markov:rho=0.8"
+    assert _participation_label({"name": "bernoulli", "p": [0.1, 0.2], "redraw": False}) == "bernoulli:redraw=false"
+    assert _participation_label({"name": "bernoulli", "p": [0.5, 0.5], "redraw": False}) == \
+        "bernoulli:p=0.5,redraw=false"

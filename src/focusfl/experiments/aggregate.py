@@ -445,9 +445,19 @@ def _participation_label(value: Any) -> str:
     if isinstance(value, dict):
         from ..spec import format_spec
 
-        params = {k: v for k, v in value.items() if k != "name" and not isinstance(v, (list, dict))}
+        params = {k: _shared(v) for k, v in value.items() if k != "name" and not isinstance(v, dict)}
+        # A per-client list with one value (markov's rho=0.8 for every client) is that value; one
+        # that varies (the rate preset's p_i) is left out of the label.
+        params = {k: v for k, v in params.items() if v is not None}
         return format_spec(str(value.get("name")), params)
     return str(value)
+
+
+def _shared(value: Any) -> Any:
+    """A list's one value when all its entries are equal; None when they differ; else the value."""
+    if not isinstance(value, list):
+        return value
+    return value[0] if value and all(v == value[0] for v in value) else None
 
 
 def write_plot(paths: Sequence[str | Path], out: Path, *, x: str, metric: str | None, band: str,
@@ -464,8 +474,9 @@ def write_plot(paths: Sequence[str | Path], out: Path, *, x: str, metric: str | 
 
     targets = [folder / f"{stem}.png", folder / f"{stem}.pdf"]
     with figure_files(targets, "--out") as scratch:  # never over a file of the user's; atomically
-        plot_series(series, folder, metric=chosen, band=band, xs=(x,), stems=(scratch[0].stem,),
-                    title=title or _metric_label(chosen))
+        panels = len({s.axes.get("participation") for s in series})
+        shown = title or _metric_label(chosen) + (", one panel per participation process" if panels > 1 else "")
+        plot_series(series, folder, metric=chosen, band=band, xs=(x,), stems=(scratch[0].stem,), title=shown)
     return targets, series
 
 
