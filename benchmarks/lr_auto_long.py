@@ -14,7 +14,8 @@ import argparse
 import time
 
 from focusfl.algorithms import ALGORITHMS
-from focusfl.experiments.runner import RunConfig, build, execute
+from focusfl.runs.config import RunConfig
+from focusfl.runs.driver import build, execute
 from focusfl.threads import fixed_threads
 
 

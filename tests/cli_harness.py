@@ -116,7 +116,7 @@ def snapshot(folder: str | Path) -> dict[str, tuple[int, int]]:
 
 _KILLER = """
 import os, signal, sys
-import focusfl.experiments.runner as runner
+import focusfl.runs.driver as runner
 from focusfl.cli import main
 kill_at = int(sys.argv[1])
 real = runner.simulate

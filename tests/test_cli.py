@@ -8,7 +8,7 @@ import pytest
 from cli_harness import run_cli
 from focusfl.cli import main
 from focusfl.errors import FocusflError
-from focusfl.experiments.outputs import read_csv
+from focusfl.io.outputs import read_csv
 
 RUN = ["run", "--algorithm", "focus", "--problem", "ridge:dim=20,clients=8,samples=30",
        "--participation", "bernoulli", "--rounds", "30", "--local-steps", "3", "--lr", "5e-4"]
@@ -91,7 +91,7 @@ def test_interrupted_run_keeps_the_rounds_it_evaluated(tmp_path, capsys, monkeyp
     """Ctrl-C (a real SIGINT) stops the run at the end of its round, with a checkpoint."""
     import signal
 
-    import focusfl.experiments.runner as runner
+    import focusfl.runs.driver as runner
 
     real_simulate = runner.simulate
 
@@ -117,7 +117,7 @@ def test_interrupted_run_keeps_the_rounds_it_evaluated(tmp_path, capsys, monkeyp
 
 
 def test_interrupted_before_any_round_leaves_nothing(tmp_path, capsys, monkeypatch):
-    import focusfl.experiments.runner as runner
+    import focusfl.runs.driver as runner
 
     def ctrl_c(*args, **kwargs):
         raise KeyboardInterrupt

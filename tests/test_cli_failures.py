@@ -69,7 +69,7 @@ def test_ctrl_c_during_start_up_is_one_line_and_writes_nothing(tmp_path, delay):
 
 
 def test_a_full_disk_is_one_line_and_leaves_no_partial_folder(tmp_path, capsys, monkeypatch):
-    import focusfl.experiments.run_folder as run_folder
+    import focusfl.runs.folder as run_folder
 
     def no_space(path, checkpoint):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))

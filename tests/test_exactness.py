@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from focusfl.experiments import exactness
-from focusfl.experiments.runner import RunConfig, build, execute
+from focusfl.runs.config import RunConfig
+from focusfl.runs.driver import build, execute
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "algorithms.md"
 CELLS = sorted(exactness.TABLE.items())

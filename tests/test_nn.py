@@ -26,7 +26,8 @@ from focusfl.cli import main
 from focusfl.data import Dataset, ImageData
 from focusfl.engine import simulate
 from focusfl.errors import ConfigError
-from focusfl.experiments.runner import RunConfig, build, execute
+from focusfl.runs.config import RunConfig
+from focusfl.runs.driver import build, execute
 from focusfl.participation import make_participation
 from focusfl.problems import make_problem
 from focusfl.problems.models import MODELS, KeyedDropout, make_model

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from cli_harness import cli_env, killer_script, run_cli
-from focusfl.experiments.checkpoint import load_model
+from focusfl.runs.checkpoint import load_model
 
 MNIST = Path(__file__).resolve().parent / "fixtures" / "mnist1500.npz"
 # 8 clients of about 150 real digits, batch 16: the MNIST CNN's chunk rule picks all 8 at once
@@ -35,7 +35,7 @@ nn.NeuralNetwork._time_gradients = lambda self, k, layout, repeats=2: (1.0 if la
 # or a scheduler's preemption would; the run stops at its next round boundary with a checkpoint.
 STOPPER = """
 import os, signal, sys
-import focusfl.experiments.runner as runner
+import focusfl.runs.driver as runner
 from focusfl.cli import main
 stop_at = int(sys.argv[1])
 real = runner.simulate

@@ -12,9 +12,10 @@ from focusfl.cli import main
 from focusfl.engine import simulate
 from focusfl.engine.divergence import BlowUpDetector, blew_up
 from focusfl.experiments import studies
-from focusfl.experiments.outputs import read_csv
-from focusfl.experiments.plots import coinciding_groups
-from focusfl.experiments.runner import RunConfig, build, execute
+from focusfl.io.outputs import read_csv
+from focusfl.plots import coinciding_groups
+from focusfl.runs.config import RunConfig
+from focusfl.runs.driver import build, execute
 from focusfl.participation import make_participation
 from focusfl.problems import make_problem
 

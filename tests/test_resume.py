@@ -16,8 +16,9 @@ from cli_harness import assert_one_line_error, cli_env, killer_script, popen_cli
 from focusfl.algorithms import ALGORITHMS
 from focusfl.cli import main
 from focusfl.engine import simulate
-from focusfl.experiments.checkpoint import load_model
-from focusfl.experiments.runner import RunConfig, build, make_run_algorithm
+from focusfl.runs.checkpoint import load_model
+from focusfl.runs.config import RunConfig
+from focusfl.runs.driver import build, make_run_algorithm
 from focusfl.participation import available_participation, make_participation
 from focusfl.problems import make_problem
 
@@ -258,7 +259,7 @@ def test_lr_auto_is_one_over_n_l_for_focus_and_refused_without_l():
 
 def test_default_run_converges_and_nn_without_lr_says_so(tmp_path):
     assert main(["run", "--algorithm", "focus", "--out", str(tmp_path / "a")]) == 0
-    from focusfl.experiments.outputs import read_csv
+    from focusfl.io.outputs import read_csv
 
     last = read_csv(tmp_path / "a" / "metrics.csv")[-1]
     assert float(last["rel_error"]) < 1e-5 and last["diverged"] == ""

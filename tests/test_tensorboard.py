@@ -74,7 +74,7 @@ def _raw_steps(log_dir: Path, tag: str) -> list[int]:
 
 def test_run_logs_every_metric_of_every_evaluated_round_and_its_config_as_hparams(tmp_path, capsys):
     _needs_tensorboard()
-    from focusfl.experiments.runner import config_from_json
+    from focusfl.runs.config import config_from_json
     from focusfl.experiments.sweep import run_key
 
     out, tb = tmp_path / "runs" / "focus", tmp_path / "tb"
@@ -130,7 +130,7 @@ def test_a_stopped_run_logs_status_interrupted_and_its_resume_replaces_it(tmp_pa
     _needs_tensorboard()
     import os
 
-    import focusfl.experiments.runner as runner
+    import focusfl.runs.driver as runner
 
     real = runner.simulate
 
@@ -165,7 +165,7 @@ def test_resume_with_tensorboard_starts_a_log_for_a_run_that_had_none(tmp_path):
 # A child that runs `focusfl ARGS`, flushes its TensorBoard log after every row (so that steps
 # after the checkpoint are on disk), and SIGKILLs itself at the end of round KILL_AT.
 KILLER = killer_script("""
-import focusfl.experiments.tensorboard as tb
+import focusfl.runs.tensorboard as tb
 log_row = tb.RunLogger.log_row
 
 def flushed(self, row):

@@ -112,8 +112,8 @@ def _given(args) -> list[str]:
 
 def _cmd_run(args) -> int:
     from .errors import ConfigError
-    from .experiments.run_folder import resume_folder, run_to_folder
-    from .experiments.runner import RunConfig, config_from_json
+    from .runs.folder import resume_folder, run_to_folder
+    from .runs.config import RunConfig, config_from_json
 
     if args.resume:
         refused = [f"--{k.replace('_', '-')}" for k in _given(args) if k != "rounds"]
@@ -174,7 +174,7 @@ def _run_config(args, RunConfig, config_from_json):
     from .problems.nn import with_data_options
 
     if args.config:
-        from .experiments.run_folder import _read_json
+        from .runs.folder import _read_json
 
         from .problems.models import refuse_model_import
 
@@ -239,7 +239,7 @@ def _cmd_participation(args) -> int:
     if args.plot and Path(args.plot).suffix.lower() not in (".png", ".pdf", ".svg"):
         raise ConfigError(f"--plot must end in .png, .pdf or .svg, got {args.plot!r}")
     if args.plot:
-        from .experiments.outputs import check_figure_targets
+        from .io.outputs import check_figure_targets
 
         check_figure_targets([args.plot], "--plot")  # before the work: never over a user's file
     from .limits import check_allocation
@@ -262,7 +262,7 @@ def _cmd_participation(args) -> int:
     if args.plot:
         from .participation.plots import plot_raster
 
-        from .experiments.outputs import figure_files
+        from .io.outputs import figure_files
 
         Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
         with figure_files([args.plot], "--plot") as (scratch,):
@@ -368,7 +368,7 @@ def _cmd_sweep(args) -> int:
 
 
 def _print_summary(path: Path, limit: int = 24) -> None:
-    from .experiments.outputs import read_csv
+    from .io.outputs import read_csv
 
     if not path.is_file():
         return

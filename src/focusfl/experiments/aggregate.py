@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ..errors import ConfigError
-from .outputs import open_atomic, write_csv
+from ..io.outputs import open_atomic, write_csv
 
 PLOT_POINTS = 600  # points per curve in a sweep's figures (a long run is thinned evenly)
 X_AXES = {"round": "round", "comm_up": "floats sent up (clients to server)",
@@ -110,7 +110,7 @@ def aggregate(experiment, runs, folder: Path, *, band: str, failures: Sequence[d
               panel_titles: dict[str, str] | None = None) -> list[str]:
     """Write results.csv, summary.csv (and failures.csv, or remove a stale one) and the
     figures of ``runs`` into ``folder``; returns the names written."""
-    from .run_folder import CONFIG, METRICS
+    from ..runs.folder import CONFIG, METRICS
     from .sweep import AXIS_COLUMNS, FAILURES, RESULTS, RUNS, SUMMARY, run_state
 
     finished = [run for run in runs if run_state(folder / RUNS / run.key, run.key, run.resolved) == "done"]
@@ -287,7 +287,7 @@ def plot_series(series: Sequence[Series], folder: Path, *, metric: str, band: st
     ``x_factor[algorithm]`` multiplies an algorithm's x values (the FOCUS notebook's axis counts
     SCAFFOLD's and ProxSkip's rounds twice); ``xlabel`` replaces the x axis's name;
     ``panel_titles[participation spec]`` says what a panel's participation means."""
-    from .plots import plot_band_panels
+    from ..plots import plot_band_panels
 
     log = use_log(series)
     seeds = max(len(members) for members in iter_groups(series).values())
@@ -327,7 +327,7 @@ def _scaled(band: Band, factor: float) -> Band:
 def read_folders(paths: Sequence[str | Path], metric: str | None) -> tuple[list[Series], str]:
     """Series of every finished run in the given run and sweep folders (a sweep through its
     results.csv); seeds of one configuration are grouped by ``summarize`` and ``band_of``."""
-    from .run_folder import CONFIG, METRICS
+    from ..runs.folder import CONFIG, METRICS
     from .sweep import AXIS_COLUMNS, RESULTS
 
     sources = []
@@ -470,7 +470,7 @@ def write_plot(paths: Sequence[str | Path], out: Path, *, x: str, metric: str | 
     folder = out.parent
     if not folder.is_dir():
         raise ConfigError(f"--out {str(out)!r}: folder {str(folder)!r} does not exist")
-    from .outputs import figure_files
+    from ..io.outputs import figure_files
 
     targets = [folder / f"{stem}.png", folder / f"{stem}.pdf"]
     with figure_files(targets, "--out") as scratch:  # never over a file of the user's; atomically

@@ -130,7 +130,8 @@ TABLE: dict[tuple[str, str, str], tuple[float, int | float]] = {
 
 def run_cell(algorithm: str, problem: str, process: str, lr: float, rounds: int = ROUNDS) -> dict:
     """One cell: the run's summary plus its plateau level (min over the second half)."""
-    from .runner import RunConfig, build, execute
+    from ..runs.config import RunConfig
+    from ..runs.driver import build, execute
 
     config = RunConfig(
         algorithm=algorithm, problem=PROBLEMS[problem], participation=PROCESSES[process], rounds=rounds,

@@ -51,8 +51,8 @@ class RunTask:
 def run_task(task: RunTask) -> dict:
     """Execute one run; never raises for the run's own failure: the outcome says what happened
     (``status`` complete / diverged / interrupted / failed, ``error``, ``seconds``)."""
-    from .run_folder import Interrupted, resume_folder, run_to_folder
-    from .runner import RunConfig
+    from ..runs.folder import Interrupted, resume_folder, run_to_folder
+    from ..runs.config import RunConfig
 
     started = time.perf_counter()
     config = RunConfig(**task.config)
@@ -96,8 +96,8 @@ def _outcome(result, started: float, **extra) -> dict:
 
 def publish_shipped(task: RunTask, files: dict[str, bytes]) -> None:
     """Write a run folder that a remote task returned as bytes (atomically, like any run)."""
-    from .outputs import open_output
-    from .run_folder import _clear
+    from ..io.outputs import open_output
+    from ..runs.folder import _clear
 
     with open_output(task.out, kind="run") as output:
         _clear(output.work)
@@ -209,7 +209,7 @@ def _ray_task(task: RunTask, threads: int) -> dict:
     """A Ray task: one run, in place when the sweep folder is visible here, else shipped back."""
     import torch
 
-    from .outputs import MARKER
+    from ..io.outputs import MARKER
 
     torch.set_num_threads(threads)
     sweep_folder = Path(task.out).parent.parent

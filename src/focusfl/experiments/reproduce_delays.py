@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError
-from .outputs import ResultCache, output_folder, write_csv
+from ..io.outputs import ResultCache, output_folder, write_csv
 from .reproduce import Preset, register
 
 PATTERNS = {

@@ -33,9 +33,10 @@ from ..algorithms import ALGORITHMS, make_algorithm
 from ..errors import ConfigError
 from ..participation import make_participation
 from ..problems import make_problem
-from .outputs import read_csv, write_csv
+from ..io.outputs import read_csv, write_csv
 from .reproduce import Preset, cached_run, register
-from .runner import DTYPES, BuiltRun, RunConfig, execute, resolve_device
+from ..runs.config import DTYPES, RunConfig
+from ..runs.driver import BuiltRun, execute, resolve_device
 
 
 @dataclass(frozen=True)
@@ -207,7 +208,7 @@ def _raise_failures(report, phase: str) -> None:
 def run_final(setup: Setup, spec: dict, steps: list[dict], args: argparse.Namespace, folder: Path):
     """The preset's runs at the chosen steps, ``--seeds`` seeds each, ``--workers`` at a time:
     (panels: scenario -> algorithm -> one row list per seed, summary rows)."""
-    from .run_folder import CONFIG, METRICS
+    from ..runs.folder import CONFIG, METRICS
     from .sweep import RUNS, run_sweep
 
     seeds = list(range(args.seed, args.seed + args.seeds))
@@ -329,7 +330,7 @@ def run_preset(setup: Setup, spec: dict, algorithms: list[str], args: argparse.N
     """The whole preset into the focusfl folder ``folder`` (a rerun skips finished runs): steps
     (tuned unless ``--steps fixed``), the runs over the seeds, tables and figures.
     Returns (summary rows, steps rows)."""
-    from .outputs import open_store
+    from ..io.outputs import open_store
 
     problem = make_problem(spec, dtype=DTYPES[args.dtype], device=str(resolve_device(args.device)))
     with open_store(folder, kind="reproduce-nn") as store:

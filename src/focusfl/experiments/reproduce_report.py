@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from ..errors import ConfigError, FocusflError
-from .outputs import output_folder, write_csv
+from ..io.outputs import output_folder, write_csv
 from .reproduce import Preset, register
 
 FOCUS = "FOCUS paper (seed 002)"
@@ -89,7 +89,7 @@ def _rounds(value) -> str:
 
 # -- ridge figure -----------------------------------------------------------------------------------
 def ridge_section(sizes: Sizes, images: Path) -> Section:
-    from .plots import coinciding_groups
+    from ..plots import coinciding_groups
     from .reproduce_ridge import many_lines_style, plot_figures, run_figure4
 
     section = Section("FOCUS paper, Figure 4: ridge regression")
@@ -350,7 +350,7 @@ def _table(rows, row_key, column_key, title_row: str) -> str:
 
 
 def _plot_rounds(rows, x_key: str, path: Path, xlabel: str, title: str, log_x: bool) -> None:
-    from .plots import _palette, _pyplot
+    from ..plots import _palette, _pyplot
 
     plt = _pyplot()
     algorithms = list(dict.fromkeys(r["algorithm"] for r in rows))

@@ -43,9 +43,9 @@ import torch
 
 from ..algorithms import ALGORITHMS
 from ..errors import ConfigError
-from .plots import plot_panels
+from ..plots import plot_panels
 from .reproduce import Preset, cached_run, register
-from .runner import build, execute
+from ..runs.driver import build, execute
 
 # Panel titles of the figures run_figure4 draws (reproduce report), by participation SPEC. The
 # sampling weights of the arbitrary scenario are called w_i here: q_i means E[1{i in S}/|S|]
@@ -201,7 +201,7 @@ def many_lines_style():
     import matplotlib
     from cycler import cycler
 
-    from .plots import _palette
+    from ..plots import _palette
 
     styles = cycler(color=_palette(20)) + cycler(linestyle=["-"] * 10 + ["--"] * 10)
     return matplotlib.rc_context({"axes.prop_cycle": styles, "axes.formatter.limits": (-3, 4)})
@@ -234,7 +234,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .outputs import read_csv
+    from ..io.outputs import read_csv
     from .sweep import run_sweep
 
     if args.export is not None:
@@ -262,7 +262,7 @@ def run(args: argparse.Namespace) -> int:
 
 def export(args: argparse.Namespace) -> int:
     """``--export FILE``: the experiment file, never over an existing file."""
-    from .outputs import write_text
+    from ..io.outputs import write_text
 
     if not args.export.strip():
         raise ConfigError("--export needs a file name, e.g. --export experiment.toml")

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ..errors import ConfigError, FocusflError
-from .runner import DTYPES, RunConfig
+from ..runs.config import DTYPES, RunConfig
 
 MAX_RUNS = 100_000
 MAX_FILE_BYTES = 1 << 20
@@ -367,7 +367,7 @@ def count_runs(experiment: Experiment) -> tuple[int, str]:
 def run_key(resolved: dict) -> str:
     """A run folder's name: the SHA-256 of its resolved configuration, version and status left out
     (a new focusfl version does not rerun a finished sweep; start a new DIR to rerun it)."""
-    from .runner import _REQUIRED
+    from ..runs.config import _REQUIRED
 
     kept = {k: resolved[k] for k in (*_REQUIRED, "schedule") if k in resolved}
     canonical = json.dumps(kept, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -380,7 +380,8 @@ def expand(experiment: Experiment, *, allow_model_import: bool = False) -> list[
     from ..participation import make_participation
     from ..problems import default_dtype, make_problem
     from ..spec import format_spec
-    from .runner import BuiltRun, check_config, make_run_algorithm, resolve_device, resolved_config
+    from ..runs.config import check_config
+    from ..runs.driver import BuiltRun, make_run_algorithm, resolve_device, resolved_config
 
     runs: list[SweepRun] = []
     seen: dict[str, SweepRun] = {}
@@ -471,9 +472,9 @@ def run_state(folder: Path, key: str, expected: dict | None = None) -> str:
     """'done' (complete or diverged, under this hash), 'resume' (a checkpoint to continue from)
     or 'new' (nothing usable: run it from the start). ``expected``: the run's resolved config as
     the sweep asked for it (see ``as_requested``)."""
-    from .checkpoint import CHECKPOINT
-    from .outputs import PARTIAL_SUFFIX
-    from .run_folder import CONFIG
+    from ..runs.checkpoint import CHECKPOINT
+    from ..io.outputs import PARTIAL_SUFFIX
+    from ..runs.folder import CONFIG
 
     partial = folder.parent / f".{folder.name}{PARTIAL_SUFFIX}"
     if (partial / CHECKPOINT).is_file():
@@ -543,11 +544,11 @@ def run_sweep(
     finished earlier included unless their log is complete already."""
     from .aggregate import aggregate
     from .executors import RunTask, make_executor
-    from .outputs import open_store, write_text
+    from ..io.outputs import open_store, write_text
 
     root = None
     if tensorboard is not None:
-        from .tensorboard import check_root, require
+        from ..runs.tensorboard import check_root, require
 
         require()
         root = check_root(tensorboard, out, what="the sweep folder")
@@ -596,7 +597,7 @@ def run_sweep(
         finally:
             pool.close()
         if report.interrupted:
-            from .run_folder import Interrupted
+            from ..runs.folder import Interrupted
 
             raise Interrupted(f"sweep interrupted: {report.interrupted} run(s) stopped with a checkpoint; "
                               "run the same command again to continue", exit_code or 130)
@@ -610,7 +611,7 @@ def run_sweep(
 def log_name(run: SweepRun) -> str:
     """The TensorBoard run of a sweep's run: readable, and unique by its hash, e.g.
     ``focus-lr0.0002-seed3-1f2e3d4c``."""
-    from .tensorboard import safe_name
+    from ..runs.tensorboard import safe_name
 
     lr = run.axes.get("lr")
     lr = f"{lr:g}" if isinstance(lr, (int, float)) and not isinstance(lr, bool) else str(lr)
@@ -628,7 +629,7 @@ def _log_run(root: Path | None, run: SweepRun, folder: Path) -> int:
     without --tensorboard gets its logs on the next call)."""
     if root is None:
         return 0
-    from .tensorboard import has_hparams, log_folder
+    from ..runs.tensorboard import has_hparams, log_folder
 
     log_dir = root / log_name(run)
     if has_hparams(log_dir):

@@ -109,7 +109,8 @@ def summarize_trial(algorithm: str, lr: float, rows: Sequence[dict], diverged_at
 
 def run_trial(algorithm: str | dict, lr: float, setup: TuneSetup) -> dict:
     """Run one (algorithm, lr) pair of the grid; returns its summary row."""
-    from .runner import RunConfig, build, execute
+    from ..runs.config import RunConfig
+    from ..runs.driver import build, execute
 
     config = RunConfig(
         algorithm=algorithm, problem=setup.problem, participation=setup.participation,
@@ -205,7 +206,7 @@ def grid_rows(runs, folder: Path, target: float | None) -> list[dict]:
     import csv
 
     from .aggregate import Series, _Reducer, _stats
-    from .run_folder import CONFIG, METRICS
+    from ..runs.folder import CONFIG, METRICS
     from .sweep import RUNS
 
     groups: dict[tuple, list] = {}
@@ -356,7 +357,7 @@ def setup_from_args(args: argparse.Namespace) -> TuneSetup:
 
 def run(args: argparse.Namespace) -> int:
     from .sweep import experiment_text, parse_experiment, run_sweep
-    from .outputs import write_csv, write_json
+    from ..io.outputs import write_csv, write_json
 
     setup = setup_from_args(args)
     if args.seeds < 1 or args.workers < 1 or (args.threads is not None and args.threads < 1):

@@ -32,9 +32,10 @@ from flwr.serverapp import Grid, ServerApp
 from .. import __version__
 from ..algorithms.base import State
 from ..errors import ConfigError
-from ..experiments.checkpoint import MODEL, save_model
-from ..experiments.outputs import open_output, write_csv, write_json
-from ..experiments.runner import RunConfig, build
+from ..runs.checkpoint import MODEL, save_model
+from ..io.outputs import open_output, write_csv, write_json
+from ..runs.config import RunConfig
+from ..runs.driver import build
 from ..threads import fixed_threads
 from .strategy import AlgorithmStrategy, FederationResult
 
@@ -160,7 +161,7 @@ def write_results(out: Path, strategy: AlgorithmStrategy, built, config: Federat
             "replayable": every_client,
         })
         if result.rows:
-            from ..experiments.plots import plot_curve
+            from ..plots import plot_curve
 
             title = f"{strategy.algorithm.name} on {built.problem.name}, federated ({len(result.nodes)} nodes)"
             plot_curve(result.rows, work / "curve.png", title)

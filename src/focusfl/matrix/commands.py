@@ -146,7 +146,7 @@ def parse_active(text: str) -> list[int]:
 
 
 def run_matrices(args) -> int:
-    from ..experiments.outputs import output_folder, write_json
+    from ..io.outputs import output_folder, write_json
     from .pictures import figure1_panels, render_all
     from .stochastic import active_nodes
 

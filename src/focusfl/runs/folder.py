@@ -1,6 +1,6 @@
 """``focusfl run``'s output folder: metrics streamed to disk, checkpoints, signals and resume.
 
-A run works in the output's partial folder (``experiments.outputs``), which becomes ``--out``
+A run works in the output's partial folder (``io.outputs``), which becomes ``--out``
 only when the run ends:
 
 - every evaluated row is appended to ``metrics.csv`` as it is computed (flushed at least once
@@ -17,7 +17,7 @@ only when the run ends:
 With ``tensorboard=DIR`` a run also logs every evaluated row, as it is computed, into the
 TensorBoard folder ``DIR/<name of out>`` (``-2``, ``-3``... if that is taken: a new run never
 mixes its steps into another's log), and its configuration as hparams when it ends
-(``experiments.tensorboard``). config.json records that folder (key ``tensorboard``, not part of
+(``runs.tensorboard``). config.json records that folder (key ``tensorboard``, not part of
 the run's identity), so ``resume_folder`` keeps logging there, purging the steps after the
 checkpoint it continues from.
 """
@@ -40,8 +40,9 @@ from ..engine.divergence import BlowUpDetector
 from ..errors import ConfigError, DataError
 from ..problems.models import refuse_model_import
 from .checkpoint import CHECKPOINT, MODEL, Checkpoint, load_checkpoint, save_checkpoint, save_model
-from .outputs import MARKER, Output, _fmt, open_output, write_json
-from .runner import BuiltRun, RunConfig, build, config_from_json, execute, resolved_config
+from ..io.outputs import MARKER, Output, _fmt, open_output, write_json
+from .config import RunConfig, config_from_json
+from .driver import BuiltRun, build, execute, resolved_config
 
 METRICS = "metrics.csv"
 CONFIG = "config.json"
@@ -429,7 +430,7 @@ def _finish(built: BuiltRun, work: Path, *, status: str, rounds_done: int | None
 
 
 def _plot(built: BuiltRun, rows: list[dict], work: Path) -> None:
-    from .plots import plot_curve
+    from ..plots import plot_curve
 
     title = f"{built.algorithm.name} on {built.problem.name}, {built.participation.name} participation"
     if "test_accuracy" in rows[0]:  # neural networks: accuracy and losses

@@ -5,7 +5,7 @@ import math
 from pathlib import Path
 from typing import Sequence
 
-from .outputs import figure_metadata
+from .io.outputs import figure_metadata
 
 
 def _pyplot():
