@@ -36,7 +36,7 @@ def _scratch(path: Path, unique: bool, suffix: str, private: bool) -> Path:
         return path.with_name(f".{path.name}{suffix}")
     while True:
         scratch = path.with_name(f".{path.name}.{os.urandom(4).hex()}{suffix}")
-        try:  # mode 0666: the umask applies, as to any file open() creates
+        try:  # 0666 less the umask, as open() creates a file; 0600 for private state
             fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if private else 0o666)
         except FileExistsError:
             continue
