@@ -28,7 +28,7 @@ import pytest
 from cli_harness import GIB, assert_one_line_error, cli_env, run_cli, snapshot
 
 from focusfl import limits
-from focusfl.io.outputs import read_csv
+from focusfl.io.atomic import read_csv
 from focusfl.data import Dataset, ImageData, check_classes, infer_classes, load_dataset
 from focusfl.data import download as dl
 from focusfl.data.loaders import check_labels, check_pixels, pickle_footprint, read_cifar_batch, read_npz_dataset

@@ -8,7 +8,7 @@ import pytest
 from cli_harness import run_cli
 from focusfl.cli import main
 from focusfl.errors import FocusflError
-from focusfl.io.outputs import read_csv
+from focusfl.io.atomic import read_csv
 
 RUN = ["run", "--algorithm", "focus", "--problem", "ridge:dim=20,clients=8,samples=30",
        "--participation", "bernoulli", "--rounds", "30", "--local-steps", "3", "--lr", "5e-4"]

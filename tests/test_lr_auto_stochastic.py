@@ -51,7 +51,7 @@ def test_the_issue_command_does_not_diverge_as_a_user_types_it(tmp_path):
     # Full-batch FOCUS's step made this loss go 5.4e3, 1.0e7, 2.8e11, 5.2e14 at rounds 0..1500.
     from cli_harness import run_cli
 
-    from focusfl.io.outputs import read_csv
+    from focusfl.io.atomic import read_csv
 
     out = tmp_path / "run"
     proc = run_cli("run", "--algorithm", "sg_focus", "--problem", "ridge:batch=10", "--participation",

@@ -15,7 +15,9 @@ import pytest
 
 from cli_harness import assert_one_line_error, cli_env, run_cli, snapshot
 from focusfl.errors import ConfigError
-from focusfl.io.outputs import MARKER, ResultCache, check_target, open_output, output_folder, read_csv
+from focusfl.experiments.cache import ResultCache
+from focusfl.io.atomic import read_csv
+from focusfl.io.folders import MARKER, check_target, open_output, output_folder
 
 RUN = ["run", "--algorithm", "focus", "--lr", "2e-4", "--rounds", "3"]
 
@@ -180,7 +182,7 @@ def test_replacing_deletes_only_what_the_old_marker_lists_and_drops_the_cache(tm
 CRASHING_WRITER = """
 import os, sys
 from pathlib import Path
-from focusfl.io import outputs
+from focusfl.io import folders as outputs
 
 target, crash_at, mode = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 steps = []
@@ -269,7 +271,7 @@ def test_four_writers_racing_leave_one_whole_result_and_no_leftovers(tmp_path):
 LOCK_STRESS = """
 import sys
 from focusfl.errors import ConfigError
-from focusfl.io.outputs import output_folder
+from focusfl.io.folders import output_folder
 
 wins = busy = 0
 for i in range(40):
@@ -333,7 +335,7 @@ def test_stale_scratch_of_dead_writers_is_cleaned_and_nothing_else(tmp_path):
     user_hidden.chmod(0o700)
     # A partial of a writer killed in the middle of its block.
     subprocess.run([sys.executable, "-c", (
-        "import os, sys; from focusfl.io.outputs import output_folder\n"
+        "import os, sys; from focusfl.io.folders import output_folder\n"
         "with output_folder(sys.argv[1], kind='test', keep_partial=True) as work:\n"
         "    (work / 'half.csv').write_text('1')\n"
         "    os._exit(9)\n"), str(out)], env=cli_env())

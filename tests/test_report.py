@@ -12,7 +12,7 @@ from focusfl.cli import main
 from focusfl.engine import simulate
 from focusfl.engine.divergence import BlowUpDetector, blew_up
 from focusfl.experiments import studies
-from focusfl.io.outputs import read_csv
+from focusfl.io.atomic import read_csv
 from focusfl.plots import coinciding_groups
 from focusfl.runs.config import RunConfig
 from focusfl.runs.driver import build, execute

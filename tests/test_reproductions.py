@@ -2,7 +2,7 @@
 `focusfl reproduce ridge`."""
 from focusfl.cli import main
 from focusfl.experiments import reproduce_ridge
-from focusfl.io.outputs import read_csv
+from focusfl.io.atomic import read_csv
 from focusfl.experiments.reproduce_delays import measure, pattern_specs, summarize_rows
 
 

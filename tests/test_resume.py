@@ -259,7 +259,7 @@ def test_lr_auto_is_one_over_n_l_for_focus_and_refused_without_l():
 
 def test_default_run_converges_and_nn_without_lr_says_so(tmp_path):
     assert main(["run", "--algorithm", "focus", "--out", str(tmp_path / "a")]) == 0
-    from focusfl.io.outputs import read_csv
+    from focusfl.io.atomic import read_csv
 
     last = read_csv(tmp_path / "a" / "metrics.csv")[-1]
     assert float(last["rel_error"]) < 1e-5 and last["diverged"] == ""

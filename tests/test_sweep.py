@@ -11,7 +11,7 @@ import pytest
 
 from cli_harness import assert_one_line_error, popen_cli, run_cli
 from focusfl.errors import ConfigError
-from focusfl.io.outputs import read_csv
+from focusfl.io.atomic import read_csv
 from focusfl.experiments.sweep import count_runs, expand, load_experiment, parse_experiment, run_key, run_sweep
 
 SMALL = "ridge:clients=4,dim=5,samples=10"

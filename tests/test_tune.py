@@ -7,7 +7,7 @@ import pytest
 from cli_harness import run_cli
 from focusfl.cli import main
 from focusfl.errors import ConfigError
-from focusfl.io.outputs import read_csv
+from focusfl.io.atomic import read_csv
 from focusfl.experiments import tune
 from focusfl.experiments.tune import expand_algorithms, lr_grid, pick_best
 

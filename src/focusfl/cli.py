@@ -239,7 +239,7 @@ def _cmd_participation(args) -> int:
     if args.plot and Path(args.plot).suffix.lower() not in (".png", ".pdf", ".svg"):
         raise ConfigError(f"--plot must end in .png, .pdf or .svg, got {args.plot!r}")
     if args.plot:
-        from .io.outputs import check_figure_targets
+        from .io.figures import check_figure_targets
 
         check_figure_targets([args.plot], "--plot")  # before the work: never over a user's file
     from .limits import check_allocation
@@ -262,7 +262,7 @@ def _cmd_participation(args) -> int:
     if args.plot:
         from .participation.plots import plot_raster
 
-        from .io.outputs import figure_files
+        from .io.figures import figure_files
 
         Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
         with figure_files([args.plot], "--plot") as (scratch,):
@@ -368,7 +368,7 @@ def _cmd_sweep(args) -> int:
 
 
 def _print_summary(path: Path, limit: int = 24) -> None:
-    from .io.outputs import read_csv
+    from .io.atomic import read_csv
 
     if not path.is_file():
         return

@@ -5,7 +5,7 @@ import math
 from pathlib import Path
 from typing import Sequence
 
-from .io.outputs import figure_metadata
+from .io.figures import figure_metadata
 
 
 def _pyplot():

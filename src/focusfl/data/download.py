@@ -13,13 +13,13 @@ import hashlib
 import http.client
 import os
 import tarfile
-import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DataError
+from ..io.atomic import open_atomic
 
 _CHUNK = 1 << 20
 TIMEOUT_S = 60
@@ -88,18 +88,13 @@ def fetch(remote: RemoteFile, folder: str | Path, *, progress: bool = True) -> P
     if target.is_file() and md5sum(target) == remote.md5:
         return target
     folder.mkdir(parents=True, exist_ok=True)
-    handle, scratch_name = tempfile.mkstemp(prefix=f".{remote.name}.", suffix=".part", dir=folder)
-    scratch = Path(scratch_name)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            digest = _stream(remote, out, progress)
+    # A name of its own (.NAME.<random>.part): two commands may fetch the same file at once.
+    with open_atomic(target, "wb", unique=True, suffix=".part", private=True) as out:
+        digest = _stream(remote, out, progress)
         if digest != remote.md5:
             raise DataError(
                 f"download of {remote.url} is corrupted (md5 {digest}, expected {remote.md5}); it was discarded"
             )
-        os.replace(scratch, target)
-    finally:
-        scratch.unlink(missing_ok=True)
     return target
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ..errors import ConfigError
-from ..io.outputs import open_atomic, write_csv
+from ..io.atomic import open_atomic, write_csv
 
 PLOT_POINTS = 600  # points per curve in a sweep's figures (a long run is thinned evenly)
 X_AXES = {"round": "round", "comm_up": "floats sent up (clients to server)",
@@ -470,7 +470,7 @@ def write_plot(paths: Sequence[str | Path], out: Path, *, x: str, metric: str | 
     folder = out.parent
     if not folder.is_dir():
         raise ConfigError(f"--out {str(out)!r}: folder {str(folder)!r} does not exist")
-    from ..io.outputs import figure_files
+    from ..io.figures import figure_files
 
     targets = [folder / f"{stem}.png", folder / f"{stem}.pdf"]
     with figure_files(targets, "--out") as scratch:  # never over a file of the user's; atomically

@@ -96,7 +96,7 @@ def _outcome(result, started: float, **extra) -> dict:
 
 def publish_shipped(task: RunTask, files: dict[str, bytes]) -> None:
     """Write a run folder that a remote task returned as bytes (atomically, like any run)."""
-    from ..io.outputs import open_output
+    from ..io.folders import open_output
     from ..runs.folder import _clear
 
     with open_output(task.out, kind="run") as output:
@@ -209,7 +209,7 @@ def _ray_task(task: RunTask, threads: int) -> dict:
     """A Ray task: one run, in place when the sweep folder is visible here, else shipped back."""
     import torch
 
-    from ..io.outputs import MARKER
+    from ..io.folders import MARKER
 
     torch.set_num_threads(threads)
     sweep_folder = Path(task.out).parent.parent

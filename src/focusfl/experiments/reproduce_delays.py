@@ -25,7 +25,9 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError
-from ..io.outputs import ResultCache, output_folder, write_csv
+from ..io.atomic import write_csv
+from ..io.folders import output_folder
+from .cache import ResultCache
 from .reproduce import Preset, register
 
 PATTERNS = {

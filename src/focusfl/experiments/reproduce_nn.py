@@ -33,7 +33,7 @@ from ..algorithms import ALGORITHMS, make_algorithm
 from ..errors import ConfigError
 from ..participation import make_participation
 from ..problems import make_problem
-from ..io.outputs import read_csv, write_csv
+from ..io.atomic import read_csv, write_csv
 from .reproduce import Preset, cached_run, register
 from ..runs.config import DTYPES, RunConfig
 from ..runs.driver import BuiltRun, execute, resolve_device
@@ -330,7 +330,7 @@ def run_preset(setup: Setup, spec: dict, algorithms: list[str], args: argparse.N
     """The whole preset into the focusfl folder ``folder`` (a rerun skips finished runs): steps
     (tuned unless ``--steps fixed``), the runs over the seeds, tables and figures.
     Returns (summary rows, steps rows)."""
-    from ..io.outputs import open_store
+    from ..io.folders import open_store
 
     problem = make_problem(spec, dtype=DTYPES[args.dtype], device=str(resolve_device(args.device)))
     with open_store(folder, kind="reproduce-nn") as store:

@@ -25,7 +25,8 @@ from pathlib import Path
 import torch
 
 from ..errors import ConfigError, FocusflError
-from ..io.outputs import output_folder, write_csv
+from ..io.atomic import write_csv
+from ..io.folders import output_folder
 from .reproduce import Preset, register
 
 FOCUS = "FOCUS paper (seed 002)"

@@ -234,7 +234,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..io.outputs import read_csv
+    from ..io.atomic import read_csv
     from .sweep import run_sweep
 
     if args.export is not None:
@@ -262,7 +262,7 @@ def run(args: argparse.Namespace) -> int:
 
 def export(args: argparse.Namespace) -> int:
     """``--export FILE``: the experiment file, never over an existing file."""
-    from ..io.outputs import write_text
+    from ..io.atomic import write_text
 
     if not args.export.strip():
         raise ConfigError("--export needs a file name, e.g. --export experiment.toml")

@@ -473,7 +473,7 @@ def run_state(folder: Path, key: str, expected: dict | None = None) -> str:
     or 'new' (nothing usable: run it from the start). ``expected``: the run's resolved config as
     the sweep asked for it (see ``as_requested``)."""
     from ..runs.checkpoint import CHECKPOINT
-    from ..io.outputs import PARTIAL_SUFFIX
+    from ..io.folders import PARTIAL_SUFFIX
     from ..runs.folder import CONFIG
 
     partial = folder.parent / f".{folder.name}{PARTIAL_SUFFIX}"
@@ -544,7 +544,8 @@ def run_sweep(
     finished earlier included unless their log is complete already."""
     from .aggregate import aggregate
     from .executors import RunTask, make_executor
-    from ..io.outputs import open_store, write_text
+    from ..io.atomic import write_text
+    from ..io.folders import open_store
 
     root = None
     if tensorboard is not None:

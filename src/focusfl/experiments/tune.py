@@ -357,7 +357,7 @@ def setup_from_args(args: argparse.Namespace) -> TuneSetup:
 
 def run(args: argparse.Namespace) -> int:
     from .sweep import experiment_text, parse_experiment, run_sweep
-    from ..io.outputs import write_csv, write_json
+    from ..io.atomic import write_csv, write_json
 
     setup = setup_from_args(args)
     if args.seeds < 1 or args.workers < 1 or (args.threads is not None and args.threads < 1):

@@ -20,8 +20,6 @@ that a SuperNode killed with SIGKILL and restarted continues exactly.
 from __future__ import annotations
 
 import functools
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -30,6 +28,7 @@ from flwr.app import ConfigRecord, RecordDict
 
 from ..algorithms import make_algorithm
 from ..engine.tree import gather_rows
+from ..io.atomic import open_atomic
 from ..problems import make_problem
 from .codec import Malformed, RunSpec, decode_tree, encode_tree
 
@@ -161,16 +160,9 @@ def store(state: RecordDict, memory: Memory, run: RunSpec, node_config: dict) ->
                  "pending": None if memory.pending is None else
                  {k: v.clone() for k, v in memory.pending._asdict().items()}}
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".pt")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                torch.save(saved, handle)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        # A scratch name of its own (a user may give several nodes one state-dir); mode 0600.
+        with open_atomic(path, "wb", durable=True, unique=True, private=True) as handle:
+            torch.save(saved, handle)
 
 
 def durable_path(node_config: dict, run: RunSpec) -> Path | None:

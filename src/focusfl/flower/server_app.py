@@ -33,7 +33,8 @@ from .. import __version__
 from ..algorithms.base import State
 from ..errors import ConfigError
 from ..runs.checkpoint import MODEL, save_model
-from ..io.outputs import open_output, write_csv, write_json
+from ..io.atomic import write_csv, write_json
+from ..io.folders import open_output
 from ..runs.config import RunConfig
 from ..runs.driver import build
 from ..threads import fixed_threads

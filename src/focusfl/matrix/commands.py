@@ -146,7 +146,8 @@ def parse_active(text: str) -> list[int]:
 
 
 def run_matrices(args) -> int:
-    from ..io.outputs import output_folder, write_json
+    from ..io.atomic import write_json
+    from ..io.folders import output_folder
     from .pictures import figure1_panels, render_all
     from .stochastic import active_nodes
 

@@ -48,7 +48,7 @@ def plot_raster(mask: Any, path: str | Path, title: str | None = None) -> Path:
     ax.set_ylabel("client")
     ax.set_title(title if title is not None else f"participation: {clients} clients, {rounds} rounds")
     path.parent.mkdir(parents=True, exist_ok=True)
-    from ..io.outputs import figure_metadata
+    from ..io.figures import figure_metadata
 
     # A fixed salt for the SVG's element ids (random otherwise): the same figure, the same bytes.
     with matplotlib.rc_context({"svg.hashsalt": "focusfl"}):

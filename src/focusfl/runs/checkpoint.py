@@ -9,7 +9,6 @@ a sequential participation process (Markov) also saves the last row it drew.
 """
 from __future__ import annotations
 
-import os
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +18,7 @@ import torch
 
 from ..algorithms.base import State
 from ..errors import DataError
+from ..io.atomic import open_atomic
 
 CHECKPOINT = "checkpoint.pt"
 MODEL = "model.pt"
@@ -50,27 +50,10 @@ def _fields(named_tuple: Any) -> dict[str, torch.Tensor]:
 
 
 def atomic_torch_save(payload: Any, path: Path) -> None:
-    """Write ``payload`` to ``path`` so that the file is either the old one or the new one, whole."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as handle:
+    """Write ``payload`` to ``path`` so that the file is either the old one or the new one, whole;
+    durably, as it is what a run resumes from after a crash."""
+    with open_atomic(path, "wb", durable=True) as handle:
         torch.save(payload, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    _fsync_folder(path.parent)
-
-
-def _fsync_folder(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some filesystems cannot sync a directory; the rename is still atomic
-    finally:
-        os.close(fd)
 
 
 def save_checkpoint(path: Path, checkpoint: Checkpoint) -> None:

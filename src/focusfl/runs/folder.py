@@ -1,6 +1,6 @@
 """``focusfl run``'s output folder: metrics streamed to disk, checkpoints, signals and resume.
 
-A run works in the output's partial folder (``io.outputs``), which becomes ``--out``
+A run works in the output's partial folder (``io.folders``), which becomes ``--out``
 only when the run ends:
 
 - every evaluated row is appended to ``metrics.csv`` as it is computed (flushed at least once
@@ -40,7 +40,8 @@ from ..engine.divergence import BlowUpDetector
 from ..errors import ConfigError, DataError
 from ..problems.models import refuse_model_import
 from .checkpoint import CHECKPOINT, MODEL, Checkpoint, load_checkpoint, save_checkpoint, save_model
-from ..io.outputs import MARKER, Output, _fmt, open_output, write_json
+from ..io.atomic import csv_cell, write_json
+from ..io.folders import MARKER, Output, open_output
 from .config import RunConfig, config_from_json
 from .driver import BuiltRun, build, execute, resolved_config
 
@@ -122,7 +123,7 @@ class _MetricsWriter:
             self.columns = list(row) + [k for k in self.late_columns if k not in row]
             self.writer = self._writer()
             self.writer.writeheader()
-        self.writer.writerow({k: _fmt(row.get(k)) for k in self.columns})
+        self.writer.writerow({k: csv_cell(row.get(k)) for k in self.columns})
         if time.monotonic() - self.flushed > FLUSH_SECONDS:
             self.handle.flush()
             self.flushed = time.monotonic()

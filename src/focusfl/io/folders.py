@@ -1,4 +1,4 @@
-"""Writing results: CSV tables, JSON configs, and output folders that focusfl marks as its own.
+"""Output folders that focusfl marks as its own, one writer each, replaced whole.
 
 A user's files are never lost, however a command ends:
 
@@ -11,16 +11,16 @@ A user's files are never lost, however a command ends:
   current folder, the home folder, their ancestors and ``/`` are never output folders.
 - One writer per folder: a second one gets a one-line error at once (a non-blocking lock).
 - Folders are made with ``mkdir``, so the user's umask applies.
-- ``ResultCache`` keeps each finished unit of a long command (a tuning trial, a preset's run)
-  in the partial folder, so a rerun after a crash or Ctrl-C skips what was done.
+- A partial folder may keep finished units of a long command in ``.cache`` (see
+  ``experiments.cache``), so that a rerun after a crash or Ctrl-C skips what was done; it is
+  deleted when the folder is published.
+- A :class:`Store` is a folder filled over several commands (a sweep's ``DIR``): locked and
+  marked the same way, but never swapped as a whole.
 """
 from __future__ import annotations
 
 import contextlib
-import csv
 import fcntl
-import hashlib
-import io
 import json
 import os
 import re
@@ -33,13 +33,13 @@ from typing import Any, Callable, Iterable, Iterator
 
 from .. import __version__
 from ..errors import ConfigError
+from .atomic import TMP_SUFFIX, atomic_path, fsync_file, fsync_folder
 
 MARKER = ".focusfl-output.json"
 PARTIAL_SUFFIX = ".focusfl-partial"
 OLD_SUFFIX = ".focusfl-old"
 LOCK_SUFFIX = ".focusfl-lock"
-TMP_SUFFIX = ".focusfl-tmp"
-CACHE = ".cache"
+CACHE = ".cache"  # finished units of work in a partial folder; not published
 # The earlier scheme: tempfile.mkdtemp(prefix=".NAME.") -> ".NAME." + 8 of these, mode 0700.
 _MKDTEMP_NAME = re.compile(r"[a-z0-9_]{8}")
 _LEGACY_SUFFIXES = (".csv", ".json", ".png", ".pdf")
@@ -54,83 +54,6 @@ def _step(name: str, operation: Callable[..., Any], *args: Any) -> Any:
     if _after_step is not None:
         _after_step(name)
     return result
-
-
-# -- files ---------------------------------------------------------------------------------------
-def _write_atomic(path: Path, text: str, *, durable: bool = False) -> None:
-    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}{TMP_SUFFIX}")
-    with open(tmp, "w", newline="") as handle:  # open(): the umask applies, as to any file
-        handle.write(text)
-        if durable:
-            handle.flush()
-            os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    if durable:
-        _fsync_dir(path.parent)
-
-
-@contextlib.contextmanager
-def open_atomic(path: Path) -> Iterator[io.TextIOBase]:
-    """A text file written through a temporary file and renamed into place when the block ends
-    (for tables too large to build in memory); on an exception the temporary file is removed."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}{TMP_SUFFIX}")
-    try:
-        with open(tmp, "w", newline="") as handle:
-            yield handle
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-
-
-def write_csv(path: Path, rows: Iterable[dict], columns: list[str] | None = None) -> None:
-    rows = list(rows)
-    if columns is None:
-        columns = []
-        for row in rows:
-            columns.extend(k for k in row if k not in columns)
-    buffer = io.StringIO(newline="")
-    writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({k: _fmt(row.get(k)) for k in columns})
-    _write_atomic(path, buffer.getvalue())
-
-
-def _fmt(value):
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return repr(float(value))  # full precision: reruns must compare equal
-    return value
-
-
-def read_csv(path: Path) -> list[dict]:
-    with open(path, newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
-def write_json(path: Path, data: dict) -> None:
-    _write_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # -- the marker ----------------------------------------------------------------------------------
@@ -159,17 +82,9 @@ def _write_marker(folder: Path, state: str, kind: str, files: list[str] = (), fo
         "pid": os.getpid(), "host": socket.gethostname(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     text = json.dumps(data, indent=2) + "\n"
-    tmp = folder / f".{MARKER}{TMP_SUFFIX}"
-
-    def write_tmp() -> None:
-        with open(tmp, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-
-    _step("write marker", write_tmp)
-    _step("rename marker", os.replace, tmp, folder / MARKER)
-    _step("fsync folder", _fsync_dir, folder)
+    # A fixed temporary name: _unmarked_partial recognises a writer that died writing it.
+    with atomic_path(folder / MARKER, durable=True, step=_step) as scratch:
+        _step("write marker", scratch.write_text, text)
 
 
 def _contents(folder: Path) -> tuple[list[str], list[str]]:
@@ -372,9 +287,9 @@ class Output:
             files = [f for f in files if f != MARKER and not f.endswith(TMP_SUFFIX)]
             for rel in files:
                 if (work / rel).is_file() and not (work / rel).is_symlink():
-                    _step("fsync file", _fsync_file, work / rel)
+                    _step("fsync file", fsync_file, work / rel)
             for rel in sorted(folders, reverse=True):
-                _step("fsync folder", _fsync_dir, work / rel)
+                _step("fsync folder", fsync_folder, work / rel)
             _write_marker(work, "complete", self.kind, files, folders)
             # Last look under the lock: a file the user put into the old output during the run.
             _check_contents(target, target)
@@ -383,7 +298,7 @@ class Output:
             if target.exists():
                 _step("move old aside", os.rename, target, old)
             _step("move new into place", os.rename, work, target)
-            _step("fsync parent", _fsync_dir, target.parent)
+            _step("fsync parent", fsync_folder, target.parent)
             if old.exists():
                 _delete_old(old, target)
         except OSError as exc:
@@ -456,7 +371,7 @@ def _recover(target: Path) -> None:
         _delete_old(old, target)  # the new output is in place: finish deleting the old
     elif _ours_or_empty(old):
         _step("put old back", os.rename, old, target)
-        _step("fsync parent", _fsync_dir, target.parent)
+        _step("fsync parent", fsync_folder, target.parent)
     else:
         raise _refuse(target, f"is missing and {str(old)!r} is not focusfl's: remove it yourself")
 
@@ -562,10 +477,6 @@ def output_folder(target: str | Path, *, kind: str = "output", keep_partial: boo
 
 
 # -- folders updated in place (sweeps) -----------------------------------------------------------
-def write_text(path: Path, text: str) -> None:
-    _write_atomic(path, text)
-
-
 class Store:
     """A folder that focusfl fills over several commands (a sweep's ``DIR``), held under a lock.
 
@@ -622,103 +533,3 @@ def open_store(target: str | Path, *, kind: str) -> Iterator[Store]:
         yield store
     finally:
         store.close()
-
-
-# -- finished units of work ----------------------------------------------------------------------
-class ResultCache:
-    """Rows of finished runs, kept in ``work/.cache/<sha256>.json`` until the folder is published.
-
-    The key is the resolved configuration of one run (plus focusfl's version); rows are lists of
-    dicts of floats, ints, strings, booleans and None. Floats are stored by ``repr``, which
-    round-trips bit for bit, and inf/nan as JSON's Infinity/NaN extension. Computed rows are
-    returned as read back from their JSON, so a rerun that reuses them writes the same bytes.
-    """
-
-    def __init__(self, work: str | Path):
-        self.folder = Path(work) / CACHE
-        self.reused = 0
-        self.computed = 0
-
-    @staticmethod
-    def digest(key: dict) -> str:
-        canonical = json.dumps({"focusfl_version": __version__, "run": key}, sort_keys=True,
-                               separators=(",", ":"), ensure_ascii=False, default=_plain)
-        return hashlib.sha256(canonical.encode()).hexdigest()
-
-    def get_or_compute(self, key: dict, compute: Callable[[], list[dict]]) -> list[dict]:
-        path = self.folder / f"{self.digest(key)}.json"
-        try:
-            rows = json.loads(path.read_text())["rows"]
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # not there yet (or unreadable): compute it
-        else:
-            self.reused += 1
-            return rows
-        text = json.dumps({"key": key, "rows": compute()}, default=_plain)
-        self.folder.mkdir(exist_ok=True)
-        _write_atomic(path, text, durable=True)
-        self.computed += 1
-        return json.loads(text)["rows"]
-
-
-def _plain(value: Any) -> Any:
-    """numpy scalars (and anything else with .item()) as Python numbers."""
-    if hasattr(value, "item"):
-        return value.item()
-    raise TypeError(f"cannot store {type(value).__name__} in a result cache")
-
-
-# -- a figure at a path the user named (focusfl plot --out, participation --plot) ----------------
-FIGURE_TAG = "focusfl"
-_TAG_SCAN_BYTES = 1 << 16
-
-
-def figure_metadata(path: str | Path) -> dict[str, str | None]:
-    """Matplotlib savefig metadata that marks a PNG, PDF or SVG as written by focusfl (a PDF or SVG
-    without the date matplotlib would add, so that the same figure is the same bytes)."""
-    suffix = Path(path).suffix.lower()
-    if suffix == ".svg":
-        return {"Creator": FIGURE_TAG, "Date": None}
-    return {"Creator": FIGURE_TAG, "CreationDate": None} if suffix == ".pdf" else {"Software": FIGURE_TAG}
-
-
-def _tagged(path: Path) -> bool:
-    """Whether a file is a figure focusfl wrote: its tag, uncompressed near the start (PNG tEXt,
-    SVG metadata) or the end (PDF Info) of the file."""
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(_TAG_SCAN_BYTES)
-            handle.seek(max(0, os.fstat(handle.fileno()).st_size - _TAG_SCAN_BYTES))
-            tail = handle.read()
-    except OSError:
-        return False
-    tag = FIGURE_TAG.encode()
-    return (head.startswith(b"\x89PNG") and b"Software\x00" + tag in head) or (
-        head.startswith(b"%PDF") and b"(" + tag + b")" in tail) or (
-        head.startswith(b"<?xml") and b"<dc:title>" + tag + b"</dc:title>" in head)
-
-
-def check_figure_targets(paths, option: str) -> None:
-    """ConfigError (one line) if a path names a folder, or a file focusfl did not write."""
-    for path in map(Path, paths):
-        if path.is_dir():
-            raise ConfigError(f"{option} {str(path)!r} is a folder; give a file name")
-        if (path.exists() or path.is_symlink()) and not _tagged(path):
-            raise ConfigError(f"{option}: {str(path)!r} exists and focusfl did not write it; "
-                              "choose another name (focusfl does not overwrite it)")
-
-
-@contextlib.contextmanager
-def figure_files(paths, option: str) -> Iterator[list[Path]]:
-    """Temporary names for figures that replace ``paths`` atomically when the block succeeds
-    (checked first with ``check_figure_targets``); nothing is left behind if it fails."""
-    paths = [Path(p) for p in paths]
-    check_figure_targets(paths, option)
-    scratch = [p.with_name(f".{p.stem}.{os.getpid()}{TMP_SUFFIX}{p.suffix}") for p in paths]
-    try:
-        yield scratch
-        for tmp, path in zip(scratch, paths):
-            os.replace(tmp, path)
-    finally:
-        for tmp in scratch:
-            tmp.unlink(missing_ok=True)
