@@ -26,7 +26,7 @@ import torch
 pytest.importorskip("flwr", reason="Flower is not installed (pip install 'focusfl[flower]')")
 
 from focusfl.runs.folder import run_to_folder  # noqa: E402
-from focusfl.runs.driver import config_from_json  # noqa: E402
+from focusfl.runs.config import config_from_json  # noqa: E402
 from focusfl.flower.local import LocalFederation  # noqa: E402
 from focusfl.flower.server_app import FederationConfig  # noqa: E402
 from focusfl.flower.tls import make_node_key  # noqa: E402
