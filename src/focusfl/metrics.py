@@ -4,11 +4,14 @@ The progress bar, the blow-up detector (engine/divergence.py), tune, aggregation
 all ask here. An evaluation row is the engine's ``round``, ``active``, ``comm_down``,
 ``comm_up`` and the problem's :meth:`~focusfl.problems.base.Problem.metrics`:
 
-- ridge, logistic (each problem lists its own in :attr:`Problem.metric_names`): ``loss`` = F(x), ``grad_norm`` = ||grad F(x)||,
-  and ``rel_error`` = ||x - x*|| / ||x*|| when the minimizer x* is known;
+- ridge, logistic: ``loss`` = F(x), ``grad_norm`` = ||grad F(x)||, and ``rel_error`` =
+  ||x - x*|| / ||x*|| when the minimizer x* is known;
 - neural networks: ``test_loss``, ``test_accuracy`` (evaluated on the test set), ``val_loss``,
   ``val_accuracy`` (a validation split carved from the clients' data) and ``train_loss`` (the
   participants' mean minibatch loss since the previous row; absent from the round-0 row).
+
+Each problem lists the names its rows may carry (:attr:`Problem.metric_names`). This module is
+plain Python (no torch), so that reading results (``focusfl plot``) stays light.
 
 Three questions, three orders over those names, each the first name a row carries:
 

@@ -104,11 +104,12 @@ def simulate(
     """Simulate ``rounds`` rounds and evaluate the server model every ``eval_every`` rounds.
 
     Round r draws its active set from ``participation`` and its minibatches from
-    (seed, r, client, step), so a run continued from a :class:`Resume` (a saved state after
-    its ``start_round`` rounds) goes on exactly as the uninterrupted run would. Rows carry ``round`` (rounds completed),
-    ``active`` (participants of the last round), cumulative ``comm_down``/``comm_up`` (floats
-    sent per direction) and the problem's metrics. A non-finite model stops the run, and so does a
-    blow-up (engine/divergence.py); the last row then has ``diverged = True``.
+    (seed, r, client, step), so a run continued from a :class:`Resume` (a saved state after its
+    ``start_round`` rounds) goes on exactly as the uninterrupted run would. Rows
+    (engine/rows.py) carry ``round`` (rounds completed), ``active`` (participants of the last
+    round), cumulative ``comm_down``/``comm_up`` (floats sent per direction) and the problem's
+    metrics. A non-finite model stops the run, and so does a blow-up (engine/divergence.py); the
+    last row then has ``diverged = True``.
     ``schedule`` maps the round to a factor on every step size ("constant" or "sqrt").
 
     For long runs: active sets are drawn in chunks (memory does not grow with ``rounds``);
