@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from focusfl.algorithms import ALGORITHMS, make_algorithm
-from focusfl.engine import simulate
+from focusfl.engine import Resume, simulate
 from focusfl.engine.simulate import ENGINES, active_sets
 from focusfl.participation import make_participation
 from focusfl.problems import make_problem
@@ -62,7 +62,7 @@ def test_resume_continues_exactly(name):
     algorithm = make_algorithm(name, lr=2e-3, local_steps=2)
     straight = simulate(algorithm, problem, process, 10, seed=5)
     first = simulate(algorithm, problem, process, 4, seed=5)
-    rest = simulate(algorithm, problem, process, 6, seed=5, state=first.state, start_round=4)
+    rest = simulate(algorithm, problem, process, 6, seed=5, resume=Resume(first.state, 4))
     _states_close(straight.state, rest.state)
     assert straight.rows[-1] == rest.rows[-1]
 
@@ -95,6 +95,6 @@ def test_simulate_never_modifies_the_callers_state():
     algorithm = make_algorithm("focus", lr=2e-3, local_steps=2)
     start = simulate(algorithm, problem, process, 2, seed=5).state
     saved = [field.clone() for field in start.clients]
-    simulate(algorithm, problem, process, 3, seed=5, state=start, start_round=2)
+    simulate(algorithm, problem, process, 3, seed=5, resume=Resume(start, 2))
     for before, field in zip(saved, start.clients):
         assert torch.equal(before, field)

@@ -75,6 +75,22 @@ def test_every_algorithm_is_exact_under_faults(name):
         assert audit["tracking_gap"] <= 1e-12
 
 
+def test_a_blow_up_stops_a_federation_where_it_stops_a_simulation():
+    # The notebook's MIFA at a step it cannot take: the loss stays finite and leaves its start
+    # for good; the blow-up rule (engine/rows.py) must end both runs at the same round.
+    problem = make_problem(PROBLEM)
+    algorithm = make_algorithm("mifa:notebook=true", lr=0.01, local_steps=2)
+    simulated = simulate(algorithm, problem, make_participation("uniform:m=2", problem.num_clients, seed=0), 300,
+                         engine="reference")
+    strategy = AlgorithmStrategy(algorithm, problem, rounds=300,
+                                 participation=make_participation("uniform:m=2", problem.num_clients, seed=0))
+    result = strategy.start(FakeGrid(make_client_app(), range(problem.num_clients), faults=Faults()))
+    assert simulated.diverged_at is not None and result.diverged_at == simulated.diverged_at
+    assert result.rows[-1]["diverged"] is True and len(result.rows) == len(simulated.rows)
+    for federated, row in zip(result.rows, simulated.rows):
+        assert {key: federated[key] for key in row} == row
+
+
 def test_every_fault_is_rejected_and_counted():
     strategy, grid, result, problem = federate("focus", rounds=30, faults=Faults(HEAVY, seed=1),
                                                participation="full")

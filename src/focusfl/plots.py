@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .io.figures import figure_metadata
+from .metrics import primary_metric
 
 
 def _pyplot():
@@ -18,8 +19,9 @@ def _pyplot():
 
 
 def curve_metric(rows: Sequence[dict]) -> str:
-    """The metric a convergence plot shows: rel_error when x* is known, else loss."""
-    return "rel_error" if rows and "rel_error" in rows[0] else "loss"
+    """The metric a convergence plot shows: the rows' primary metric (focusfl/metrics.py),
+    rel_error when x* is known, else loss."""
+    return (primary_metric(rows[0]) if rows else None) or "loss"
 
 
 def _positive(values):

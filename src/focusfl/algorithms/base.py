@@ -48,6 +48,15 @@ class RoundContext(NamedTuple):
     lr_scale: float = 1.0
 
 
+class Tracking(NamedTuple):
+    """A gradient-tracking invariant: after every round the server field ``server`` equals the
+    sum over ALL clients of their field ``clients`` (FOCUS: y = sum_i g_prev_i). A federation's
+    audit checks it against the rows the nodes hold."""
+
+    server: str
+    clients: str
+
+
 class Communication(NamedTuple):
     """Vectors (each d floats) sent per participating client, and persistent memory."""
 
@@ -72,6 +81,8 @@ class Algorithm(abc.ABC):
     # Algorithms derived here without a published analysis (push-sum); paper reproductions
     # leave them out.
     experimental: ClassVar[bool] = False
+    # The invariant its state keeps, if it tracks a sum of the clients' state (None: none).
+    tracking: ClassVar[Tracking | None] = None
 
     lr: float = 1e-3
     local_steps: int = 1

@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import torch
 
-from .base import Algorithm, Communication, RoundContext, State, broadcast
+from .base import Algorithm, Communication, RoundContext, State, Tracking, broadcast
 
 
 class SumServer(NamedTuple):
@@ -52,6 +52,7 @@ class FedSumB(Algorithm):
 
     name = "fedsum_b"
     summary = "FedSUM-B [reconstructed]: K minibatch gradients at x_r, sum-tracking server, no local updates"
+    tracking = Tracking(server="v", clients="c")  # v = sum_j c_j (merge_uplink); FedSUM, FedSUM-CR inherit it
 
     server_lr: float = 1.0
 

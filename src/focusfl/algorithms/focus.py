@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import torch
 
-from .base import Algorithm, Communication, RoundContext, State, broadcast
+from .base import Algorithm, Communication, RoundContext, State, Tracking, broadcast
 
 
 class FocusServer(NamedTuple):
@@ -50,6 +50,7 @@ class Focus(Algorithm):
 
     name = "focus"
     summary = "push-pull gradient tracking; exact linear convergence under any participation"
+    tracking = Tracking(server="y", clients="g_prev")  # the tracking property above
 
     skip_empty: bool = False
 

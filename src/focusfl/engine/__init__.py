@@ -1,4 +1,4 @@
 """Engines: the vectorized simulator and the per-client reference loop."""
-from .simulate import ENGINES, RunResult, simulate
+from .simulate import ENGINES, Resume, RunResult, simulate
 
-__all__ = ["ENGINES", "RunResult", "simulate"]
+__all__ = ["ENGINES", "Resume", "RunResult", "simulate"]

@@ -10,7 +10,8 @@ a test loss of 2.3 to 2,500 (accuracy 0.09) and nothing flagged it. The rule, ap
     more rounds (from the first of them to the last).
 
 The tracked loss is the first of ``loss`` (convex problems: the full objective F), ``train_loss``,
-``test_loss`` (neural networks) that the rows carry. FACTOR = 10, PATIENCE = 3, MIN_ROUNDS = 20:
+``test_loss``, ``val_loss`` (neural networks) that the first row carries
+(:func:`~focusfl.metrics.watched_loss`). FACTOR = 10, PATIENCE = 3, MIN_ROUNDS = 20:
 spikes are forgiven (FedAWE on the paper's ridge under arbitrary participation jumps to 358x its
 starting loss for three rounds and then settles at 1e-2), a rise that lasts is not (evaluated
 every 25 rounds, three evaluations span 50 rounds). No run of the exactness table or of the
@@ -24,15 +25,11 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from ..metrics import watched_loss
+
 FACTOR = 10.0
 PATIENCE = 3
 MIN_ROUNDS = 20
-TRACKED = ("loss", "train_loss", "test_loss", "val_loss")
-
-
-def tracked_loss(row: dict) -> str | None:
-    """The key of the loss the rule watches in this row (None when the row has none)."""
-    return next((key for key in TRACKED if key in row), None)
 
 
 def blew_up(
@@ -83,7 +80,7 @@ class BlowUpDetector:
     def update(self, row: dict) -> bool:
         """Record the row's tracked loss; True when the run has blown up."""
         if self.key is None:
-            self.key = tracked_loss(row)
+            self.key = watched_loss(row)
         if self.key is None or self.key not in row:
             return False
         value, round_ = float(row[self.key]), int(row.get("round", 0))

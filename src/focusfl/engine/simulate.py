@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 import numpy as np
 import torch
@@ -13,6 +13,7 @@ from ..errors import ConfigError
 from ..problems.base import Problem
 from .divergence import BlowUpDetector
 from .reference import reference_round
+from .rows import diverged, evaluation_row
 from .vectorized import vectorized_round
 
 ENGINES: dict[str, Callable] = {"vectorized": vectorized_round, "reference": reference_round}
@@ -41,6 +42,22 @@ class RunResult:
     last_row: dict | None = None  # the latest evaluated row (kept even without rows)
     comm: tuple[float, float] = (0.0, 0.0)  # cumulative floats sent (down, up) after rounds_done
     blow_up: BlowUpDetector | None = None  # the run's detector (its state goes into checkpoints)
+
+
+class Resume(NamedTuple):
+    """Where a run continues from: its state after ``start_round`` rounds and what it had counted.
+
+    ``comm_before``: the traffic before ``start_round`` (None: recounted from the participation);
+    ``evaluate_start``: False when the row of ``start_round`` was already written;
+    ``eval_origin``: the round the run started from, so that it evaluates the rounds the
+    uninterrupted run evaluates; ``blow_up``: the run's detector as it was (None: a fresh one)."""
+
+    state: State
+    start_round: int
+    comm_before: tuple[float, float] | None = None
+    evaluate_start: bool = True
+    eval_origin: int = 0
+    blow_up: BlowUpDetector | None = None
 
 
 # Rounds whose active sets are drawn at once: memory stays independent of the run's length.
@@ -77,36 +94,29 @@ def simulate(
     seed: int = 0,
     engine: str = "vectorized",
     eval_every: int = 1,
-    state: State | None = None,
-    start_round: int = 0,
-    comm_before: tuple[float, float] | None = None,
+    resume: Resume | None = None,
     on_row: Callable[[dict], None] | None = None,
     on_round: Callable[[RunResult], None] | None = None,
     keep_rows: bool = True,
-    evaluate_start: bool = True,
-    eval_origin: int | None = None,
-    blow_up: BlowUpDetector | None = None,
     progress=None,
     schedule: str | Callable[[int], float] = "constant",
 ) -> RunResult:
     """Simulate ``rounds`` rounds and evaluate the server model every ``eval_every`` rounds.
 
     Round r draws its active set from ``participation`` and its minibatches from
-    (seed, r, client, step), so a run started from a saved ``state`` at ``start_round``
-    continues exactly as the uninterrupted run would. Rows carry ``round`` (rounds completed),
-    ``active`` (participants of the last round), cumulative ``comm_down``/``comm_up`` (floats
-    sent per direction) and the problem's metrics. A non-finite model stops the run, and so does a
-    blow-up (engine/divergence.py); the last row then has ``diverged = True``.
+    (seed, r, client, step), so a run continued from a :class:`Resume` (a saved state after its
+    ``start_round`` rounds) goes on exactly as the uninterrupted run would. Rows
+    (engine/rows.py) carry ``round`` (rounds completed), ``active`` (participants of the last
+    round), cumulative ``comm_down``/``comm_up`` (floats sent per direction) and the problem's
+    metrics. A non-finite model stops the run, and so does a blow-up (engine/divergence.py); the
+    last row then has ``diverged = True``.
     ``schedule`` maps the round to a factor on every step size ("constant" or "sqrt").
 
     For long runs: active sets are drawn in chunks (memory does not grow with ``rounds``);
     ``keep_rows=False`` hands rows to ``on_row`` only; ``on_round(result)`` is called after every
     round, at a point where ``result.state`` is consistent (a checkpoint can be taken, or an
-    exception raised to stop). A resumed run passes ``comm_before`` (the traffic before
-    ``start_round``, else it is recounted from the participation) and ``evaluate_start=False``
-    when the row of ``start_round`` was already written, and ``eval_origin`` (the round its run
-    started from) so that it evaluates the same rounds; by default rounds are counted from
-    ``start_round``; and ``blow_up``, the detector restored from its checkpoint.
+    exception raised to stop). ``resume``: where a continued run starts (None: from
+    ``problem.initial_point()`` at round 0).
     """
     if engine not in ENGINES:
         raise ConfigError(f"unknown engine {engine!r} (known: {', '.join(ENGINES)})")
@@ -122,41 +132,31 @@ def simulate(
             raise ConfigError(f"unknown step-size schedule {schedule!r} (known: {', '.join(SCHEDULES)})")
         schedule = SCHEDULES[schedule]
     algorithm = algorithm.prepare(problem, participation)
-    if state is None:
-        state = algorithm.init(problem.initial_point(), problem.num_clients)
+    if resume is None:
+        resume = Resume(algorithm.init(problem.initial_point(), problem.num_clients), 0)
+    start_round, comm_before = resume.start_round, resume.comm_before
     end = start_round + rounds
-    origin = start_round if eval_origin is None else eval_origin
     comm = algorithm.communication()
     if comm_before is None:  # cumulative traffic before start_round, so resumed runs report the same totals
         before = participants_before(participation, start_round)
         comm_before = (before * comm.down * problem.dim, before * comm.up * problem.dim)
     floats_down, floats_up = (float(v) for v in comm_before)
 
-    result = RunResult(state=state, rounds_done=start_round, comm=(floats_down, floats_up))
+    result = RunResult(state=resume.state, rounds_done=start_round, comm=(floats_down, floats_up))
     # A finite loss far above its start, sustained, is a divergence too (engine/divergence.py).
-    result.blow_up = blow_up if blow_up is not None else BlowUpDetector()
+    result.blow_up = resume.blow_up if resume.blow_up is not None else BlowUpDetector()
 
     def evaluate(done: int, active_count: int) -> bool:
-        x = algorithm.model(result.state)
-        finite = bool(torch.isfinite(x).all())
-        row = {"round": done, "active": active_count, "comm_down": float(floats_down), "comm_up": float(floats_up)}
-        if finite:
-            row.update(problem.metrics(x))
-            finite = all(math.isfinite(v) for v in row.values())
-        else:
-            row.update({"loss": math.inf, "grad_norm": math.inf})
-        if finite and result.blow_up.update(row):
-            finite = False
-        if not finite:
-            row["diverged"] = True
+        row = evaluation_row(algorithm.model(result.state), problem, result.blow_up, done=done,
+                             active=active_count, comm=(floats_down, floats_up))
         result.last_row = row
         if keep_rows:
             result.rows.append(row)
         if on_row is not None:
             on_row(row)
-        return finite
+        return not diverged(row)
 
-    if evaluate_start and not evaluate(start_round, 0):
+    if resume.evaluate_start and not evaluate(start_round, 0):
         result.diverged_at = start_round
         return result
     for r, active in round_actives(participation, start_round, end, problem.device):
@@ -171,7 +171,7 @@ def simulate(
         result.comm = (floats_down, floats_up)
         if progress is not None:
             progress.update(1)
-        if (r + 1 - origin) % eval_every == 0 or r + 1 == end:
+        if (r + 1 - resume.eval_origin) % eval_every == 0 or r + 1 == end:
             if not evaluate(r + 1, active.numel()):
                 result.diverged_at = r + 1
                 break

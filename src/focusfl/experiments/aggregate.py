@@ -27,11 +27,11 @@ from typing import Any, Iterable, Sequence
 
 from ..errors import ConfigError
 from ..io.atomic import open_atomic, write_csv
+from ..metrics import higher_is_better, primary_metric
 
 PLOT_POINTS = 600  # points per curve in a sweep's figures (a long run is thinned evenly)
 X_AXES = {"round": "round", "comm_up": "floats sent up (clients to server)",
           "comm_total": "floats communicated (down + up)"}
-HIGHER_IS_BETTER = ("test_accuracy", "accuracy")
 
 
 @dataclass
@@ -47,9 +47,10 @@ class Series:
 
 
 def default_metric(columns: Sequence[str]) -> str:
-    for metric in ("rel_error", "loss", "test_loss", "test_accuracy"):
-        if metric in columns:
-            return metric
+    """The columns' primary metric (focusfl/metrics.py), or ConfigError when they have none."""
+    metric = primary_metric(columns)
+    if metric is not None:
+        return metric
     raise ConfigError(f"no metric to summarize among the columns {', '.join(columns)}")
 
 
@@ -65,7 +66,7 @@ class _Reducer:
 
     def __init__(self, series: Series, metric: str, targets: Sequence[float], stride: int):
         self.series, self.metric, self.targets, self.stride = series, metric, targets, stride
-        self.higher = metric in HIGHER_IS_BETTER
+        self.higher = higher_is_better(metric)
         self.count = 0
         self.last: tuple | None = None
 

@@ -43,6 +43,7 @@ import torch
 
 from ..algorithms import ALGORITHMS
 from ..errors import ConfigError
+from ..metrics import first_below
 from ..plots import plot_panels
 from .reproduce import Preset, cached_run, register
 from ..runs.driver import build, execute
@@ -89,13 +90,6 @@ def figure_algorithms() -> list[str]:
     experimental ones (push-sum), which no paper's figure shows; the paper setting's file lists
     exactly these (a test checks it)."""
     return [name for name, cls in ALGORITHMS.items() if cls.alias_of is None and not cls.experimental]
-
-
-def first_below(rows, threshold: float) -> int | None:
-    for row in rows:
-        if row["rel_error"] < threshold:
-            return row["round"]
-    return None
 
 
 def configured(setting_name: str, *, rounds: int | None = None, seeds: int | None = None, seed: int = 0):

@@ -24,6 +24,7 @@ from typing import Sequence
 
 import torch
 
+from ..metrics import first_below  # noqa: F401 (a study's rows are read with it)
 from .tune import TuneSetup, lr_grid, pick_best, run_trial
 
 # The exactness table's problem: small enough for hundreds of runs in seconds.
@@ -250,10 +251,6 @@ def reductions(problem_spec: str = "ridge:dim=8,clients=6,samples=20,hetero=1", 
             gap(("mifa", dict(lr=eta, local_steps=3)), ("fedavg", dict(lr=eta, local_steps=3)), full),
             gap(("fedvarp", dict(lr=eta, local_steps=3)), ("fedavg", dict(lr=eta, local_steps=3)), full)),
     }
-
-
-def first_below(rows: Sequence[dict], threshold: float, metric: str = "rel_error") -> int | None:
-    return next((row["round"] for row in rows if float(row.get(metric, math.inf)) < threshold), None)
 
 
 def as_table(rows: Sequence[dict], row_key: str, column_key: str, cell=format_outcome) -> tuple[list, list, dict]:

@@ -53,7 +53,6 @@ DEFAULTS = {"lr": "auto", "local_steps": None, "rounds": 100, "eval_every": 1, "
             "dtype": None, "device": "cpu", "engine": "vectorized", "band": "std"}
 # Columns of results.csv that name a run's configuration, in this order; "seed" last.
 AXIS_COLUMNS = ("problem", "participation", "algorithm", "lr", "local_steps", "rounds", "eval_every", "seed")
-HIGHER_IS_BETTER = ("test_accuracy", "accuracy")
 
 
 @dataclass(frozen=True)

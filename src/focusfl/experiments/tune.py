@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from ..errors import ConfigError
+from ..metrics import selection_metric
 
 DEFAULT_TARGET = 1e-10
 DEFAULT_VALIDATION = 0.1  # the clients' share held out to tune neural networks on
@@ -71,10 +72,10 @@ class TuneSetup:
 
 
 def tracked_metric(rows: Sequence[dict]) -> str:
-    """What a trial is ranked by; never a test-set metric."""
-    for metric in ("rel_error", "loss", "val_loss"):
-        if rows and metric in rows[0]:
-            return metric
+    """What a trial is ranked by (focusfl/metrics.py's selection metric); never a test-set metric."""
+    metric = selection_metric(rows[0]) if rows else None
+    if metric is not None:
+        return metric
     raise ConfigError("tune: the problem reports none of rel_error, loss or val_loss (a neural network needs "
                       "validation=F in its SPEC)")
 

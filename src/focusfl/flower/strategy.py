@@ -25,7 +25,6 @@ has a timeout, and a round with nobody in it still takes the server step, as in 
 """
 from __future__ import annotations
 
-import math
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -38,6 +37,8 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from ..algorithms.base import Algorithm, RoundContext, State
+from ..engine.divergence import BlowUpDetector
+from ..engine.rows import diverged, evaluation_row
 from ..engine.simulate import SCHEDULES
 from ..engine.tree import concat_rows, gather_rows
 from .client_app import ERROR_CODE, has_finish
@@ -48,9 +49,6 @@ from .node import data_fingerprint, has_memory
 # Reasons a client's round is not accepted (metrics.csv has a cumulative column for each).
 REASONS = ("timeout", "error", "lost_state", "non_finite", "malformed", "duplicate", "stale",
            "unknown_node", "no_node", "client_failure")
-# Per-algorithm tracking invariants checked by the audit: server field = sum of client field.
-TRACKING = {"focus": ("y", "g_prev"), "sg_focus": ("y", "g_prev"), "fedsum_b": ("v", "c"),
-            "fedsum": ("v", "c"), "fedsum_cr": ("v", "c")}
 
 
 class _Available:
@@ -107,6 +105,7 @@ class FederationResult:
     nodes: dict[int, int]  # node id -> client
     audit: dict | None = None
     diverged_at: int | None = None
+    blow_up: BlowUpDetector | None = None  # the run's detector (its reason() says why a run stopped)
 
 
 class AlgorithmStrategy(Strategy):
@@ -145,6 +144,8 @@ class AlgorithmStrategy(Strategy):
         self.refused: set[int] = set()  # nodes whose handshake was malformed: never asked again
         self.told: set[tuple[int, str]] = set()  # (node, reason) of handshake failures logged
         self.data = data_fingerprint(problem)  # nn: every node must hold the same client data
+        # A sustained blow-up stops a federation as it stops a simulation (engine/rows.py).
+        self.blow_up = BlowUpDetector()
 
     # -- set-up ----------------------------------------------------------------------------
     def _probe(self) -> tuple[tuple[str, ...], tuple[str, ...], Any]:
@@ -197,10 +198,10 @@ class AlgorithmStrategy(Strategy):
         rows: list[dict] = []
         mask = np.zeros((rounds, self.problem.num_clients), dtype=bool)
         log: list[RoundLog] = []
-        diverged = None
+        diverged_at = None
         if not self._evaluate(0, 0, rows):
-            diverged = 0
-        for r in range(rounds if diverged is None else 0):
+            diverged_at = 0
+        for r in range(rounds if diverged_at is None else 0):
             self._discover(grid)
             entry = self._requested(r, grid)
             replies = grid.send_and_receive(list(self._messages(entry, "train", self.train_fields)), timeout=self.timeout)
@@ -214,11 +215,13 @@ class AlgorithmStrategy(Strategy):
                 self.on_round(self, entry)
             if (r + 1) % self.eval_every == 0 or r + 1 == rounds:
                 if not self._evaluate(r + 1, len(entry.accepted), rows):
-                    diverged = r + 1
+                    diverged_at = r + 1
                     mask = mask[: r + 1]
                     break
+        if diverged_at is not None:
+            self.log(f"diverged at round {diverged_at} ({self.blow_up.reason(rows[-1])})")
         return FederationResult(rows, self.server, mask, log, self.counts, sorted(self.lost), dict(self.node_client),
-                                diverged_at=diverged)
+                                diverged_at=diverged_at, blow_up=self.blow_up)
 
     # -- the round ---------------------------------------------------------------------------
     def _discover(self, grid: Grid) -> None:
@@ -391,25 +394,17 @@ class AlgorithmStrategy(Strategy):
         self.counts[reason] += 1
 
     def _evaluate(self, done: int, active: int, rows: list[dict]) -> bool:
-        x = self.algorithm.model(State(self.server, None))
-        row = {"round": done, "active": active, "comm_down": self.floats[0], "comm_up": self.floats[1]}
-        finite = bool(torch.isfinite(x).all())
-        if finite:
-            row.update(self.problem.metrics(x))
-            finite = all(math.isfinite(v) for v in row.values())
-        else:
-            row.update({"loss": math.inf, "grad_norm": math.inf})
-        row["requested_total"] = self.requested_total
-        for reason in REASONS:
-            row[f"rejected_{reason}"] = self.counts.get(reason, 0)
-        row["rejected_finish"] = sum(v for k, v in self.counts.items() if k.startswith("finish_"))
-        row["lost_clients"] = len(self.lost)
-        if not finite:
-            row["diverged"] = True
+        """The simulator's row (engine/rows.py) with this federation's counters; False: diverged."""
+        counters = {"requested_total": self.requested_total,
+                    **{f"rejected_{reason}": self.counts.get(reason, 0) for reason in REASONS},
+                    "rejected_finish": sum(v for k, v in self.counts.items() if k.startswith("finish_")),
+                    "lost_clients": len(self.lost)}
+        row = evaluation_row(self.algorithm.model(State(self.server, None)), self.problem, self.blow_up, done=done,
+                             active=active, comm=(self.floats[0], self.floats[1]), extra=counters)
         rows.append(row)
         if self.on_row is not None:
             self.on_row(row)
-        return finite
+        return not diverged(row)
 
     # -- after the run ----------------------------------------------------------------------
     def audit(self, grid: Grid) -> dict:
@@ -449,7 +444,7 @@ class AlgorithmStrategy(Strategy):
                                   "mismatched_clients": sorted(mismatched), "rows": rows}
         if not missing:
             result["clients"] = concat_rows([rows[c] for c in range(n)])
-        invariant = TRACKING.get(self.algorithm.name)
+        invariant = self.algorithm.tracking
         if invariant is not None and not missing:
             server_field, client_field = invariant
             tracked = getattr(self.server, server_field)

@@ -32,6 +32,9 @@ class Problem(abc.ABC):
     # Metrics some rows lack (the round-0 row has no training loss yet): a metrics.csv that is
     # written row by row still needs their columns from its header on.
     late_metrics: ClassVar[tuple[str, ...]] = ()
+    # The metrics its rows may carry (:meth:`metrics`); focusfl/metrics.py says which one
+    # matters and which way is better.
+    metric_names: ClassVar[tuple[str, ...]] = ("loss", "grad_norm", "rel_error")
 
     @property
     def client_chunk(self) -> int | None:

@@ -89,6 +89,7 @@ class NeuralNetwork(Problem):
     """Image classification with a PyTorch model, data split non-iid among N clients."""
 
     late_metrics = ("train_loss",)  # no participants have trained before round 1
+    metric_names = ("test_loss", "test_accuracy", "val_loss", "val_accuracy", "train_loss")
 
     name: ClassVar[str] = "nn"
     default_dtype: ClassVar[str] = "float32"

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from ..algorithms.base import State
+from ..engine.simulate import Resume, RunResult
 from ..errors import DataError
 from ..io.atomic import open_atomic
 
@@ -35,6 +36,27 @@ class Checkpoint:
     blow_up: dict[str, Any] = field(default_factory=dict)  # BlowUpDetector.state()
     # Problem.metric_state(): what the next row accumulates (an nn run's training losses so far).
     metrics_state: dict[str, float | int] = field(default_factory=dict)
+
+
+def take_checkpoint(result: RunResult, participation: Any, problem: Any, metrics_bytes: int) -> Checkpoint:
+    """The checkpoint of a run after ``result.rounds_done`` rounds, whose metrics.csv is
+    ``metrics_bytes`` long: everything :func:`resume_from` needs to go on exactly."""
+    return Checkpoint(
+        state=result.state, round=result.rounds_done, comm=result.comm, metrics_bytes=metrics_bytes,
+        stream=participation.stream_state(), blow_up=result.blow_up.state(), metrics_state=problem.metric_state(),
+    )
+
+
+def resume_from(checkpoint: Checkpoint, participation: Any, problem: Any) -> Resume:
+    """Put the checkpoint's participation stream and metric accumulator back into the run's
+    (fresh) ``participation`` and ``problem``; the Resume to execute it from. The row of the
+    checkpoint's round is in metrics.csv already, and rounds are evaluated as from round 0."""
+    from ..engine.divergence import BlowUpDetector
+
+    participation.restore_stream(checkpoint.stream)
+    problem.restore_metric_state(checkpoint.metrics_state)
+    return Resume(state=checkpoint.state, start_round=checkpoint.round, comm_before=checkpoint.comm,
+                  evaluate_start=False, eval_origin=0, blow_up=BlowUpDetector().restore(checkpoint.blow_up))
 
 
 def _owned(tensor: torch.Tensor) -> torch.Tensor:

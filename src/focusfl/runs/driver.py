@@ -10,8 +10,9 @@ import torch
 
 from .. import __version__
 from ..algorithms import make_algorithm
-from ..engine import RunResult, simulate
+from ..engine import Resume, RunResult, simulate
 from ..errors import ConfigError
+from ..metrics import progress_metrics
 from ..participation import make_participation
 from ..problems import make_problem
 from ..spec import parse_spec
@@ -108,29 +109,25 @@ def resolved_config(built: BuiltRun) -> dict[str, Any]:
 
 
 def execute(
-    built: BuiltRun, *, progress: bool = False, on_row: Callable[[dict], None] | None = None, **resume: Any
+    built: BuiltRun, *, progress: bool = False, on_row: Callable[[dict], None] | None = None,
+    resume: Resume | None = None, keep_rows: bool = True, on_round: Callable[[RunResult], None] | None = None,
 ) -> RunResult:
-    """Run ``built``; ``resume`` passes simulate's resume and streaming keywords through
-    (state, start_round, comm_before, evaluate_start, eval_origin, keep_rows, on_round)."""
+    """Run ``built``, continuing from ``resume`` when given, to ``config.rounds`` rounds in all;
+    ``keep_rows`` and ``on_round`` are simulate's (streaming rows, checkpoints)."""
     cfg = built.config
+    start_round = 0 if resume is None else resume.start_round
     bar = None
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=cfg.rounds, initial=resume.get("start_round", 0), desc=built.algorithm.name,
+        bar = tqdm(total=cfg.rounds, initial=start_round, desc=built.algorithm.name,
                    unit="round", disable=None, leave=False)
 
     def show(row: dict) -> None:
         if on_row is not None:
             on_row(row)
-        if bar is None:
-            return
-        if "test_accuracy" in row:  # neural networks: accuracy and losses
-            shown = ("test_accuracy", "test_loss", "train_loss")
-            bar.set_postfix({k: f"{row[k]:.4g}" for k in shown if k in row}, refresh=False)
-        else:
-            key = "rel_error" if "rel_error" in row else "loss"
-            bar.set_postfix({key: f"{row[key]:.3e}"}, refresh=False)
+        if bar is not None:
+            bar.set_postfix(progress_metrics(row), refresh=False)
 
     try:
         with fixed_threads(cfg.threads):
@@ -138,14 +135,16 @@ def execute(
                 built.algorithm,
                 built.problem,
                 built.participation,
-                cfg.rounds - resume.get("start_round", 0),
+                cfg.rounds - start_round,
                 seed=cfg.seed,
                 engine=cfg.engine,
                 eval_every=cfg.eval_every,
+                resume=resume,
                 on_row=show,
                 progress=bar,
                 schedule=cfg.schedule,
-                **resume,
+                keep_rows=keep_rows,
+                on_round=on_round,
             )
     finally:
         if bar is not None:

@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..engine import RunResult
-from ..engine.divergence import BlowUpDetector
 from ..errors import ConfigError, DataError
 from ..problems.models import refuse_model_import
-from .checkpoint import CHECKPOINT, MODEL, Checkpoint, load_checkpoint, save_checkpoint, save_model
+from .checkpoint import (CHECKPOINT, MODEL, Checkpoint, load_checkpoint, resume_from, save_checkpoint, save_model,
+                         take_checkpoint)
 from ..io.atomic import csv_cell, write_json
 from ..io.folders import MARKER, Output, open_output
 from .config import RunConfig, config_from_json
@@ -156,11 +156,7 @@ class _Checkpointer:
     def save(self, result: RunResult) -> None:
         if self.logger is not None:
             self.logger.flush()
-        checkpoint = Checkpoint(
-            state=result.state, round=result.rounds_done, comm=result.comm,
-            metrics_bytes=self.metrics.sync(), stream=self.built.participation.stream_state(),
-            blow_up=result.blow_up.state(), metrics_state=self.built.problem.metric_state(),
-        )
+        checkpoint = take_checkpoint(result, self.built.participation, self.built.problem, self.metrics.sync())
         save_checkpoint(self.path, checkpoint)
         self.saved_at = time.monotonic()
         self.last_round = result.rounds_done
@@ -324,15 +320,11 @@ def _drive(
         if checkpointer.due(result.rounds_done):
             checkpointer.save(result)
 
-    resume: dict[str, Any] = {"keep_rows": False, "on_round": on_round, "eval_origin": 0}
-    if start is not None:
-        built.participation.restore_stream(start.stream)
-        built.problem.restore_metric_state(start.metrics_state)
-        resume.update(state=start.state, start_round=start.round, comm_before=start.comm, evaluate_start=False,
-                      blow_up=BlowUpDetector().restore(start.blow_up))
+    resume = None if start is None else resume_from(start, built.participation, built.problem)
     try:
         with _stop_on_signals(flag):
-            result = execute(built, progress=progress, on_row=on_row, **resume)
+            result = execute(built, progress=progress, on_row=on_row, resume=resume, keep_rows=False,
+                             on_round=on_round)
     except _StopRequested as stop:
         metrics.close()
         rounds = checkpointer.last_round
@@ -361,11 +353,8 @@ def _drive(
         raise
     metrics.close()
     if result.diverged_at is None:
-        save_checkpoint(work / CHECKPOINT, Checkpoint(
-            state=result.state, round=result.rounds_done, comm=result.comm,
-            metrics_bytes=(work / METRICS).stat().st_size, stream=built.participation.stream_state(),
-            blow_up=result.blow_up.state(), metrics_state=built.problem.metric_state(),
-        ))
+        save_checkpoint(work / CHECKPOINT, take_checkpoint(result, built.participation, built.problem,
+                                                           (work / METRICS).stat().st_size))
         save_model(work / MODEL, built.algorithm.model(result.state))
         status = "complete"
     else:  # a non-finite state is nothing to resume from
