@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..io.outputs import ResultCache, output_folder, write_csv
-from .reproduce import Preset, register
+from .preset import Preset
 
 PATTERNS = {
     "Case 1: uniform, 10 of N": "uniform:m={m}",
@@ -169,4 +169,4 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-register(Preset("delays", "FedSUM paper: tau_max and tau_avg of its Cases 1-4 and patterns P1-P3", add_arguments, run))
+PRESETS = (Preset("delays", "FedSUM paper: tau_max and tau_avg of its Cases 1-4 and patterns P1-P3", add_arguments, run),)
