@@ -25,7 +25,7 @@ PACKAGE = SRC / "focusfl"
 
 LAYERS = ("base", "io", "core", "runs", "experiments", "flower", "cli")
 BASE = {"__init__", "errors", "spec", "limits", "rng", "argtypes", "threads"}
-CORE = {"algorithms", "engine", "problems", "participation", "matrix", "data", "plots"}
+CORE = {"algorithms", "engine", "problems", "participation", "matrix", "data", "plots", "metrics"}
 # io/ sits below the rest of base too: it may name focusfl's errors and version, nothing else.
 IO_MAY_IMPORT = {"focusfl", "focusfl.errors"}
 
