@@ -410,7 +410,7 @@ def _cmd_plot(args) -> int:
 
 # -- bias and matrices (focusfl.matrix) ----------------------------------------------------------
 def _add_bias(sub) -> None:
-    from .matrix.commands import add_bias_arguments, run_bias
+    from .experiments.matrix_commands import add_bias_arguments, run_bias
 
     p = sub.add_parser("bias", help="participation bias: q_i, delta_q^2, FedAvg's and FOCUS's limit points")
     add_bias_arguments(p)
@@ -418,7 +418,7 @@ def _add_bias(sub) -> None:
 
 
 def _add_matrices(sub) -> None:
-    from .matrix.commands import add_matrices_arguments, run_matrices
+    from .experiments.matrix_commands import add_matrices_arguments, run_matrices
 
     p = sub.add_parser("matrices", help="draw the paper's Figures 1-3: stochastic matrices and round patterns")
     add_matrices_arguments(p)

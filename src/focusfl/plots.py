@@ -9,7 +9,8 @@ from .io.figures import figure_metadata
 from .metrics import primary_metric
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (headless), imported on first use."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -56,7 +57,7 @@ def plot_curve(
 ) -> None:
     """One run. A diverged run (its last row says so) is marked where it stopped; so is a run
     that ``stopped`` for another reason (e.g. ``"interrupted"``)."""
-    plt = _pyplot()
+    plt = pyplot()
     metric = curve_metric(rows)
     fig, ax = plt.subplots(figsize=(6, 4))
     xs, ys = [float(r[x]) for r in rows], _positive(_values(rows, metric))
@@ -81,7 +82,8 @@ EXTRA_COLORS = ("#000000", "#f032e6", "#469990", "#000075", "#e6b800", "#800000"
                 "#ff7f50", "#4b0082")
 
 
-def _palette(count: int) -> list:
+def palette(count: int) -> list:
+    """``count`` distinct RGB colours: tab10, then EXTRA_COLORS, then around again."""
     import matplotlib
 
     colors = list(matplotlib.colormaps["tab10"].colors) + [matplotlib.colors.to_rgb(c) for c in EXTRA_COLORS]
@@ -156,9 +158,9 @@ def plot_panels(
     with a cross where it stopped. ``x_factor`` multiplies an algorithm's x values (the FOCUS
     notebook's axis counts SCAFFOLD's and ProxSkip's rounds twice).
     """
-    plt = _pyplot()
+    plt = pyplot()
     names = list(dict.fromkeys(name for curves in panels.values() for name in curves))
-    colors = dict(zip(names, _palette(len(names))))
+    colors = dict(zip(names, palette(len(names))))
     markers = {name: MARKERS[k % len(MARKERS)] for k, name in enumerate(names)}
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.6), squeeze=False)
     handles: dict[str, object] = {}
@@ -218,9 +220,9 @@ def plot_band_panels(
     one panel, else under each panel (curves that coincide in one panel may not in another). A
     configuration whose seeds diverged ends in a cross.
     """
-    plt = _pyplot()
+    plt = pyplot()
     names = list(dict.fromkeys(name for curves in panels.values() for name in curves))
-    colors = _family_colors(names, families) if families else dict(zip(names, _palette(len(names))))
+    colors = _family_colors(names, families) if families else dict(zip(names, palette(len(names))))
     markers = {name: MARKERS[k % len(MARKERS)] for k, name in enumerate(names)}
     columns = min(len(panels), 3)
     rows = math.ceil(len(panels) / columns)
@@ -289,7 +291,7 @@ def _family_colors(names: Sequence[str], families: dict[str, str]) -> dict[str, 
 
     order = list(dict.fromkeys(families.get(n, n) for n in names))
     if len(order) > len(_HUES) or len(order) == len(names):
-        return dict(zip(names, _palette(len(names))))
+        return dict(zip(names, palette(len(names))))
     members = {family: [n for n in names if families.get(n, n) == family] for family in order}
     colors = {}
     for family, hue in zip(order, _HUES):

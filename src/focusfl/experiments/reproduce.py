@@ -1,53 +1,16 @@
-"""Reproduction presets: ``focusfl reproduce NAME``. Each preset registers itself here."""
+"""Reproduction presets: ``focusfl reproduce NAME``, listed in one place.
+
+Each preset module defines ``PRESETS`` (see :mod:`.preset`); this module imports them when the
+command line is built, and they never import it back.
+"""
 from __future__ import annotations
 
-import argparse
-import time
-from dataclasses import dataclass
-from typing import Any, Callable
-
-
-@dataclass(frozen=True)
-class Preset:
-    name: str
-    help: str
-    add_arguments: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[argparse.Namespace], int]
-
-
-PRESETS: dict[str, Preset] = {}
-
-
-def register(preset: Preset) -> Preset:
-    PRESETS[preset.name] = preset
-    return preset
+from .preset import Preset
 
 
 def load_presets() -> dict[str, Preset]:
-    """Import the preset modules (each calls register)."""
-    from . import reproduce_delays  # noqa: F401
-    from . import reproduce_ridge  # noqa: F401
-    from . import reproduce_nn  # noqa: F401
-    from . import reproduce_report  # noqa: F401
+    """Every preset by name, in the order ``focusfl reproduce --help`` lists them."""
+    from . import reproduce_delays, reproduce_nn, reproduce_report, reproduce_ridge
 
-    return PRESETS
-
-
-def cached_run(cache, key: dict[str, Any], run: Callable[[], Any]):
-    """``run()`` (a RunResult) once per ``key``: (result, seconds the computation took).
-
-    With a ``ResultCache`` the rows, how the run ended and its duration are stored, so a rerun of
-    an interrupted preset rebuilds the result instead of running it again; without one
-    (``cache=None``) it simply runs.
-    """
-    from ..engine import RunResult
-
-    def timed() -> list[dict]:
-        start = time.perf_counter()
-        result = run()
-        seconds = time.perf_counter() - start
-        ending = {"rounds_done": result.rounds_done, "diverged_at": result.diverged_at, "seconds": seconds}
-        return [ending, *result.rows]
-
-    ending, *rows = timed() if cache is None else cache.get_or_compute(key, timed)
-    return RunResult(rows=rows, rounds_done=ending["rounds_done"], diverged_at=ending["diverged_at"]), ending["seconds"]
+    modules = (reproduce_delays, reproduce_ridge, reproduce_nn, reproduce_report)
+    return {preset.name: preset for module in modules for preset in module.PRESETS}

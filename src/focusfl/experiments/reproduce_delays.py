@@ -28,7 +28,7 @@ from ..errors import ConfigError
 from ..io.atomic import write_csv
 from ..io.folders import output_folder
 from .cache import ResultCache
-from .reproduce import Preset, register
+from .preset import Preset
 
 PATTERNS = {
     "Case 1: uniform, 10 of N": "uniform:m={m}",
@@ -171,4 +171,4 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-register(Preset("delays", "FedSUM paper: tau_max and tau_avg of its Cases 1-4 and patterns P1-P3", add_arguments, run))
+PRESETS = (Preset("delays", "FedSUM paper: tau_max and tau_avg of its Cases 1-4 and patterns P1-P3", add_arguments, run),)

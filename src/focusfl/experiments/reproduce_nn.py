@@ -34,7 +34,7 @@ from ..errors import ConfigError
 from ..participation import make_participation
 from ..problems import make_problem
 from ..io.atomic import read_csv, write_csv
-from .reproduce import Preset, cached_run, register
+from .preset import Preset, cached_run
 from ..runs.config import DTYPES, RunConfig
 from ..runs.driver import BuiltRun, execute, resolve_device
 
@@ -419,10 +419,12 @@ def make_runner(setup: Setup):
     return run
 
 
-register(Preset("focus-cifar10", "FOCUS paper appendix G: SG-FOCUS and baselines on CIFAR-10 (32 clients, alpha=0.05)",
-                preset_arguments(FOCUS_CIFAR10, "runs/focus-cifar10"), make_runner(FOCUS_CIFAR10)))
-register(Preset("fedsum-mnist", "FedSUM paper appendix H: MNIST CNN, 100 clients, patterns P1-P3",
-                preset_arguments(FEDSUM_MNIST, "runs/fedsum-mnist"), make_runner(FEDSUM_MNIST)))
-register(Preset("mnist-demo",
-                "small MNIST run on CPU in minutes: SG-FOCUS vs FedAvg, FedAU, SCAFFOLD (--data PATH.npz)",
-                preset_arguments(MNIST_DEMO, "runs/mnist-demo", npz_required=True), make_runner(MNIST_DEMO)))
+PRESETS = (
+    Preset("focus-cifar10", "FOCUS paper appendix G: SG-FOCUS and baselines on CIFAR-10 (32 clients, alpha=0.05)",
+           preset_arguments(FOCUS_CIFAR10, "runs/focus-cifar10"), make_runner(FOCUS_CIFAR10)),
+    Preset("fedsum-mnist", "FedSUM paper appendix H: MNIST CNN, 100 clients, patterns P1-P3",
+           preset_arguments(FEDSUM_MNIST, "runs/fedsum-mnist"), make_runner(FEDSUM_MNIST)),
+    Preset("mnist-demo",
+           "small MNIST run on CPU in minutes: SG-FOCUS vs FedAvg, FedAU, SCAFFOLD (--data PATH.npz)",
+           preset_arguments(MNIST_DEMO, "runs/mnist-demo", npz_required=True), make_runner(MNIST_DEMO)),
+)

@@ -27,7 +27,7 @@ import torch
 from ..errors import ConfigError, FocusflError
 from ..io.atomic import write_csv
 from ..io.folders import output_folder
-from .reproduce import Preset, register
+from .preset import Preset
 
 FOCUS = "FOCUS paper (seed 002)"
 REVIEWS = "FOCUS reviews and answers (seed 003)"
@@ -251,7 +251,7 @@ def exactness_section(sizes: Sizes) -> Section:
 
 def bias_section(sizes: Sizes) -> Section:
     from ..matrix import bias
-    from ..matrix.commands import DEFAULT_BIAS_PROBLEM, FEDAVG_STEP, WARMUP_EFOLDS
+    from ..matrix.bias import DEFAULT_BIAS_PROBLEM, FEDAVG_STEP, WARMUP_EFOLDS
     from ..participation import make_participation
     from ..problems import make_problem
 
@@ -351,12 +351,12 @@ def _table(rows, row_key, column_key, title_row: str) -> str:
 
 
 def _plot_rounds(rows, x_key: str, path: Path, xlabel: str, title: str, log_x: bool) -> None:
-    from ..plots import _palette, _pyplot
+    from ..plots import palette, pyplot
 
-    plt = _pyplot()
+    plt = pyplot()
     algorithms = list(dict.fromkeys(r["algorithm"] for r in rows))
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for color, algorithm in zip(_palette(len(algorithms)), algorithms):
+    for color, algorithm in zip(palette(len(algorithms)), algorithms):
         mine = [r for r in rows if r["algorithm"] == algorithm]
         xs = [r[x_key] if not log_x else max(r[x_key], 1e-3) for r in mine]
         ys = [r["rounds_to_target"] if r["rounds_to_target"] is not None else math.nan for r in mine]
@@ -605,5 +605,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-register(Preset("report", "every claim of the papers that fits a CPU in minutes, with verdicts (report.md)",
-                add_arguments, run))
+PRESETS = (
+    Preset("report", "every claim of the papers that fits a CPU in minutes, with verdicts (report.md)",
+           add_arguments, run),
+)

@@ -45,7 +45,7 @@ from ..algorithms import ALGORITHMS
 from ..errors import ConfigError
 from ..metrics import first_below
 from ..plots import plot_panels
-from .reproduce import Preset, cached_run, register
+from .preset import Preset, cached_run
 from ..runs.driver import build, execute
 
 # Panel titles of the figures run_figure4 draws (reproduce report), by participation SPEC. The
@@ -195,9 +195,9 @@ def many_lines_style():
     import matplotlib
     from cycler import cycler
 
-    from ..plots import _palette
+    from ..plots import palette
 
-    styles = cycler(color=_palette(20)) + cycler(linestyle=["-"] * 10 + ["--"] * 10)
+    styles = cycler(color=palette(20)) + cycler(linestyle=["-"] * 10 + ["--"] * 10)
     return matplotlib.rc_context({"axes.prop_cycle": styles, "axes.formatter.limits": (-3, 4)})
 
 
@@ -331,4 +331,7 @@ def plot_figures(panels: dict[str, dict[str, list[dict]]], folder: Path, setting
     return written
 
 
-register(Preset("ridge", "FOCUS paper Figure 4: ridge regression, three participation scenarios (--setting paper|notebook)", add_arguments, run))
+PRESETS = (
+    Preset("ridge", "FOCUS paper Figure 4: ridge regression, three participation scenarios (--setting paper|notebook)",
+           add_arguments, run),
+)

@@ -43,6 +43,16 @@ from ..problems.base import Problem
 
 MONTE_CARLO_ROUNDS = 20_000
 
+# The diagnostic's defaults (``focusfl bias`` and the report's bias section share them).
+DEFAULT_BIAS_PROBLEM = "ridge:dim=10,samples=50,hetero=1"
+# Default step sizes, as fractions of 1/L (FedAvg) and 1/(N L) (FOCUS, whose y is a sum).
+FEDAVG_STEP = 0.05
+FOCUS_STEP = 0.5
+# FedAvg's average starts after this many e-folds of its slowest mode (e^-10 = 4.5e-5 of the
+# start is left along it), and the run is twice as long (at least MIN_ROUNDS) unless told otherwise.
+WARMUP_EFOLDS = 10
+MIN_ROUNDS = 3000
+
 
 class ParticipationWeights(NamedTuple):
     p: np.ndarray  # [N] P(i in S)

@@ -13,11 +13,11 @@ _FORMATS = (".png", ".pdf", ".svg")
 _NEAREST_MAX_ROUNDS = 2000
 
 
-def plot_raster(mask: Any, path: str | Path, title: str | None = None) -> Path:
-    """Save a raster (rounds on x, clients on y, dark = present) to ``path`` (.png, .pdf or .svg).
+def raster_figure(mask: Any, title: str | None = None):
+    """A matplotlib ``Figure`` of the raster (rounds on x, clients on y, dark = present).
 
-    Uses a bare ``Figure`` on the Agg backend, so it works headless and leaves pyplot state alone.
-    Returns the path written.
+    Drawing only: a bare ``Figure`` (no pyplot state, works headless); :func:`plot_raster` or the
+    caller saves it.
     """
     import matplotlib
 
@@ -25,9 +25,6 @@ def plot_raster(mask: Any, path: str | Path, title: str | None = None) -> Path:
     from matplotlib.figure import Figure
 
     m = as_mask(mask)
-    path = Path(path)
-    if path.suffix.lower() not in _FORMATS:
-        raise ConfigError(f"raster plot: {path.name!r} must end in {', '.join(_FORMATS)}")
     rounds, clients = m.shape
     if rounds == 0 or clients == 0:
         raise ConfigError(f"raster plot: empty mask of shape {m.shape}")
@@ -47,9 +44,24 @@ def plot_raster(mask: Any, path: str | Path, title: str | None = None) -> Path:
     ax.set_xlabel("round")
     ax.set_ylabel("client")
     ax.set_title(title if title is not None else f"participation: {clients} clients, {rounds} rounds")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    return fig
+
+
+def plot_raster(mask: Any, path: str | Path, title: str | None = None) -> Path:
+    """Save :func:`raster_figure` to ``path`` (.png, .pdf or .svg), tagged as focusfl's figure.
+
+    Returns the path written. The command line gives it a scratch name from
+    ``focusfl.io``'s ``figure_files``, which puts the file in place atomically.
+    """
+    import matplotlib
+
     from ..io.figures import figure_metadata
 
+    path = Path(path)
+    if path.suffix.lower() not in _FORMATS:
+        raise ConfigError(f"raster plot: {path.name!r} must end in {', '.join(_FORMATS)}")
+    fig = raster_figure(mask, title)
+    path.parent.mkdir(parents=True, exist_ok=True)
     # A fixed salt for the SVG's element ids (random otherwise): the same figure, the same bytes.
     with matplotlib.rc_context({"svg.hashsalt": "focusfl"}):
         fig.savefig(path, dpi=150, metadata=figure_metadata(path))

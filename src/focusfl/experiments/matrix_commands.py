@@ -1,4 +1,7 @@
-"""Command-line handlers of ``focusfl bias`` and ``focusfl matrices`` (wired in focusfl.cli)."""
+"""Command-line handlers of ``focusfl bias`` and ``focusfl matrices`` (wired in focusfl.cli).
+
+They read options and print or write files, so they live above the core: ``focusfl.matrix``
+computes and draws, and this module saves through ``focusfl.io``."""
 from __future__ import annotations
 
 import argparse
@@ -10,15 +13,8 @@ import numpy as np
 from .. import __version__
 from ..argtypes import positive_float, positive_int
 from ..errors import ConfigError, DivergenceError
+from ..matrix.bias import DEFAULT_BIAS_PROBLEM, FEDAVG_STEP, FOCUS_STEP, MIN_ROUNDS, WARMUP_EFOLDS
 
-DEFAULT_BIAS_PROBLEM = "ridge:dim=10,samples=50,hetero=1"
-# Default step sizes, as fractions of 1/L (FedAvg) and 1/(N L) (FOCUS, whose y is a sum).
-FEDAVG_STEP = 0.05
-FOCUS_STEP = 0.5
-# FedAvg's average starts after this many e-folds of its slowest mode (e^-10 = 4.5e-5 of the
-# start is left along it), and the run is twice as long, unless --rounds/--average-from say.
-WARMUP_EFOLDS = 10
-MIN_ROUNDS = 3000
 
 
 # -- bias ---------------------------------------------------------------------------------------
@@ -44,7 +40,7 @@ def add_bias_arguments(p: argparse.ArgumentParser) -> None:
 def run_bias(args) -> int:
     from ..participation import make_participation
     from ..problems import make_problem
-    from . import bias
+    from ..matrix import bias
 
     if args.seed < 0:
         raise ConfigError(f"seed must be >= 0, got {args.seed}")
@@ -148,8 +144,8 @@ def parse_active(text: str) -> list[int]:
 def run_matrices(args) -> int:
     from ..io.atomic import write_json
     from ..io.folders import output_folder
-    from .pictures import figure1_panels, render_all
-    from .stochastic import active_nodes
+    from ..matrix.pictures import figure1_panels, render_all
+    from ..matrix.stochastic import active_nodes
 
     nodes = active_nodes(parse_active(args.active), args.clients)
     with output_folder(args.out) as folder:

@@ -1,0 +1,198 @@
+"""The package's layering, checked from the source: no import cycle between files, no upward arrow.
+
+Every import of every module under src/focusfl is read with ``ast`` (at module level and inside
+functions: a lazy import is still a dependency) and resolved to the file it loads. Importing a
+package (``from ..participation import make_participation``) loads its ``__init__.py``;
+``from . import bias`` loads ``bias.py`` when such a module exists. The layers, bottom-up:
+
+    base         errors spec limits rng argtypes threads __init__ (the version)
+    io/          atomic writes, marked folders, figures: imports errors and the version only
+    core         algorithms/ engine/ problems/ participation/ matrix/ data/ plots.py: pure
+    runs/        the run's configuration, folder format, driver, checkpoints, TensorBoard
+    experiments/ sweeps, executors, aggregation, tune, presets, studies, the report
+    flower/      the Flower adapter
+    cli          every module named cli (focusfl/cli.py, the federation command's flower/cli.py)
+
+A module imports its own layer or the ones below it.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PACKAGE = SRC / "focusfl"
+
+LAYERS = ("base", "io", "core", "runs", "experiments", "flower", "cli")
+BASE = {"__init__", "errors", "spec", "limits", "rng", "argtypes", "threads"}
+CORE = {"algorithms", "engine", "problems", "participation", "matrix", "data", "plots", "metrics"}
+# io/ sits below the rest of base too: it may name focusfl's errors and version, nothing else.
+IO_MAY_IMPORT = {"focusfl", "focusfl.errors"}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def module_file(name: str) -> Path | None:
+    """The file that importing ``name`` executes last: NAME.py or NAME/__init__.py."""
+    base = SRC.joinpath(*name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def is_package(name: str) -> bool:
+    return SRC.joinpath(*name.split(".")).is_dir()
+
+
+def layer(name: str) -> str:
+    parts = name.split(".")
+    if parts[-1] == "cli":
+        return "cli"
+    top = parts[1] if len(parts) > 1 else "__init__"
+    if top in BASE:
+        return "base"
+    if top in CORE:
+        return "core"
+    if top in ("io", "runs", "experiments", "flower"):
+        return top
+    raise AssertionError(f"{name} is in no layer: add it to tests/test_layers.py and docs/architecture.md")
+
+
+def _absolute(path: Path, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    package = module_name(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    anchor = package[: len(package) - node.level + 1]
+    return ".".join(anchor + ([node.module] if node.module else []))
+
+
+def imports(path: Path) -> dict[str, int]:
+    """focusfl modules that ``path`` imports (module level or not), each with a line doing it."""
+    found: dict[str, int] = {}
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            source = _absolute(path, node)
+            for alias in node.names:
+                submodule = f"{source}.{alias.name}"
+                # `from PKG import x` loads PKG/x.py when x is a module, else PKG's __init__.py.
+                targets.append(submodule if is_package(source) and module_file(submodule) else source)
+        for target in targets:
+            if target.split(".")[0] == "focusfl" and module_file(target) is not None:
+                found.setdefault(target, node.lineno)
+    return found
+
+
+def import_graph() -> dict[str, dict[str, int]]:
+    graph = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        graph[module_name(path)] = {t: line for t, line in imports(path).items() if t != module_name(path)}
+    return graph
+
+
+def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """One cycle through each strongly connected component of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    components: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for succ in graph.get(node, ()):
+            if succ not in index:
+                visit(succ)
+                low[node] = min(low[node], low[succ])
+            elif succ in stack:
+                low[node] = min(low[node], index[succ])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return [_cycle_within(graph, set(component)) for component in components]
+
+
+def _cycle_within(graph: dict[str, dict[str, int]], component: set[str]) -> list[str]:
+    """A shortest path from the component's first module back to itself, inside the component."""
+    start = min(component)
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for succ in sorted(graph[node]):
+                if succ == start:
+                    return paths[node] + [start]
+                if succ in component and succ not in paths:
+                    paths[succ] = paths[node] + [succ]
+                    following.append(succ)
+        frontier = following
+    raise AssertionError(f"no cycle through {start}")  # unreachable in a strongly connected component
+
+
+def upward_arrows(graph: dict[str, dict[str, int]]) -> list[str]:
+    wrong = []
+    for source, targets in sorted(graph.items()):
+        level = LAYERS.index(layer(source))
+        for target, line in sorted(targets.items()):
+            if layer(source) == "io" and layer(target) != "io" and target not in IO_MAY_IMPORT:
+                wrong.append(f"{source}:{line} (io) imports {target}: io imports only errors and the version")
+            elif LAYERS.index(layer(target)) > level:
+                wrong.append(f"{source}:{line} ({layer(source)}) imports {target} ({layer(target)})")
+    return wrong
+
+
+def _where(graph: dict[str, dict[str, int]], cycle: list[str]) -> str:
+    return " -> ".join(f"{a} (line {graph[a][b]})" for a, b in zip(cycle, cycle[1:])) + f" -> {cycle[-1]}"
+
+
+def test_no_import_cycle_between_files():
+    graph = import_graph()
+    found = cycles(graph)
+    assert not found, "import cycles:\n" + "\n".join(_where(graph, cycle) for cycle in found)
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    wrong = upward_arrows(import_graph())
+    assert not wrong, "upward imports (a layer imports only itself and the layers below):\n" + "\n".join(wrong)
+
+
+def test_the_checker_resolves_imports_as_python_does():
+    graph = import_graph()
+    assert len(graph) > 60 and all(layer(name) for name in graph)  # every module has a layer
+    # A package import loads the package's __init__; `from . import x` loads x.py.
+    assert "focusfl.participation" in graph["focusfl.matrix.bias"]
+    assert "focusfl.engine.simulate" in graph["focusfl.matrix.bias"]
+    assert "focusfl.errors" in graph["focusfl.cli"]
+    # In-function imports count: the CLI loads its command modules lazily.
+    assert any(target.startswith("focusfl.experiments") for target in graph["focusfl.cli"])
+    assert layer("focusfl.flower.cli") == "cli" and layer("focusfl.io") == "io" and layer("focusfl") == "base"
+
+
+def test_the_checker_finds_a_cycle_and_an_upward_arrow():
+    graph = {"focusfl.a": {"focusfl.b": 1}, "focusfl.b": {"focusfl.c": 2}, "focusfl.c": {"focusfl.a": 3},
+             "focusfl.d": {"focusfl.a": 4}}
+    assert cycles(graph) == [["focusfl.a", "focusfl.b", "focusfl.c", "focusfl.a"]]
+    arrows = upward_arrows({"focusfl.matrix.bias": {"focusfl.runs.config": 7},
+                            "focusfl.io.outputs": {"focusfl.spec": 3, "focusfl.errors": 4},
+                            "focusfl.runs.folder": {"focusfl.io.outputs": 5}})
+    assert arrows == ["focusfl.io.outputs:3 (io) imports focusfl.spec: io imports only errors and the version",
+                      "focusfl.matrix.bias:7 (core) imports focusfl.runs.config (runs)"]
