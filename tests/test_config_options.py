@@ -92,7 +92,7 @@ def test_run_sweep_tune_and_federation_fill_the_same_problem_defaults(problem):
     pytest.importorskip("flwr")
     from focusfl.flower.server_app import FederationConfig
 
-    resolved = FederationConfig(problem=problem).resolved()
+    resolved = FederationConfig(problem=problem, dtype=None, eval_every=None).resolved()  # as the CLI leaves them
     assert (resolved.dtype, resolved.eval_every) == (expected["dtype"], expected["eval_every"])
 
 

@@ -51,7 +51,9 @@ FEDERATION_DEFAULTS = {"algorithm": "focus", "participation": "available", "roun
 @dataclass
 class FederationConfig:
     """A federation: the run fields it shares with ``focusfl run`` (runs.config.RunConfig) and
-    its own. ``dtype`` and ``eval_every`` None: the problem's (runs.config.defaults_for)."""
+    its own. ``dtype`` and ``eval_every`` None: the problem's (runs.config.defaults_for), as
+    ``focusfl federation`` leaves them unless given; in code they default to float64 and every
+    round, the setting in which a federation equals its reference replay bit for bit."""
 
     algorithm: str | dict = FEDERATION_DEFAULTS["algorithm"]
     problem: str | dict = "ridge"
@@ -60,8 +62,8 @@ class FederationConfig:
     local_steps: int | None = None
     lr: float | str | None = "auto"
     seed: int = 0
-    dtype: str | None = None
-    eval_every: int | None = None
+    dtype: str | None = "float64"
+    eval_every: int | None = 1
     schedule: str = "constant"
     timeout: float = 30.0  # seconds an exchange waits for replies
     out: str | None = None  # run folder (None: results are only logged)
