@@ -299,3 +299,26 @@ def test_nn_problem_nodes_build_clients_from_their_own_data(tmp_path):
     assert audit["tracking_gap"] <= 1e-12
     for client, rows in audit["rows"].items():
         assert_same(rows, type(rows)(*(field[client:client + 1] for field in reference.clients)))
+
+
+def test_a_federation_folder_is_a_run_folder_that_plot_reads_as_one(tmp_path):
+    """write_results writes through runs/ (metrics.csv, config.json with a run's keys): `focusfl
+    plot` reads a federation's folder and a `focusfl run` folder alike, and --config replays it."""
+    import json
+
+    from focusfl.cli import main
+    from focusfl.flower.server_app import FederationConfig, run_federation
+    from focusfl.runs.config import _REQUIRED, config_from_json
+
+    config = FederationConfig(algorithm="focus", problem=PROBLEM, participation="full", rounds=4, timeout=5.0,
+                              out=str(tmp_path / "fed"), audit=False)
+    problem = make_problem(PROBLEM)
+    run_federation(FakeGrid(make_client_app(), range(problem.num_clients)), config, log=lambda text: None)
+    assert main(["run", "--algorithm", "focus", "--problem", PROBLEM, "--rounds", "4",
+                 "--out", str(tmp_path / "run")]) == 0
+    federated, alone = (json.loads((tmp_path / name / "config.json").read_text()) for name in ("fed", "run"))
+    assert set(federated) == set(alone) and federated["status"] == "complete"
+    config_from_json(federated)  # the same keys, every one known
+    assert all(key in federated for key in _REQUIRED)
+    assert main(["plot", str(tmp_path / "fed"), str(tmp_path / "run"), "--out", str(tmp_path / "both.png")]) == 0
+    assert (tmp_path / "both.png").is_file()

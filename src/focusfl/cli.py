@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .argtypes import non_negative_int, positive_float, positive_int
+from .argtypes import non_negative_int, positive_int
 from .errors import DivergenceError, FocusflError
 
 
@@ -32,16 +32,13 @@ model.pt into --out. SIGINT/SIGTERM/SIGHUP stop it at the end of the round with 
 (exit 130/143/129); kill -9 leaves the last checkpoint: both continue with --resume. A diverged
 run exits 1. docs/runs.md: outputs, checkpoints and resuming."""
 
-# Options of `run` that a --config file also sets: given on the command line they override it.
-_CONFIG_FLAGS = ("algorithm", "problem", "participation", "rounds", "local_steps", "lr", "seed", "dtype",
-                 "device", "engine", "eval_every", "schedule", "threads")
-_RUN_DEFAULTS = {"problem": "ridge", "participation": "full", "rounds": 100, "lr": "auto", "seed": 0,
-                 "device": "cpu", "engine": "vectorized", "schedule": "constant", "threads": 1}
-NN_EVAL_EVERY = 50  # neural networks: keeps evaluation a small share of a run
 
+def _run_fields() -> tuple[str, ...]:
+    """Options of `run` that a --config file also sets (every field of the run configuration):
+    given on the command line they override it."""
+    from .runs.config import options
 
-def _lr(text: str) -> float | str:
-    return "auto" if text == "auto" else positive_float(text)
+    return tuple(options())
 
 
 def _add_run(sub) -> None:
@@ -56,34 +53,12 @@ def _add_run(sub) -> None:
         f"Participation processes: {', '.join(available_participation())}.",
         epilog=RUN_EXAMPLES,
     )
-    # Defaults are None here and filled in later, so that a flag given next to --config or
-    # --resume can be told apart from one left at its default.
-    p.add_argument("--algorithm", help="algorithm NAME or NAME:key=value,... (see `focusfl algorithms`)")
-    p.add_argument("--problem", help="problem SPEC, e.g. ridge:dim=50,clients=16 or nn:data=mnist,alpha=0.1 "
-                   "(default ridge; neural networks: docs/neural-networks.md)")
-    p.add_argument("--participation", help="participation SPEC, e.g. bernoulli, weighted:m=4, or one p per client "
-                   "as 'bernoulli:p=0.2;0.9;...' (quoted: a shell ends the command at ;) (default full; "
-                   "docs/participation.md)")
-    p.add_argument("--rounds", type=positive_int, help="rounds to run in all (default 100); with --resume, "
-                   "a larger number runs a finished run further")
-    p.add_argument("--local-steps", type=positive_int, help="local steps tau per round (default: the algorithm's, 1)")
-    p.add_argument("--lr", type=_lr, help="(local) step size eta, or 'auto' (default): a stable step from the "
-                   "problem's smoothness constant L, 1/(tau L) or 1/(N L) for FOCUS's summed tracking; "
-                   "neural networks need a number")
-    p.add_argument("--seed", type=non_negative_int, help="seed of data, participation and minibatches (default 0)")
-    p.add_argument("--dtype", choices=["float32", "float64"],
-                   help="default: float32 for neural networks, float64 otherwise")
-    p.add_argument("--device", help="cpu (default) or cuda")
-    p.add_argument("--engine", choices=["vectorized", "reference"], help="default vectorized")
-    p.add_argument("--eval-every", type=positive_int,
-                   help="evaluate every E rounds (default 1; neural networks 50: one pass over a 10,000-image "
-                   "test set costs about as much as 1.4 CIFAR-10 training rounds)")
-    p.add_argument("--schedule", choices=["constant", "sqrt"],
-                   help="step-size schedule: constant (default), or sqrt = eta/sqrt(r/10+1)")
-    p.add_argument("--threads", type=positive_int,
-                   help="torch intra-op threads for the run (default 1, recorded in config.json): the thread "
-                   "count changes float results at the rounding level, so it is part of the run, never taken "
-                   "from the machine; more threads can speed up large neural networks on a quiet machine")
+    from .runs.config import add_run_options
+
+    # Defaults are None here and filled in later (runs.config.defaults_for), so that a flag given
+    # next to --config or --resume can be told apart from one left at its default.
+    add_run_options(p, _run_fields(), deferred=True, helps={
+        "rounds": "rounds to run in all; with --resume, a larger number runs a finished run further"})
     p.add_argument("--data-dir", help="folder with the dataset files of an nn problem "
                    "(default $FOCUSFL_DATA or ~/.cache/focusfl)")
     p.add_argument("--download", action="store_true",
@@ -107,7 +82,9 @@ def _add_run(sub) -> None:
 
 
 def _given(args) -> list[str]:
-    return [key for key in _CONFIG_FLAGS if getattr(args, key) is not None]
+    from .runs.config import given_options
+
+    return list(given_options(args, _run_fields()))
 
 
 def _cmd_run(args) -> int:
@@ -151,11 +128,11 @@ def _cmd_run(args) -> int:
 
 def _print_log_dir(out: Path) -> None:
     """Where the run logs to TensorBoard, if it does (config.json says)."""
-    import json
+    from .runs.folder import TENSORBOARD, read_config
 
     try:
-        log_dir = json.loads((out / "config.json").read_text()).get("tensorboard")
-    except (OSError, ValueError, AttributeError):
+        log_dir = read_config(out).get(TENSORBOARD)
+    except FocusflError:
         return
     if isinstance(log_dir, str):
         print(f"logged to TensorBoard in {log_dir} (tensorboard --logdir {Path(log_dir).parent})")
@@ -170,15 +147,14 @@ def _algorithm_name(spec) -> str:
 def _run_config(args, RunConfig, config_from_json):
     """The RunConfig of `run`: from --config with the flags given beside it, or from the flags."""
     from .errors import ConfigError
-    from .problems import default_dtype
     from .problems.nn import with_data_options
+    from .runs.config import defaults_for
 
     if args.config:
-        from .runs.folder import _read_json
-
         from .problems.models import refuse_model_import
+        from .runs.folder import read_config
 
-        config = config_from_json(_read_json(Path(args.config)), where=f"config {args.config!r}")
+        config = config_from_json(read_config(Path(args.config)), where=f"config {args.config!r}")
         refuse_model_import(config.problem, f"config {args.config!r}")
         overrides = {k: getattr(args, k) for k in _given(args)}
         if "lr" in overrides or "local_steps" in overrides:
@@ -196,15 +172,9 @@ def _run_config(args, RunConfig, config_from_json):
         return config
     if not args.algorithm:
         raise ConfigError("run needs --algorithm NAME (or --config FILE, or --resume DIR)")
-    values = {**_RUN_DEFAULTS, **{k: getattr(args, k) for k in _given(args)}}
-    problem = with_data_options(values["problem"], args.data_dir, args.download)
-    return RunConfig(
-        algorithm=values["algorithm"], problem=problem, participation=values["participation"],
-        rounds=values["rounds"], local_steps=values.get("local_steps"), lr=values["lr"], seed=values["seed"],
-        dtype=values.get("dtype") or default_dtype(problem), device=values["device"], engine=values["engine"],
-        eval_every=values.get("eval_every") or (NN_EVAL_EVERY if _algorithm_name(problem) == "nn" else 1),
-        schedule=values["schedule"], threads=values["threads"],
-    )
+    given = {k: getattr(args, k) for k in _given(args)}
+    problem = with_data_options(given.get("problem", "ridge"), args.data_dir, args.download)
+    return RunConfig(**{**defaults_for(problem), **given, "problem": problem})
 
 
 # -- reproduce -----------------------------------------------------------------------------------
@@ -327,9 +297,13 @@ def _add_sweep(sub) -> None:
     p.add_argument("--out", help="sweep folder (default runs/NAME, NAME the experiment file's stem); a rerun "
                    "skips the runs finished there")
     p.add_argument("--workers", type=positive_int, default=1, help="runs at a time on this machine")
-    p.add_argument("--threads", type=positive_int,
-                   help="torch threads per worker (default 1: small runs are fastest so, and the results do not "
-                   "depend on --workers; a thread count changes float rounding)")
+    from .runs.config import add_run_options
+
+    # The run fields come from the experiment file (experiments/sweep.py's DEFAULTS); threads is
+    # how each worker computes, recorded in every run's config.json.
+    add_run_options(p, ("threads",), helps={
+        "threads": "torch threads per worker (small runs are fastest so, and the results do not depend on "
+                   "--workers; a thread count changes float rounding)"})
     p.add_argument("--executor", choices=["local", "ray"], default="local",
                    help="local: this machine; ray: tasks on a Ray cluster (pip install '.[ray]' in a clone)")
     p.add_argument("--address", help="with --executor ray: the cluster's address (default: start a local Ray)")

@@ -19,7 +19,6 @@
 from __future__ import annotations
 
 import csv
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,8 +110,8 @@ def aggregate(experiment, runs, folder: Path, *, band: str, failures: Sequence[d
               panel_titles: dict[str, str] | None = None) -> list[str]:
     """Write results.csv, summary.csv (and failures.csv, or remove a stale one) and the
     figures of ``runs`` into ``folder``; returns the names written."""
-    from ..runs.folder import CONFIG, METRICS
-    from .sweep import AXIS_COLUMNS, FAILURES, RESULTS, RUNS, SUMMARY, run_state
+    from ..runs.folder import METRICS, read_config, run_state
+    from .layout import AXIS_COLUMNS, FAILURES, RESULTS, RUNS, SUMMARY
 
     finished = [run for run in runs if run_state(folder / RUNS / run.key, run.key, run.resolved) == "done"]
     columns: list[str] = []
@@ -126,7 +125,7 @@ def aggregate(experiment, runs, folder: Path, *, band: str, failures: Sequence[d
         writer = csv.writer(handle)
         writer.writerow([*AXIS_COLUMNS, "run", "status", *columns])
         for run in finished:
-            status = json.loads((folder / RUNS / run.key / CONFIG).read_text()).get("status")
+            status = read_config(folder / RUNS / run.key).get("status")
             reducer = _Reducer(Series(dict(run.axes), status), metric, experiment.targets,
                                _stride(run.axes["rounds"], run.axes["eval_every"])) if metric else None
             head = [_cell(run.axes[c]) for c in AXIS_COLUMNS] + [run.key, status]
@@ -328,15 +327,15 @@ def _scaled(band: Band, factor: float) -> Band:
 def read_folders(paths: Sequence[str | Path], metric: str | None) -> tuple[list[Series], str]:
     """Series of every finished run in the given run and sweep folders (a sweep through its
     results.csv); seeds of one configuration are grouped by ``summarize`` and ``band_of``."""
-    from ..runs.folder import CONFIG, METRICS
-    from .sweep import AXIS_COLUMNS, RESULTS
+    from ..runs.folder import METRICS, is_run_folder, read_config
+    from .layout import AXIS_COLUMNS, RESULTS
 
     sources = []
     for given in paths:
         path = Path(given)
         if (path / RESULTS).is_file():
             sources.append(("sweep", path))
-        elif (path / METRICS).is_file() and (path / CONFIG).is_file():
+        elif is_run_folder(path):
             sources.append(("run", path))
         elif path.is_dir():
             raise ConfigError(f"{str(given)!r} holds neither a run (metrics.csv, config.json) nor a sweep (results.csv)")
@@ -369,7 +368,7 @@ def read_folders(paths: Sequence[str | Path], metric: str | None) -> tuple[list[
                 if reducer is not None:
                     series.append(reducer.finish())
         else:
-            info = _read_config(path / CONFIG)
+            info = read_config(path)
             with open(path / METRICS, newline="") as handle:
                 reader = csv.DictReader(handle)
                 chosen = chosen or default_metric(reader.fieldnames or [])
@@ -398,16 +397,6 @@ def _axis_value(text: str) -> Any:
         except ValueError:
             pass
     return text
-
-
-def _read_config(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read {str(path)!r}: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: not a focusfl config")
-    return data
 
 
 def _run_axes(info: dict, path: Path) -> dict:

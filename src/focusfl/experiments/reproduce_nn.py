@@ -20,7 +20,6 @@ skipped with a note.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import re
@@ -137,7 +136,7 @@ def _label(name: str, hyperparameters: dict) -> str:
 
 
 def _sweep(name: str, algorithms: list[dict], spec: dict, participation: str, seeds: list[int], rounds: int,
-           eval_every: int, setup: Setup, args: argparse.Namespace):
+           eval_every: int, setup: Setup, args: PresetOptions):
     from .sweep import experiment_text, parse_experiment
 
     data = {"name": name, "algorithms": algorithms, "problems": [spec], "participation": [participation],
@@ -146,7 +145,7 @@ def _sweep(name: str, algorithms: list[dict], spec: dict, participation: str, se
     return parse_experiment(data, experiment_text(data))
 
 
-def tune_steps(setup: Setup, spec: dict, algorithms: list[str], args: argparse.Namespace, folder: Path) -> list[dict]:
+def tune_steps(setup: Setup, spec: dict, algorithms: list[str], args: PresetOptions, folder: Path) -> list[dict]:
     """Each algorithm's step per scenario, chosen on the clients' validation share (never the
     test set): the preset's step times ``setup.factors``, ``--tune-rounds`` rounds, ``--seeds``
     seeds, ranked by the mean validation loss over the last third of the evaluations (a step whose
@@ -205,11 +204,12 @@ def _raise_failures(report, phase: str) -> None:
 
 
 # -- the runs -------------------------------------------------------------------------------------
-def run_final(setup: Setup, spec: dict, steps: list[dict], args: argparse.Namespace, folder: Path):
+def run_final(setup: Setup, spec: dict, steps: list[dict], args: PresetOptions, folder: Path):
     """The preset's runs at the chosen steps, ``--seeds`` seeds each, ``--workers`` at a time:
     (panels: scenario -> algorithm -> one row list per seed, summary rows)."""
-    from ..runs.folder import CONFIG, METRICS
-    from .sweep import RUNS, run_sweep
+    from ..runs.folder import METRICS, read_config
+    from .layout import RUNS
+    from .sweep import run_sweep
 
     seeds = list(range(args.seed, args.seed + args.seeds))
     rounds = args.rounds or setup.rounds
@@ -226,7 +226,7 @@ def run_final(setup: Setup, spec: dict, steps: list[dict], args: argparse.Namesp
         _raise_failures(report, "preset")
         by_label: dict[str, list[tuple[list[dict], int | None]]] = {}
         for run in report.runs:
-            info = json.loads((where / RUNS / run.key / CONFIG).read_text())
+            info = read_config(where / RUNS / run.key)
             rows = [_typed(row) for row in read_csv(where / RUNS / run.key / METRICS)]
             by_label.setdefault(run.axes["algorithm"], []).append((rows, info.get("diverged_at_round")))
         panels[scenario] = {}
@@ -326,7 +326,7 @@ def write_outputs(folder: Path, setup: Setup, panels, summary, steps, problem) -
     return written
 
 
-def run_preset(setup: Setup, spec: dict, algorithms: list[str], args: argparse.Namespace, folder: Path):
+def run_preset(setup: Setup, spec: dict, algorithms: list[str], args: PresetOptions, folder: Path):
     """The whole preset into the focusfl folder ``folder`` (a rerun skips finished runs): steps
     (tuned unless ``--steps fixed``), the runs over the seeds, tables and figures.
     Returns (summary rows, steps rows)."""
@@ -342,24 +342,49 @@ def run_preset(setup: Setup, spec: dict, algorithms: list[str], args: argparse.N
     return summary, steps
 
 
+@dataclass
+class PresetOptions:
+    """A preset's command line as a record (what run_preset and its steps take)."""
+
+    out: str
+    data: str | None = None
+    data_dir: str | None = None
+    download: bool = False
+    rounds: int | None = None  # None: the preset's
+    eval_every: int | None = None  # None: the preset's
+    algorithms: str | None = None
+    seed: int = 0
+    seeds: int = 2
+    steps: str = "tuned"
+    validation: float | None = None
+    tune_rounds: int | None = None
+    tune_eval_every: int | None = None
+    workers: int | None = None
+    dtype: str = "float32"
+    device: str = "cpu"
+
+
+# The run fields a preset's command line takes.
+RUN_OPTIONS = ("rounds", "eval_every", "seed", "dtype", "device")
+
+
 def preset_arguments(setup: Setup, default_out: str, *, npz_required: bool = False):
     def add_arguments(parser: argparse.ArgumentParser) -> None:
+        from ..runs.config import add_run_options
+
         if npz_required:
             parser.add_argument("--data", required=True, help="an .npz of digits: images [M,28,28], labels [M]")
         else:
             parser.add_argument("--data-dir",
                                 help="folder with the dataset files (default $FOCUSFL_DATA or ~/.cache/focusfl)")
             parser.add_argument("--download", action="store_true", help="fetch a missing dataset (checksum-verified)")
-        parser.add_argument("--out", default=default_out, help=f"output folder (default {default_out})")
-        parser.add_argument("--rounds", type=int, default=None, help=f"rounds per run (default {setup.rounds})")
-        parser.add_argument("--eval-every", type=int, default=None,
-                            help=f"evaluate every E rounds (default {setup.eval_every})")
+        parser.add_argument("--out", default=default_out, help="output folder")
+        add_run_options(parser, RUN_OPTIONS, defaults={"rounds": setup.rounds, "eval_every": setup.eval_every},
+                        helps={"rounds": "rounds per run", "seed": "the first seed"})
         parser.add_argument("--algorithms", default=None,
                             help=f"comma-separated subset of {','.join(setup.algorithms)}")
-        parser.add_argument("--seed", type=int, default=0, help="the first seed (default 0)")
         parser.add_argument("--seeds", type=int, default=2,
-                            help="seeds per step size and per final run; figures draw their mean and min-max band "
-                            "(default 2)")
+                            help="seeds per step size and per final run; figures draw their mean and min-max band")
         parser.add_argument("--steps", choices=["tuned", "fixed"], default="tuned",
                             help="tuned (default): each algorithm's step chosen on the clients' validation share; "
                             "fixed: the preset's steps")
@@ -372,13 +397,26 @@ def preset_arguments(setup: Setup, default_out: str, *, npz_required: bool = Fal
         parser.add_argument("--workers", type=int, default=None,
                             help="runs at a time on this machine, each with one thread (default: 2, or 1 on a "
                             "one-core machine; the numbers do not depend on it)")
-        parser.add_argument("--dtype", choices=list(DTYPES), default="float32")
-        parser.add_argument("--device", default="cpu", help="cpu or cuda")
 
     return add_arguments
 
 
-def problem_spec(setup: Setup, args: argparse.Namespace) -> dict:
+def options_from_args(setup: Setup, args: argparse.Namespace) -> PresetOptions:
+    """The CLI edge: the parsed command line as a PresetOptions, defaults filled in."""
+    from dataclasses import fields as dataclass_fields
+
+    from ..runs.config import defaults_for
+
+    given = {f.name: getattr(args, f.name) for f in dataclass_fields(PresetOptions) if hasattr(args, f.name)}
+    options = PresetOptions(**given)
+    if options.dtype is None:
+        options.dtype = defaults_for(setup.problem)["dtype"]
+    if options.workers is None:  # speed only: every run computes with one thread whatever the count
+        options.workers = min(2, os.cpu_count() or 1)
+    return options
+
+
+def problem_spec(setup: Setup, args: PresetOptions) -> dict:
     spec = dict(setup.problem)
     if getattr(args, "data", None):
         spec["data"] = str(Path(args.data).expanduser())
@@ -390,9 +428,8 @@ def problem_spec(setup: Setup, args: argparse.Namespace) -> dict:
 
 
 def make_runner(setup: Setup):
-    def run(args: argparse.Namespace) -> int:
-        if args.workers is None:  # speed only: every run computes with one thread whatever the count
-            args.workers = min(2, os.cpu_count() or 1)
+    def run(parsed: argparse.Namespace) -> int:
+        args = options_from_args(setup, parsed)
         for key in ("rounds", "eval_every", "tune_rounds", "tune_eval_every", "seeds", "workers"):
             value = getattr(args, key)
             if value is not None and value < 1:

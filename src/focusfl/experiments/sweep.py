@@ -23,7 +23,6 @@ writes these logs, from each run folder once its run has finished (:func:`log_na
 from __future__ import annotations
 
 import difflib
-import hashlib
 import itertools
 import json
 import math
@@ -34,25 +33,22 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ..errors import ConfigError, FocusflError
-from ..runs.config import DTYPES, RunConfig
+from ..runs.config import DTYPES, RunConfig, defaults_for, field_defaults, run_key
+from ..runs.folder import run_state
+from .layout import EXPERIMENT, RUNS
 
 MAX_RUNS = 100_000
 MAX_FILE_BYTES = 1 << 20
-RUNS = "runs"
-EXPERIMENT = "experiment.toml"
-RESULTS = "results.csv"
-SUMMARY = "summary.csv"
-FAILURES = "failures.csv"
 
 # Run settings that are axes (a list sweeps them) and may be overridden per algorithm.
 RUN_AXES = ("lr", "local_steps", "rounds", "eval_every")
 ALGORITHM_OVERRIDES = (*RUN_AXES, "schedule")
 TOP_KEYS = ("name", "algorithms", "problems", "participation", "seeds", *RUN_AXES, "dtype", "device",
             "engine", "schedule", "metric", "targets", "band")
-DEFAULTS = {"lr": "auto", "local_steps": None, "rounds": 100, "eval_every": 1, "schedule": "constant",
-            "dtype": None, "device": "cpu", "engine": "vectorized", "band": "std"}
-# Columns of results.csv that name a run's configuration, in this order; "seed" last.
-AXIS_COLUMNS = ("problem", "participation", "algorithm", "lr", "local_steps", "rounds", "eval_every", "seed")
+# The run fields' defaults (runs.config); dtype and eval_every None: each problem's own
+# (defaults_for: float32 and every 50 rounds for neural networks), filled in by expand.
+DEFAULTS = {**{k: v for k, v in field_defaults().items() if k in (*RUN_AXES, "schedule", "device", "engine")},
+            "dtype": None, "eval_every": None, "band": "std"}
 
 
 @dataclass(frozen=True)
@@ -163,7 +159,8 @@ def parse_experiment(data: dict, text: str = "") -> Experiment:
         participation.append(spec)
         participation_overrides.append(overrides)
     axes = {key: [_run_value(key, v, f"{key}[{k}]" if isinstance(data.get(key), list) else key)
-                  for k, v in enumerate(_as_axis(data.get(key, DEFAULTS[key]), key))] for key in RUN_AXES}
+                  for k, v in enumerate(_as_axis(data[key], key))] if key in data else [DEFAULTS[key]]
+            for key in RUN_AXES}
     axes["schedule"] = [_run_value("schedule", data.get("schedule", DEFAULTS["schedule"]), "schedule")]
     seeds = _seeds(data.get("seeds", 1))
     dtype = data.get("dtype", DEFAULTS["dtype"])
@@ -363,21 +360,11 @@ def count_runs(experiment: Experiment) -> tuple[int, str]:
 
 
 # -- the grid ------------------------------------------------------------------------------------
-def run_key(resolved: dict) -> str:
-    """A run folder's name: the SHA-256 of its resolved configuration, version and status left out
-    (a new focusfl version does not rerun a finished sweep; start a new DIR to rerun it)."""
-    from ..runs.config import _REQUIRED
-
-    kept = {k: resolved[k] for k in (*_REQUIRED, "schedule") if k in resolved}
-    canonical = json.dumps(kept, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
-
-
 def expand(experiment: Experiment, *, allow_model_import: bool = False) -> list[SweepRun]:
     """Every run of the grid, resolved (step sizes, defaults) and hashed; ConfigError naming the
     key of the first run that cannot be built. Problems are built once each."""
     from ..participation import make_participation
-    from ..problems import default_dtype, make_problem
+    from ..problems import make_problem
     from ..spec import format_spec
     from ..runs.config import check_config
     from ..runs.driver import BuiltRun, make_run_algorithm, resolve_device, resolved_config
@@ -387,7 +374,8 @@ def expand(experiment: Experiment, *, allow_model_import: bool = False) -> list[
     problems: dict[str, Any] = {}
     metric_names: dict[str, set] = {}
     for p_index, problem_spec in enumerate(experiment.problems):
-        dtype = experiment.dtype or default_dtype(problem_spec)
+        problem_defaults = defaults_for(problem_spec)
+        dtype = experiment.dtype or problem_defaults["dtype"]
         cache_key = json.dumps([problem_spec, dtype, experiment.device], sort_keys=True, default=str)
         where = f"problems[{p_index}]"
         if cache_key not in problems:
@@ -407,6 +395,7 @@ def expand(experiment: Experiment, *, allow_model_import: bool = False) -> list[
                     params = {**entry.params, **dict(zip(names, values))}
                     label = format_spec(entry.name, params)
                     for lr, local_steps, rounds, eval_every in itertools.product(*(axes[k] for k in RUN_AXES)):
+                        eval_every = eval_every or problem_defaults["eval_every"]
                         for seed in experiment.seeds:
                             config = RunConfig(
                                 algorithm={"name": entry.name, **params}, problem=problem_spec,
@@ -464,44 +453,6 @@ def _check_metric(experiment: Experiment, problem, where: str, cache: dict) -> N
     if experiment.metric not in names:
         raise ConfigError(f"metric: {experiment.metric!r} is not reported by {where} "
                           f"(its metrics: {', '.join(sorted(names))})")
-
-
-# -- the state of a sweep folder -----------------------------------------------------------------
-def run_state(folder: Path, key: str, expected: dict | None = None) -> str:
-    """'done' (complete or diverged, under this hash), 'resume' (a checkpoint to continue from)
-    or 'new' (nothing usable: run it from the start). ``expected``: the run's resolved config as
-    the sweep asked for it (see ``as_requested``)."""
-    from ..runs.checkpoint import CHECKPOINT
-    from ..io.folders import PARTIAL_SUFFIX
-    from ..runs.folder import CONFIG
-
-    partial = folder.parent / f".{folder.name}{PARTIAL_SUFFIX}"
-    if (partial / CHECKPOINT).is_file():
-        return "resume"  # a killed run: newer than anything published in folder
-    try:
-        info = json.loads((folder / CONFIG).read_text())
-    except (OSError, ValueError):
-        return "new"
-    if not isinstance(info, dict) or run_key(as_requested(info, expected)) != key:
-        return "new"
-    if info.get("status") in ("complete", "diverged"):
-        return "done"
-    if info.get("status") == "interrupted" and (folder / CHECKPOINT).is_file():
-        return "resume"
-    return "new"
-
-
-def as_requested(info: dict, expected: dict | None) -> dict:
-    """A run's config.json with the problem parameters the sweep asked to choose at run time
-    (``"auto"`` or ``"measure"``: an nn problem's client_chunk and layout are chosen when the run
-    starts, and config.json records the choice) put back as asked, so that its hash is the folder's."""
-    if not expected or not isinstance(expected.get("problem"), dict) or not isinstance(info.get("problem"), dict):
-        return info
-    autos = {k for k, v in expected["problem"].items() if v in ("auto", "measure")}
-    if not autos:
-        return info
-    asked = expected["problem"]
-    return {**info, "problem": {k: (asked[k] if k in autos else v) for k, v in info["problem"].items()}}
 
 
 @dataclass

@@ -28,7 +28,6 @@ beside the mean.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -207,8 +206,8 @@ def grid_rows(runs, folder: Path, target: float | None) -> list[dict]:
     import csv
 
     from .aggregate import Series, _Reducer, _stats
-    from ..runs.folder import CONFIG, METRICS
-    from .sweep import RUNS
+    from ..runs.folder import METRICS, read_config
+    from .layout import RUNS
 
     groups: dict[tuple, list] = {}
     metric = None
@@ -216,7 +215,7 @@ def grid_rows(runs, folder: Path, target: float | None) -> list[dict]:
         path = folder / RUNS / run.key
         if not (path / METRICS).is_file():
             continue  # a failed trial
-        info = json.loads((path / CONFIG).read_text())
+        info = read_config(path)
         with open(path / METRICS, newline="") as handle:
             reader = csv.DictReader(handle)
             rows = list(reader)
@@ -250,34 +249,34 @@ def grid_rows(runs, folder: Path, target: float | None) -> list[dict]:
 
 
 # -- command line ------------------------------------------------------------------------------
+# The run fields tune takes (its trials' configuration), and its own defaults for them.
+RUN_OPTIONS = ("problem", "participation", "rounds", "local_steps", "seed", "dtype", "device", "eval_every",
+               "schedule", "threads")
+TUNE_DEFAULTS = {"rounds": 300}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..runs.config import add_run_options
+
     parser.add_argument("--algorithm", action="append", required=True,
                         help="algorithm NAME or NAME:key=value,...; several as a comma-separated list "
                         "(focus,fedavg) or by repeating the option; 'all' = every non-alias")
-    parser.add_argument("--problem", default="ridge", help="problem SPEC (default ridge)")
-    parser.add_argument("--participation", default="full", help="participation SPEC (default full)")
-    parser.add_argument("--rounds", type=int, default=300, help="rounds per trial (default 300)")
-    parser.add_argument("--local-steps", type=int, default=None, help="local steps tau for every algorithm")
-    parser.add_argument("--lr-min", type=float, default=1e-5, help="smallest step size (default 1e-5)")
-    parser.add_argument("--lr-max", type=float, default=1e-1, help="largest step size (default 1e-1)")
-    parser.add_argument("--points", type=int, default=9, help="grid points, log-spaced (default 9)")
+    add_run_options(parser, RUN_OPTIONS, defaults=TUNE_DEFAULTS, helps={
+        "rounds": "rounds per trial", "local_steps": "local steps tau for every algorithm",
+        "seed": "the first seed", "threads": "torch threads per worker (recorded in every trial's config.json)"})
+    parser.add_argument("--lr-min", type=float, default=1e-5, help="smallest step size")
+    parser.add_argument("--lr-max", type=float, default=1e-1, help="largest step size")
+    parser.add_argument("--points", type=int, default=9, help="grid points, log-spaced")
     parser.add_argument("--target", type=float, default=None,
                         help=f"success level of the tracked metric (default {DEFAULT_TARGET:g}; neural networks: none, "
                         "they are ranked by their validation loss)")
     parser.add_argument("--validation", type=float, default=None,
                         help=f"neural networks: the share of each client's data held out to score the steps on "
                         f"(default {DEFAULT_VALIDATION:g}, or the problem SPEC's validation=)")
-    parser.add_argument("--seed", type=int, default=0, help="the first seed")
     parser.add_argument("--seeds", type=int, default=1,
                         help="seeds per step size (--seed, --seed + 1, ...); the best step is the best on average")
     parser.add_argument("--workers", type=int, default=1, help="trials at a time on this machine")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads per worker (default 1)")
-    parser.add_argument("--dtype", choices=["float32", "float64"], default=None,
-                        help="default: the problem's (float32 for neural networks, float64 otherwise)")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--eval-every", type=int, default=1, help="evaluate every E rounds")
-    parser.add_argument("--schedule", choices=["constant", "sqrt"], default="constant")
-    parser.add_argument("--out", default="runs/tune", help="output folder (default runs/tune)")
+    parser.add_argument("--out", default="runs/tune", help="output folder")
 
 
 def split_algorithms(text: str) -> list[str]:
@@ -330,42 +329,70 @@ def with_validation(problem: str | dict, fraction: float | None) -> dict:
     return spec
 
 
-def setup_from_args(args: argparse.Namespace) -> TuneSetup:
-    if args.rounds < 1 or args.eval_every < 1:
-        raise ConfigError("rounds and eval-every must be >= 1")
-    if args.local_steps is not None and args.local_steps < 1:
-        raise ConfigError(f"local-steps must be >= 1, got {args.local_steps}")
-    if args.target is not None and not args.target > 0:
-        raise ConfigError(f"target must be positive, got {args.target}")
-    from ..problems import default_dtype
+@dataclass(frozen=True)
+class TuneSearch:
+    """The search itself: which algorithms, the step-size grid, seeds, workers and the folder."""
 
-    problem = args.problem
-    target = DEFAULT_TARGET if args.target is None else args.target
+    algorithms: tuple[str, ...]
+    lr_min: float = 1e-5
+    lr_max: float = 1e-1
+    points: int = 9
+    seeds: int = 1
+    workers: int = 1
+    threads: int | None = None
+    out: str = "runs/tune"
+
+
+def setup_from_args(args: argparse.Namespace) -> TuneSetup:
+    """The command line's TuneSetup (the CLI edge: library functions take the record)."""
+    from ..runs.config import defaults_for
+
+    return make_setup(problem=args.problem, participation=args.participation, rounds=args.rounds,
+                      local_steps=args.local_steps, seed=args.seed, target=args.target, validation=args.validation,
+                      dtype=args.dtype or defaults_for(args.problem)["dtype"], device=args.device,
+                      eval_every=args.eval_every or defaults_for(args.problem)["eval_every"], schedule=args.schedule)
+
+
+def make_setup(*, problem, target: float | None, validation: float | None, **shared) -> TuneSetup:
+    """A checked TuneSetup: a neural network gets its validation split and no target."""
+    if shared["rounds"] < 1 or shared["eval_every"] < 1:
+        raise ConfigError("rounds and eval-every must be >= 1")
+    if shared.get("local_steps") is not None and shared["local_steps"] < 1:
+        raise ConfigError(f"local-steps must be >= 1, got {shared['local_steps']}")
+    if target is not None and not target > 0:
+        raise ConfigError(f"target must be positive, got {target}")
+    chosen = DEFAULT_TARGET if target is None else target
     if is_neural_network(problem):
-        problem = with_validation(problem, args.validation)
-        if args.target is not None:
+        problem = with_validation(problem, validation)
+        if target is not None:
             raise ConfigError("--target does not apply to neural networks: they are ranked by their validation loss")
-        target = None
-    elif args.validation is not None:
+        chosen = None
+    elif validation is not None:
         raise ConfigError("--validation applies to neural networks (problem nn) only")
-    return TuneSetup(
-        problem=problem, participation=args.participation, rounds=args.rounds,
-        local_steps=args.local_steps, seed=args.seed, target=target,
-        dtype=args.dtype or default_dtype(args.problem),
-        device=args.device, eval_every=args.eval_every, schedule=args.schedule,
-    )
+    return TuneSetup(problem=problem, target=chosen, **shared)
+
+
+def search_from_args(args: argparse.Namespace) -> TuneSearch:
+    return TuneSearch(algorithms=tuple(args.algorithm), lr_min=args.lr_min, lr_max=args.lr_max, points=args.points,
+                      seeds=args.seeds, workers=args.workers, threads=args.threads, out=args.out)
 
 
 def run(args: argparse.Namespace) -> int:
+    """``focusfl tune``: the command line made into records, then :func:`tune`."""
+    return tune(setup_from_args(args), search_from_args(args))
+
+
+def tune(setup: TuneSetup, search: TuneSearch) -> int:
+    """Run the grid as a sweep into ``search.out``, print the best step per algorithm; 0, or a
+    FocusflError / DivergenceError when trials failed or every step diverged."""
     from .sweep import experiment_text, parse_experiment, run_sweep
     from ..io.atomic import write_csv, write_json
 
-    setup = setup_from_args(args)
-    if args.seeds < 1 or args.workers < 1 or (args.threads is not None and args.threads < 1):
+    if search.seeds < 1 or search.workers < 1 or (search.threads is not None and search.threads < 1):
         raise ConfigError("seeds, workers and threads must be >= 1")
-    grid = lr_grid(args.lr_min, args.lr_max, args.points)
-    algorithms = expand_algorithms(args.algorithm)
-    seeds = list(range(setup.seed, setup.seed + args.seeds))
+    grid = lr_grid(search.lr_min, search.lr_max, search.points)
+    algorithms = expand_algorithms(search.algorithms)
+    seeds = list(range(setup.seed, setup.seed + search.seeds))
     data = {
         "name": "tune", "algorithms": algorithms, "problems": [setup.problem], "participation": [setup.participation],
         "lr": grid, "seeds": seeds, "rounds": setup.rounds, "eval_every": setup.eval_every,
@@ -388,13 +415,13 @@ def run(args: argparse.Namespace) -> int:
         return ["grid.csv", "summary.csv", "config.json"]
 
     # Every trial is a run folder under OUT/runs/: a rerun after a crash skips the finished ones.
-    report = run_sweep(experiment, args.out, workers=args.workers, threads=args.threads, progress=True,
+    report = run_sweep(experiment, search.out, workers=search.workers, threads=search.threads, progress=True,
                        kind="tune", tables=tables)
     if report.skipped:
         print(f"reused {report.skipped} trial(s) finished by an earlier run")
     best = found["best"]
     print(format_best(best, setup.target))
-    print(f"\nwrote {Path(args.out) / 'summary.csv'} (best per algorithm), grid.csv (every step size"
+    print(f"\nwrote {Path(search.out) / 'summary.csv'} (best per algorithm), grid.csv (every step size"
           f"{', over ' + str(len(seeds)) + ' seeds' if len(seeds) > 1 else ''}), config.json, and the trials "
           "as a sweep: experiment.toml, runs/")
     if report.failed:
@@ -407,7 +434,7 @@ def run(args: argparse.Namespace) -> int:
         from ..errors import DivergenceError
 
         raise DivergenceError(
-            f"every step size in [{args.lr_min:g}, {args.lr_max:g}] diverged for {', '.join(diverged)}; "
+            f"every step size in [{search.lr_min:g}, {search.lr_max:g}] diverged for {', '.join(diverged)}; "
             "lower --lr-min"
         )
     return 0

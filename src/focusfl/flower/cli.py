@@ -38,28 +38,29 @@ def add_parser(sub) -> None:
     app.set_defaults(handler=_app)
 
 
+# The run fields a federation takes (runs.config): each node runs its client on the CPU with one
+# thread, so device, engine and threads are not among them.
+RUN_OPTIONS = ("algorithm", "problem", "participation", "rounds", "local_steps", "lr", "seed", "dtype",
+               "eval_every", "schedule")
+
+
 def _common(p) -> None:
-    p.add_argument("--algorithm", default="focus")
-    p.add_argument("--problem", default="ridge", help="problem SPEC; each node builds its client from it")
-    p.add_argument("--participation", default="available",
-                   help="'available' (every node that answers in time) or a participation SPEC (S_r requested)")
-    p.add_argument("--rounds", type=int, default=20)
-    p.add_argument("--local-steps", type=int)
-    p.add_argument("--lr", default="auto")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--eval-every", type=int, default=1)
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds a round waits for replies (default 60)")
+    from ..runs.config import add_run_options
+    from .server_app import FEDERATION_DEFAULTS
+
+    add_run_options(p, RUN_OPTIONS, defaults=FEDERATION_DEFAULTS, helps={
+        "problem": "problem SPEC; each node builds its client from it",
+        "participation": "'available' (every node that answers in time) or a participation SPEC (S_r requested)"})
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds a round waits for replies")
     p.add_argument("--out", help="run folder (metrics.csv, config.json, curve.png, trace.csv, ...)")
 
 
 def _config(args):
+    """The CLI edge: the command line as a FederationConfig."""
     from .server_app import FederationConfig
 
-    lr = args.lr if args.lr == "auto" else float(args.lr)
     out = str(Path(args.out).expanduser().resolve()) if args.out else None
-    return FederationConfig(algorithm=args.algorithm, problem=args.problem, participation=args.participation,
-                            rounds=args.rounds, local_steps=args.local_steps, lr=lr, seed=args.seed,
-                            eval_every=args.eval_every, timeout=args.timeout, out=out)
+    return FederationConfig(**{name: getattr(args, name) for name in RUN_OPTIONS}, timeout=args.timeout, out=out)
 
 
 def _check(config) -> None:

@@ -35,25 +35,36 @@ from ..errors import ConfigError
 from ..runs.checkpoint import MODEL, save_model
 from ..io.atomic import write_csv, write_json
 from ..io.folders import open_output
-from ..runs.config import RunConfig
+from ..runs.config import RunConfig, defaults_for, record
 from ..runs.driver import build
+from ..runs.folder import COMPLETE, DIVERGED, write_finished
 from ..threads import fixed_threads
 from .strategy import AlgorithmStrategy, FederationResult
 
 RUN_CONFIG_KEY = "focusfl"
 
 
+# What a federation's run fields default to where they differ from a run's (runs.config): a
+# federation takes whoever answers, and a loopback one is a short demonstration.
+FEDERATION_DEFAULTS = {"algorithm": "focus", "participation": "available", "rounds": 20}
+
+
 @dataclass
 class FederationConfig:
-    algorithm: str | dict = "focus"
+    """A federation: the run fields it shares with ``focusfl run`` (runs.config.RunConfig) and
+    its own. ``dtype`` and ``eval_every`` None: the problem's (runs.config.defaults_for), as
+    ``focusfl federation`` leaves them unless given; in code they default to float64 and every
+    round, the setting in which a federation equals its reference replay bit for bit."""
+
+    algorithm: str | dict = FEDERATION_DEFAULTS["algorithm"]
     problem: str | dict = "ridge"
-    participation: str | dict = "available"  # or any focusfl participation SPEC
-    rounds: int = 100
+    participation: str | dict = FEDERATION_DEFAULTS["participation"]  # or any focusfl participation SPEC
+    rounds: int = FEDERATION_DEFAULTS["rounds"]
     local_steps: int | None = None
     lr: float | str | None = "auto"
     seed: int = 0
-    dtype: str = "float64"
-    eval_every: int = 1
+    dtype: str | None = "float64"
+    eval_every: int | None = 1
     schedule: str = "constant"
     timeout: float = 30.0  # seconds an exchange waits for replies
     out: str | None = None  # run folder (None: results are only logged)
@@ -75,8 +86,15 @@ class FederationConfig:
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
+    def resolved(self) -> "FederationConfig":
+        """With the problem's defaults for the fields left None (dtype, eval_every)."""
+        defaults = defaults_for(self.problem)
+        return dataclasses.replace(self, dtype=self.dtype or defaults["dtype"],
+                                   eval_every=self.eval_every or defaults["eval_every"])
+
 
 def build_strategy(config: FederationConfig, log=print) -> tuple[AlgorithmStrategy, Any]:
+    config = config.resolved()
     available = config.participation in ("available", {"name": "available"})
     run = RunConfig(algorithm=config.algorithm, problem=config.problem,
                     participation="full" if available else config.participation, rounds=config.rounds,
@@ -91,6 +109,7 @@ def build_strategy(config: FederationConfig, log=print) -> tuple[AlgorithmStrate
 
 
 def run_federation(grid: Grid, config: FederationConfig, log=print) -> FederationResult:
+    config = config.resolved()
     strategy, built = build_strategy(config, log=log)
     started = time.monotonic()
     with fixed_threads():  # the server's steps and evaluations, as the reference replay computes them
@@ -113,42 +132,27 @@ def run_federation(grid: Grid, config: FederationConfig, log=print) -> Federatio
 
 def write_results(out: Path, strategy: AlgorithmStrategy, built, config: FederationConfig,
                   result: FederationResult, seconds: float) -> None:
+    """The federation's run folder: what ``focusfl run`` writes (through runs.folder's writer:
+    metrics.csv, config.json with the same keys, model.pt, curve.png), with config.json replaying
+    the realized trace on the reference engine, and the federation's own files beside them."""
     out = out.expanduser().resolve()
     mask = result.mask.astype(np.int8)
     every_client = bool(mask.any(axis=0).all()) and mask.shape[0] > 0
+    rounds = int(mask.shape[0])
+    replay = RunConfig(algorithm=config.algorithm, problem=config.problem, rounds=rounds, seed=config.seed,
+                       dtype=config.dtype, device="cpu", engine="reference", eval_every=config.eval_every,
+                       schedule=config.schedule)
     with open_output(out, kind="federation", keep_partial=False) as output:
         work = output.work
-        write_csv(work / "metrics.csv", result.rows)
         save_model(work / MODEL, strategy.algorithm.model(State(result.server, None)))
-        header = ",".join(f"client{i}" for i in range(mask.shape[1]))
-        lines = [header] + [",".join(str(int(v)) for v in row) for row in mask]
-        (work / "trace.csv").write_text("\n".join(lines) + "\n")
-        events = []
-        for entry in result.log:
-            why = {}
-            for client, reason, detail in entry.rejected:
-                if client in entry.requested and client not in why:
-                    why[client] = (reason, detail)
-                else:  # replies that belong to no request of this round's client (stale, duplicate)
-                    events.append({"round": entry.round, "client": client, "outcome": "reply_rejected",
-                                   "reason": reason, "detail": detail[:200]})
-            for client in entry.requested:
-                reason, detail = why.get(client, ("", ""))
-                outcome = "accepted" if client in entry.accepted else "rejected"
-                events.append({"round": entry.round, "client": client, "outcome": outcome, "reason": reason,
-                               "detail": detail[:200]})
-        write_csv(work / "participation.csv", events, ["round", "client", "outcome", "reason", "detail"])
-        status = "diverged" if result.diverged_at is not None else "complete"
-        replay = {
-            "focusfl_version": __version__,
-            "algorithm": strategy.algorithm.describe(),
-            "problem": built.problem.describe(),
-            "participation": {"name": "trace", "path": str(out / "trace.csv")},
-            "rounds": int(mask.shape[0]), "seed": config.seed, "dtype": config.dtype, "device": "cpu",
-            "engine": "reference", "eval_every": config.eval_every, "schedule": config.schedule,
-            "status": status, "rounds_done": int(mask.shape[0]),
-        }
-        write_json(work / "config.json", replay)
+        (work / "trace.csv").write_text(_trace_text(mask))
+        write_csv(work / "participation.csv", _participation_events(result),
+                  ["round", "client", "outcome", "reason", "detail"])
+        title = f"{strategy.algorithm.name} on {built.problem.name}, federated ({len(result.nodes)} nodes)"
+        write_finished(work, record(replay, algorithm=strategy.algorithm.describe(), problem=built.problem.describe(),
+                                    participation={"name": "trace", "path": str(out / "trace.csv")}),
+                       result.rows, status=DIVERGED if result.diverged_at is not None else COMPLETE,
+                       rounds_done=rounds, title=title)
         audit = dict(result.audit or {})
         audit.pop("clients", None)
         audit.pop("rows", None)
@@ -161,12 +165,32 @@ def write_results(out: Path, strategy: AlgorithmStrategy, built, config: Federat
             # The trace replays with --participation trace:path=... only if every client took part.
             "replayable": every_client,
         })
-        if result.rows:
-            from ..plots import plot_curve
-
-            title = f"{strategy.algorithm.name} on {built.problem.name}, federated ({len(result.nodes)} nodes)"
-            plot_curve(result.rows, work / "curve.png", title)
         output.publish()
+
+
+def _trace_text(mask: np.ndarray) -> str:
+    """trace.csv: the accepted clients per round, 0/1, one column per client."""
+    header = ",".join(f"client{i}" for i in range(mask.shape[1]))
+    return "\n".join([header] + [",".join(str(int(v)) for v in row) for row in mask]) + "\n"
+
+
+def _participation_events(result: FederationResult) -> list[dict]:
+    """participation.csv: every requested client and every rejected reply, with the reason."""
+    events = []
+    for entry in result.log:
+        why = {}
+        for client, reason, detail in entry.rejected:
+            if client in entry.requested and client not in why:
+                why[client] = (reason, detail)
+            else:  # replies that belong to no request of this round's client (stale, duplicate)
+                events.append({"round": entry.round, "client": client, "outcome": "reply_rejected",
+                               "reason": reason, "detail": detail[:200]})
+        for client in entry.requested:
+            reason, detail = why.get(client, ("", ""))
+            outcome = "accepted" if client in entry.accepted else "rejected"
+            events.append({"round": entry.round, "client": client, "outcome": outcome, "reason": reason,
+                           "detail": detail[:200]})
+    return events
 
 
 def make_server_app(config: FederationConfig, sink: dict | None = None, log=print) -> ServerApp:

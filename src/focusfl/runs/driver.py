@@ -8,7 +8,6 @@ from typing import Any, Callable
 
 import torch
 
-from .. import __version__
 from ..algorithms import make_algorithm
 from ..engine import Resume, RunResult, simulate
 from ..errors import ConfigError
@@ -17,7 +16,7 @@ from ..participation import make_participation
 from ..problems import make_problem
 from ..spec import parse_spec
 from ..threads import fixed_threads
-from .config import DTYPES, RunConfig, check_config
+from .config import DTYPES, RunConfig, check_config, record
 
 @dataclass
 class BuiltRun:
@@ -91,21 +90,8 @@ def _with_step(config: RunConfig, problem) -> Any:
 
 def resolved_config(built: BuiltRun) -> dict[str, Any]:
     """config.json: resolved defaults of every part, the seed and the version."""
-    cfg = built.config
-    return {
-        "focusfl_version": __version__,
-        "algorithm": built.algorithm.describe(),
-        "problem": built.problem.describe(),
-        "participation": built.participation.describe(),
-        "rounds": cfg.rounds,
-        "seed": cfg.seed,
-        "dtype": cfg.dtype,
-        "device": cfg.device,
-        "engine": cfg.engine,
-        "eval_every": cfg.eval_every,
-        "schedule": cfg.schedule,
-        "threads": cfg.threads,
-    }
+    return record(built.config, algorithm=built.algorithm.describe(), problem=built.problem.describe(),
+                  participation=built.participation.describe())
 
 
 def execute(

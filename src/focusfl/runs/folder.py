@@ -47,6 +47,10 @@ from .driver import BuiltRun, build, execute, resolved_config
 
 METRICS = "metrics.csv"
 CONFIG = "config.json"
+MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few kB; a larger file is not one of ours
+# config.json's "status": a run is running, then ends complete, diverged or interrupted.
+RUNNING, COMPLETE, DIVERGED, INTERRUPTED = "running", "complete", "diverged", "interrupted"
+FINISHED = (COMPLETE, DIVERGED)  # nothing left to run
 TENSORBOARD = "tensorboard"  # config.json: the run's TensorBoard folder (an output option, not its identity)
 CHECKPOINT_SECONDS = 60.0  # default cadence: one checkpoint a minute of wall clock
 FLUSH_SECONDS = 1.0
@@ -469,13 +473,84 @@ def _stopped(folder: Path) -> bool:
     return isinstance(info, dict) and info.get("status") == "interrupted" and (folder / CHECKPOINT).is_file()
 
 
+def read_config(folder_or_path: str | Path) -> dict:
+    """The JSON object in a run folder's config.json (or in the file given), read with the size
+    guard: the one reader of config.json. ConfigError, one line, if it is missing, larger than
+    1 MiB, not JSON or not an object."""
+    path = Path(folder_or_path)
+    if path.is_dir():
+        path = path / CONFIG
+    data = _read_json(path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object, got {type(data).__name__}; not a focusfl config")
+    return data
+
+
 def _read_json(path: Path) -> Any:
     try:
-        if path.stat().st_size > 1 << 20:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
             raise ConfigError(f"{path} is larger than 1 MiB; it is not a focusfl config")
         return json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ConfigError(f"cannot read {str(path)!r}: {exc}") from None
+        reason = getattr(exc, "strerror", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"cannot read {str(path)!r}: {reason}") from None
+
+
+def is_run_folder(folder: str | Path) -> bool:
+    """A folder with a run's metrics.csv and config.json (published, any status)."""
+    return (Path(folder) / METRICS).is_file() and (Path(folder) / CONFIG).is_file()
+
+
+def run_state(folder: Path, key: str, expected: dict | None = None) -> str:
+    """'done' (complete or diverged, under run key ``key``), 'resume' (a checkpoint to continue
+    from) or 'new' (nothing usable: run it from the start). ``expected``: the run's resolved
+    config as it was asked for (see ``as_requested``). A config.json that is there but cannot be
+    read (too large, not JSON) is a ConfigError: a published run folder always has a good one."""
+    from ..io.folders import PARTIAL_SUFFIX
+    from .config import run_key
+
+    partial = folder.parent / f".{folder.name}{PARTIAL_SUFFIX}"
+    if (partial / CHECKPOINT).is_file():
+        return "resume"  # a killed run: newer than anything published in folder
+    if not (folder / CONFIG).is_file():
+        return "new"
+    info = read_config(folder)
+    if run_key(as_requested(info, expected)) != key:
+        return "new"
+    if info.get("status") in FINISHED:
+        return "done"
+    if info.get("status") == INTERRUPTED and (folder / CHECKPOINT).is_file():
+        return "resume"
+    return "new"
+
+
+def as_requested(info: dict, expected: dict | None) -> dict:
+    """A run's config.json with the problem parameters asked to be chosen at run time
+    (``"auto"`` or ``"measure"``: an nn problem's client_chunk and layout are chosen when the run
+    starts, and config.json records the choice) put back as asked, so that its key is the one asked for."""
+    if not expected or not isinstance(expected.get("problem"), dict) or not isinstance(info.get("problem"), dict):
+        return info
+    autos = {k for k, v in expected["problem"].items() if v in ("auto", "measure")}
+    if not autos:
+        return info
+    asked = expected["problem"]
+    return {**info, "problem": {k: (asked[k] if k in autos else v) for k, v in info["problem"].items()}}
+
+
+def write_finished(work: Path, config: dict, rows: list[dict], *, status: str, rounds_done: int,
+                   columns: list[str] | None = None, title: str | None = None) -> None:
+    """A finished run's files into the partial folder ``work``, as ``focusfl run`` writes them:
+    metrics.csv (``rows``), config.json (``config``: the run keys of runs.config.record, with
+    ``status`` and ``rounds_done``) and, with a ``title``, curve.png. For runs computed elsewhere
+    (a Flower federation); the caller publishes the folder."""
+    from ..io.atomic import write_csv
+
+    write_csv(work / METRICS, rows, columns)
+    write_json(work / CONFIG, {**config, "status": status, "rounds_done": rounds_done})
+    if rows and title is not None:
+        from ..plots import plot_curve
+
+        plot_curve(rows, work / "curve.png", title)
 
 
 def _clear(work: Path) -> None:
