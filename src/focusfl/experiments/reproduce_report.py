@@ -492,16 +492,14 @@ def mnist_section(data: str | None, sizes: Sizes, images: Path, workers: int = 1
         section.text.append("The mnist-demo part was skipped: it needs `--data PATH.npz` (digits: `images` "
                             "[M,28,28], `labels` [M]); it takes about 5 CPU minutes.")
         return section
-    from types import SimpleNamespace
-
-    from .reproduce_nn import MNIST_DEMO, problem_spec, run_preset, scenario_tag
+    from .reproduce_nn import MNIST_DEMO, PresetOptions, problem_spec, run_preset, scenario_tag
 
     quick = not sizes.exactness
-    args = SimpleNamespace(data=data, device="cpu", dtype="float32", seed=0, seeds=1 if quick else 2,
-                           rounds=2 if quick else None, eval_every=1 if quick else None, steps="tuned",
-                           validation=None, tune_rounds=2 if quick else None, tune_eval_every=1 if quick else None,
-                           workers=workers)
     folder = images.parent.parent / "mnist-demo"
+    args = PresetOptions(out=str(folder), data=data, device="cpu", dtype="float32", seed=0, seeds=1 if quick else 2,
+                         rounds=2 if quick else None, eval_every=1 if quick else None, steps="tuned",
+                         validation=None, tune_rounds=2 if quick else None, tune_eval_every=1 if quick else None,
+                         workers=workers)
     summary, steps = run_preset(MNIST_DEMO, problem_spec(MNIST_DEMO, args), list(MNIST_DEMO.algorithms), args, folder)
     tag = scenario_tag(next(iter(MNIST_DEMO.scenarios.values())))
     (folder / f"figure_{tag}.png").replace(images / "mnist_demo.png")
