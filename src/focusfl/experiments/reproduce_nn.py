@@ -23,19 +23,17 @@ import argparse
 import math
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
 from ..algorithms import ALGORITHMS, make_algorithm
 from ..errors import ConfigError
-from ..participation import make_participation
-from ..problems import make_problem
 from ..io.atomic import read_csv, write_csv
-from .preset import Preset, cached_run
-from ..runs.config import DTYPES, RunConfig
-from ..runs.driver import BuiltRun, execute, resolve_device
+from ..problems import make_problem
+from ..runs.config import DTYPES
+from ..runs.driver import resolve_device
+from .preset import Preset
 
 
 @dataclass(frozen=True)
