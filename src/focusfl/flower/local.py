@@ -76,11 +76,11 @@ class LocalFederation:
     """Context manager: ``with LocalFederation(workdir, nodes=3) as fed: fed.run(config)``."""
 
     def __init__(self, workdir: str | Path, nodes: int, *, tls: bool = False, auth: bool = False,
-                 durable: bool = True, start_timeout: float = 90.0) -> None:
+                 durable: bool = True, warm: bool = True, start_timeout: float = 90.0) -> None:
         if nodes < 1:
             raise ConfigError("a federation needs at least one node")
         self.workdir = Path(workdir).resolve()
-        self.nodes, self.tls, self.auth, self.durable = nodes, tls, auth, durable
+        self.nodes, self.tls, self.auth, self.durable, self.warm = nodes, tls, auth, durable, warm
         self.start_timeout = start_timeout
         self.processes: dict[str, subprocess.Popen] = {}
         self.retired: list[subprocess.Popen] = []  # processes of nodes that were restarted
@@ -94,6 +94,8 @@ class LocalFederation:
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(FLWR_HOME=str(self.home), FLWR_TELEMETRY_ENABLED="0", PYTHONUNBUFFERED="1")
+        if self.warm:  # the SuperLink's SuperExec asks for the ServerApp task every 0.05 s, not 1 s
+            env["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"] = "0.05"
         # The processes import the same focusfl as this one (a source checkout included).
         import focusfl
 
@@ -164,8 +166,9 @@ class LocalFederation:
         config = f"partition-id={k} num-partitions={self.nodes}"
         if self.durable:
             config += f' state-dir="{self.workdir / "node-state" / f"node{k}"}"'
-        args = [_tool("flower-supernode"), "--superlink", f"127.0.0.1:{self.port}", "--port", str(free_port()),
-                "--node-config", config]
+        # warm (the default): one process per node runs the SuperNode and its ClientApp calls (warm.py)
+        start = [sys.executable, "-m", "focusfl.flower.warm"] if self.warm else [_tool("flower-supernode")]
+        args = [*start, "--superlink", f"127.0.0.1:{self.port}", "--port", str(free_port()), "--node-config", config]
         if self.tls if tls is None else tls:
             args += ["--root-certificates", str(self.certs["ca"])]
         else:

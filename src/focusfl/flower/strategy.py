@@ -25,6 +25,7 @@ has a timeout, and a round with nobody in it still takes the server step, as in 
 """
 from __future__ import annotations
 
+import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -204,7 +205,7 @@ class AlgorithmStrategy(Strategy):
         for r in range(rounds if diverged_at is None else 0):
             self._discover(grid)
             entry = self._requested(r, grid)
-            replies = grid.send_and_receive(list(self._messages(entry, "train", self.train_fields)), timeout=self.timeout)
+            replies = send_and_receive(grid, list(self._messages(entry, "train", self.train_fields)), timeout=self.timeout)
             self._accept(entry, replies)
             self._server_step(entry)
             if self.finishes and entry.accepted:
@@ -235,7 +236,7 @@ class AlgorithmStrategy(Strategy):
             message = Message(RecordDict({RUN: encode_run(self.run)}), dst_node_id=node, message_type="query",
                               group_id="hello", ttl=_ttl(self.timeout))
             messages[node] = message
-        replies = grid.send_and_receive(list(messages.values()), timeout=self.timeout)
+        replies = send_and_receive(grid, list(messages.values()), timeout=self.timeout)
         by_id = {m.metadata.message_id: node for node, m in messages.items()}
         for reply in replies:
             node = by_id.pop(reply.metadata.reply_to_message_id, None)
@@ -378,7 +379,7 @@ class AlgorithmStrategy(Strategy):
 
     def _finish(self, entry: RoundLog, grid: Grid) -> None:
         messages = list(self._messages(entry, "train.finish", self.finish_fields))
-        replies = grid.send_and_receive(messages, timeout=self.timeout)
+        replies = send_and_receive(grid, messages, timeout=self.timeout)
         # A failed finish changes nothing here: the round stays accepted, and the node, unable
         # to commit it, reports lost state at its next contact. The replies are only read through
         # _matched, which counts the stale, duplicate and malformed ones in metrics.csv.
@@ -420,7 +421,7 @@ class AlgorithmStrategy(Strategy):
                 ctx = WireContext(round=-1, client=c, num_clients=n, lr_scale=1.0, ack=self.committed[c], phase="audit")
                 messages[c] = Message(RecordDict({RUN: encode_run(self.run), CTX: encode_ctx(ctx)}), dst_node_id=node,
                                       message_type="query.state", group_id="audit", ttl=_ttl(self.timeout))
-        replies = grid.send_and_receive(list(messages.values()), timeout=self.timeout)
+        replies = send_and_receive(grid, list(messages.values()), timeout=self.timeout)
         by_id = {m.metadata.message_id: c for c, m in messages.items()}
         template = gather_rows(table, torch.tensor([0], device=self.problem.device))
         mismatched = []
@@ -472,3 +473,30 @@ def _reason(reply: Message) -> str:
 def _ttl(timeout: float) -> float:
     """Message lifetime: a little longer than the exchange waits, so late replies expire."""
     return max(10.0, 2.0 * timeout)
+
+
+POLL = 0.05  # seconds between pulls of replies from a SuperLink (Flower's HttpGrid sleeps 3 s)
+
+
+def send_and_receive(grid: Grid, messages: list[Message], *, timeout: float | None = None) -> list[Message]:
+    """``grid.send_and_receive``, polling a SuperLink every POLL seconds instead of Flower's 3 s.
+
+    Flower 1.42's ``HttpGrid.send_and_receive`` (a deployment's grid) sleeps 3 s between pulls
+    (flwr/superlink/grid/http_grid.py), which puts a floor of 3 s under every exchange; this is
+    the same loop with a shorter sleep. Other grids (simulation, FakeGrid) are called as they are.
+    """
+    from flwr.superlink.grid.http_grid import HttpGrid
+
+    if not isinstance(grid, HttpGrid):
+        return list(grid.send_and_receive(messages, timeout=timeout))
+    waiting = set(grid.push_messages(messages))
+    end = time.time() + (timeout if timeout is not None else 0.0)
+    replies: list[Message] = []
+    while timeout is None or time.time() < end:
+        got = list(grid.pull_messages(waiting))
+        replies.extend(got)
+        waiting.difference_update(m.metadata.reply_to_message_id for m in got)
+        if not waiting:
+            break
+        time.sleep(POLL)
+    return replies
