@@ -11,12 +11,14 @@ SuperNode asks the SuperLink for a message every 3 s when idle and checks for a 
 acquires the node's ClientApp tasks from the SuperNode's Runtime API and runs each one the
 way ``flwr-clientapp`` does (pull the message and context, call the ClientApp, push the reply
 and the new context), but in this already warm process. It also shortens those sleeps to
-``POLL`` seconds. Only focusfl's own Flower app runs in process: a task of any other app is
+``POLL`` seconds, and the backoff of pulls of a message's objects (1 s, then doubling) to
+``POLL`` seconds, doubling up to 0.5 s. Only focusfl's own Flower app runs in process: a task of any other app is
 answered with an error. The messages, contexts and the ClientApp's
 computation are the same (one torch thread: focusfl/threads.py), so results are unchanged.
 """
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 import time
@@ -41,7 +43,7 @@ def run_task(address: str, token: str, app) -> None:
     from flwr.supercore.interceptors import RuntimeTokenHttpInterceptor, RuntimeVersionHttpInterceptor
     from flwr.supercore.retry import make_simple_http_retry_invoker
     from flwr.supercore.runtime import RuntimeHttpClient
-    from flwr.supernode.runtime.run_clientapp import pull_task_input, push_message, push_task_output
+    from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
 
     retry = make_simple_http_retry_invoker()
     client = RuntimeHttpClient.from_server_address(
@@ -72,6 +74,34 @@ def run_task(address: str, token: str, app) -> None:
             if heartbeat.is_running:
                 heartbeat.stop()
             client.close()
+
+
+def pull_task_input(client, poll: float = POLL):
+    """``flwr.supernode.runtime.run_clientapp.pull_task_input`` with a short backoff: the
+    SuperNode offers the task before it holds the message's objects, and Flower's pull waits
+    1 s, then 2 s, ... for an object that is not there yet (supercore/inflatable)."""
+    from flwr.app import Message
+    from flwr.common.serde import context_from_proto, fab_from_proto, run_from_proto
+    from flwr.proto.node_pb2 import Node  # pylint: disable=E0611
+    from flwr.proto.runtime_pb2 import PullAppMessagesRequest, PullTaskInputRequest  # pylint: disable=E0611
+    from flwr.supercore.inflatable.inflatable_protobuf_utils import (make_confirm_message_received_fn_protobuf,
+                                                                     make_pull_object_fn_protobuf)
+    from flwr.supercore.inflatable.inflatable_utils import pull_and_inflate_object_from_tree
+    from flwr.supercore.task_identity import TaskIdentity
+
+    res = client.PullTaskInput(PullTaskInputRequest())
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = res.task_id, res.run.run_id, res.context.node_id
+    context, run, fab = context_from_proto(res.context), run_from_proto(res.run), fab_from_proto(res.fab)
+    pulled = client.PullMessages(PullAppMessagesRequest())
+    if not pulled.messages_list:
+        raise RuntimeError("No messages received from Runtime API")
+    node, tree = Node(node_id=context.node_id), pulled.message_object_trees[0]
+    message = pull_and_inflate_object_from_tree(
+        tree, make_pull_object_fn_protobuf(client.PullObject, node, context.run_id),
+        make_confirm_message_received_fn_protobuf(client.ConfirmMessageReceived, node, context.run_id),
+        return_type=Message, initial_backoff=poll, backoff_cap=0.5)
+    message.metadata.__dict__["_message_id"] = tree.object_id
+    return message, context, run, fab
 
 
 def serve(address: str, poll: float = POLL) -> None:
@@ -110,6 +140,8 @@ def main(argv: list[str] | None = None) -> None:
     from flwr.supernode.cli.flower_supernode import flower_supernode
 
     internal.time = _fast_time(POLL)
+    # the SuperNode's pulls of a message's objects from the SuperLink: the same short backoff
+    internal.pull_objects = functools.partial(internal.pull_objects, initial_backoff=POLL, backoff_cap=0.5)
     threading.Thread(target=serve, args=(address,), name="focusfl-warm-executor", daemon=True).start()
     sys.argv = ["flower-supernode", *argv, "--isolation", "process"]
     flower_supernode()
