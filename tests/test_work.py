@@ -222,3 +222,44 @@ def test_algorithms_without_partial_work_refuse_step_counts(name):
     assert "\n" not in str(info.value)
     # ... and a fixed process is accepted: it is today's run.
     _run(name, problem, process, make_work("fixed", problem.num_clients, TAU), rounds=1)
+
+
+# -- the run configuration and `focusfl run --work` ---------------------------------------------
+def test_work_is_a_run_field_recorded_and_read_back(tmp_path):
+    import json
+
+    from focusfl.runs.config import RunConfig, config_from_json, run_key
+    from focusfl.runs.driver import build, resolved_config
+    from focusfl.runs.folder import run_to_folder
+
+    config = RunConfig(algorithm="focus", problem="ridge:clients=6,dim=5,samples=12", participation="bernoulli",
+                       rounds=5, work="uniform", lr=1e-3, local_steps=TAU)
+    run_to_folder(config, tmp_path / "uniform", checkpoint_every=0)
+    recorded = json.loads((tmp_path / "uniform" / "config.json").read_text())
+    assert recorded["work"] == {"name": "uniform"}
+    replay = config_from_json(recorded)
+    assert replay.work == {"name": "uniform"}
+    run_to_folder(replay, tmp_path / "replay", checkpoint_every=0)
+    assert (tmp_path / "replay" / "metrics.csv").read_bytes() == (tmp_path / "uniform" / "metrics.csv").read_bytes()
+
+    # An old config.json (no "work") loads and means fixed; a fixed run keeps its old run key.
+    fixed = resolved_config(build(RunConfig(**{**config.__dict__, "work": "fixed"})))
+    assert fixed["work"] == {"name": "fixed"}
+    old = {k: v for k, v in fixed.items() if k != "work"}
+    assert config_from_json(old).work == "fixed"
+    assert run_key(old) == run_key(fixed) != run_key({**fixed, "work": {"name": "uniform"}})
+
+
+def test_run_cli_takes_work_and_refuses_bad_ones_in_one_line(tmp_path):
+    from cli_harness import assert_one_line_error, run_cli
+
+    small = ["--problem", "ridge:clients=4,dim=3,samples=5", "--rounds", "3"]
+    proc = run_cli("run", "--algorithm", "scaffold", "--work", "markov:slow=0.5", "--local-steps", "4", *small,
+                   "--out", str(tmp_path / "ok"))
+    assert proc.returncode == 0, proc.stderr
+    assert '"slow": 0.5' in (tmp_path / "ok" / "config.json").read_text()
+    for bad, says in (("uniform:x=1", "unknown key"), ("nope", "unknown work"), ("rates:r=0", "outside")):
+        assert_one_line_error(run_cli("run", "--algorithm", "focus", "--work", bad, *small,
+                                      "--out", str(tmp_path / "bad")), contains=says)
+    assert_one_line_error(run_cli("run", "--algorithm", "mifa", "--work", "uniform", *small,
+                                  "--out", str(tmp_path / "bad")), contains="mifa")
