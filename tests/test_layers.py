@@ -7,7 +7,7 @@ package (``from ..participation import make_participation``) loads its ``__init_
 
     base         errors spec limits rng argtypes threads __init__ (the version)
     io/          atomic writes, marked folders, figures: imports errors and the version only
-    core         algorithms/ engine/ problems/ participation/ matrix/ data/ plots.py: pure
+    core         algorithms/ engine/ problems/ participation/ work/ matrix/ data/ plots.py: pure
     runs/        the run's configuration, folder format, driver, checkpoints, TensorBoard
     experiments/ sweeps, executors, aggregation, tune, presets, studies, the report
     flower/      the Flower adapter
@@ -25,7 +25,7 @@ PACKAGE = SRC / "focusfl"
 
 LAYERS = ("base", "io", "core", "runs", "experiments", "flower", "cli")
 BASE = {"__init__", "errors", "spec", "limits", "rng", "argtypes", "threads"}
-CORE = {"algorithms", "engine", "problems", "participation", "matrix", "data", "plots", "metrics"}
+CORE = {"algorithms", "engine", "problems", "participation", "work", "matrix", "data", "plots", "metrics"}
 # io/ sits below the rest of base too: it may name focusfl's errors and version, nothing else.
 IO_MAY_IMPORT = {"focusfl", "focusfl.errors"}
 

@@ -10,6 +10,7 @@ from .base import Algorithm, Communication, RoundContext, State
 from .fedau import FedAU
 from .fedavg import FedAvg
 from .fedavg_variants import FedAvgAll, FedAvgKnownP
+from .fednova import FedNova
 from .fedawe import FedAWE
 from .fedsum import FedSum
 from .fedsum_b import FedSumB
@@ -30,6 +31,7 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
         FedAvg,
         FedAvgAll,
         FedAvgKnownP,
+        FedNova,
         FedSumB,
         FedSum,
         FedSumCR,

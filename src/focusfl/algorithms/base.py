@@ -46,6 +46,10 @@ class RoundContext(NamedTuple):
     # Multiplies every step size of this round (1.0 = constant steps); engines set it from a
     # step-size schedule such as eta_r = eta / sqrt(r/10 + 1).
     lr_scale: float = 1.0
+    # int64 [n]: the active clients' numbers of local steps tau_i (each in 1..local_steps), drawn
+    # by a work process (focusfl.work). None: every client does the algorithm's local_steps,
+    # which is the classical setting and today's runs byte for byte.
+    steps: torch.Tensor | None = None
 
 
 class Tracking(NamedTuple):
@@ -83,6 +87,9 @@ class Algorithm(abc.ABC):
     experimental: ClassVar[bool] = False
     # The invariant its state keeps, if it tracks a sum of the clients' state (None: none).
     tracking: ClassVar[Tracking | None] = None
+    # True when client_round honours RoundContext.steps (clients that stop early). Engines refuse
+    # step counts for the others (check_work) instead of silently running every client tau steps.
+    partial_work: ClassVar[bool] = False
 
     lr: float = 1e-3
     local_steps: int = 1
@@ -142,6 +149,11 @@ class Algorithm(abc.ABC):
     def communication(self) -> Communication:
         """Vectors per participating client and persistent memory of this algorithm."""
 
+    def check_work(self, ctx: RoundContext) -> None:
+        """Refuse per-client step counts (``ctx.steps``) when this algorithm does not honour them."""
+        if ctx.steps is not None and not self.partial_work:
+            raise ConfigError(f"{self.name}: per-client step counts (a work process other than fixed) are not supported")
+
     # -- helpers -----------------------------------------------------------------------------
     def hyperparameters(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -151,6 +163,18 @@ class Algorithm(abc.ABC):
         for key, value in self.hyperparameters().items():
             params[key] = list(value) if isinstance(value, tuple) else value
         return {"name": self.name, **params}
+
+
+def live_mask(steps: torch.Tensor, step: int, like: torch.Tensor) -> torch.Tensor:
+    """Bool ``[n, 1, ...]`` (broadcastable to ``like``): clients whose count exceeds ``step``, i.e.
+    that still take local step ``step`` (0-based). Batched rounds run max(tau_i) steps and keep
+    the finished clients' rows unchanged with it."""
+    return (steps > step).view(-1, *([1] * (like.dim() - 1)))
+
+
+def max_steps(steps: torch.Tensor) -> int:
+    """Steps a batched round runs: the largest tau_i (0 for a round with no client)."""
+    return int(steps.max()) if steps.numel() else 0
 
 
 def broadcast(vector: torch.Tensor, n: int) -> torch.Tensor:

@@ -10,6 +10,11 @@ with weights
 An empty round leaves x unchanged. Under non-uniform participation the "active" weighting
 drives x towards argmin sum_i q_i f_i with q_i = E[1{i in S}/|S|] instead of the minimizer of
 F (FOCUS paper, Theorem 3), and local steps add client drift.
+
+A short client (tau_i < tau steps, RoundContext.steps) does as published: it simply takes its
+tau_i steps and sends z_i - x_r, which the server averages as any other update. Its update is
+then about tau_i/tau as long, so FedAvg drifts towards the step-weighted objective
+sum_i q_i tau_i f_i (Wang et al., 2020); FedNova (fednova.py) normalizes that away.
 """
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ from typing import NamedTuple
 import torch
 
 from ..errors import ConfigError
-from .base import Algorithm, Communication, RoundContext, State, broadcast
+from .base import Algorithm, Communication, RoundContext, State, broadcast, live_mask, max_steps
 
 WEIGHTINGS = ("active", "all", "known_p")
 
@@ -40,9 +45,19 @@ class ModelDelta(NamedTuple):
     delta: torch.Tensor  # [n, d] z_i - x_r
 
 
-def local_sgd(x: torch.Tensor, n: int, oracle, lr: float, steps: int) -> torch.Tensor:
-    """tau plain local gradient steps from x for n clients at once: returns z [n, d]."""
+def local_sgd(
+    x: torch.Tensor, n: int, oracle, lr: float, steps: int, counts: torch.Tensor | None = None
+) -> torch.Tensor:
+    """tau plain local gradient steps from x for n clients at once: returns z [n, d].
+
+    ``counts`` (int64 [n], each in 1..tau): client k stops after counts[k] steps; all clients
+    run in one batched loop of max(counts) steps and a finished client's row is kept as is.
+    """
     z = broadcast(x, n)
+    if counts is not None:
+        for step in range(max_steps(counts)):
+            z = torch.where(live_mask(counts, step, z), torch.add(z, oracle(z, step), alpha=-lr), z)
+        return z
     for step in range(steps):
         # In place once z is this round's own tensor (one pass over [n, d] instead of three).
         z = torch.add(z, oracle(z, step), alpha=-lr) if step == 0 else z.sub_(oracle(z, step), alpha=lr)
@@ -57,6 +72,7 @@ def no_client_state(x0: torch.Tensor, num_clients: int) -> NoClientState:
 class FedAvg(Algorithm):
     name = "fedavg"
     summary = "local SGD + model averaging; biased under non-uniform participation"
+    partial_work = True
 
     server_lr: float = 1.0
     weighting: str = "active"
@@ -94,7 +110,7 @@ class FedAvg(Algorithm):
         return State(ModelServer(x=x0.clone()), no_client_state(x0, num_clients))
 
     def client_round(self, server, clients, oracle, ctx):
-        z = local_sgd(server.x, ctx.active.numel(), oracle, self.lr * ctx.lr_scale, self.local_steps)
+        z = local_sgd(server.x, ctx.active.numel(), oracle, self.lr * ctx.lr_scale, self.local_steps, ctx.steps)
         return clients, ModelDelta(delta=z - server.x)
 
     def _weights(self, ctx: RoundContext, like: torch.Tensor) -> torch.Tensor:

@@ -13,6 +13,10 @@ Server:  x_{r+1} = x_r + gamma * (1/|S_r|) sum_{S_r} (z_i - x_r)
          c       = c + (1/N) sum_{S_r} (c_i_new - c_i)       (so c = mean_j c_j always)
 An empty round changes nothing. Under full participation SCAFFOLD is FedSUM (and FedSUM-CR)
 with the same (eta, gamma, tau).
+
+A short client (tau_i < tau steps, RoundContext.steps) takes its tau_i corrected steps and
+divides by its own count in option II, c_i_new = c_i - c + (x_r - z) / (tau_i * eta), so that
+c_i_new stays its mean local gradient; the server is unchanged.
 """
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ from typing import NamedTuple
 
 import torch
 
-from .base import Algorithm, Communication, RoundContext, State, broadcast
+from .base import Algorithm, Communication, RoundContext, State, broadcast, live_mask, max_steps
 
 
 class ScaffoldServer(NamedTuple):
@@ -44,6 +48,7 @@ class Scaffold(Algorithm):
 
     name = "scaffold"
     summary = "control variates c, c_i correct client drift (option II, global step); 2 down, 2 up"
+    partial_work = True
 
     server_lr: float = 1.0
 
@@ -59,6 +64,15 @@ class Scaffold(Algorithm):
         lr = self.lr * ctx.lr_scale
         correction = server.c - clients.c  # [n, d]: c - c_i
         z = broadcast(server.x, ctx.active.numel())
+        if ctx.steps is not None:
+            counts = ctx.steps
+            for step in range(max_steps(counts)):
+                stepped = torch.add(z, oracle(z, step), alpha=-lr).sub_(correction, alpha=lr)
+                z = torch.where(live_mask(counts, step, z), stepped, z)
+            tau = counts.to(z.dtype).view(-1, *([1] * (z.dim() - 1)))
+            c_new = clients.c - server.c + (server.x - z) / (tau * lr)
+            message = ScaffoldMessage(delta_x=z - server.x, delta_c=c_new - clients.c)
+            return ScaffoldClients(c=c_new), message
         for step in range(self.local_steps):
             grad = oracle(z, step)
             # In place once z is this round's own tensor (the oracle's gradient is not written).

@@ -23,9 +23,12 @@ def reference_round(
     seed: int,
     lr_scale: float = 1.0,
     donate: bool = False,
+    steps: torch.Tensor | None = None,
 ) -> State:
-    """One round, client by client; ``donate`` as in the vectorized engine."""
-    ctx = RoundContext(round=round_, active=active, num_clients=problem.num_clients, lr_scale=lr_scale)
+    """One round, client by client; ``donate`` and ``steps`` as in the vectorized engine."""
+    ctx = RoundContext(round=round_, active=active, num_clients=problem.num_clients, lr_scale=lr_scale,
+                       steps=steps)
+    algorithm.check_work(ctx)
     if active.numel() == 0:
         # Nobody computes; the server still gets an (empty) message of the right shape.
         _, message = algorithm.client_round(
@@ -35,9 +38,10 @@ def reference_round(
         return State(server, state.clients)
 
     client_rows, messages = [], []
-    for client in active.tolist():
+    for k, client in enumerate(active.tolist()):
         one = torch.tensor([client], device=active.device)
-        one_ctx = RoundContext(round=round_, active=one, num_clients=problem.num_clients, lr_scale=lr_scale)
+        one_ctx = RoundContext(round=round_, active=one, num_clients=problem.num_clients, lr_scale=lr_scale,
+                               steps=None if steps is None else steps[k : k + 1])
         oracle = problem.oracle(one, seed=seed, round=round_)
         rows, message = algorithm.client_round(state.server, gather_rows(state.clients, one), oracle, one_ctx)
         client_rows.append(rows)
@@ -45,9 +49,10 @@ def reference_round(
     server = algorithm.server_round(state.server, concat_rows(messages), ctx)
 
     finished = []
-    for client, rows in zip(active.tolist(), client_rows):
+    for k, (client, rows) in enumerate(zip(active.tolist(), client_rows)):
         one = torch.tensor([client], device=active.device)
-        one_ctx = RoundContext(round=round_, active=one, num_clients=problem.num_clients, lr_scale=lr_scale)
+        one_ctx = RoundContext(round=round_, active=one, num_clients=problem.num_clients, lr_scale=lr_scale,
+                               steps=None if steps is None else steps[k : k + 1])
         finished.append(algorithm.client_finish(server, rows, one_ctx))
     # One write-back for the round: a per-client out-of-place scatter would copy all N rows
     # per client and make this baseline slower than a plain loop needs to be.

@@ -8,7 +8,7 @@ from typing import Callable, Iterator, NamedTuple
 import numpy as np
 import torch
 
-from ..algorithms.base import Algorithm, State
+from ..algorithms.base import Algorithm, RoundContext, State
 from ..errors import ConfigError
 from ..problems.base import Problem
 from .divergence import BlowUpDetector
@@ -100,6 +100,7 @@ def simulate(
     keep_rows: bool = True,
     progress=None,
     schedule: str | Callable[[int], float] = "constant",
+    work=None,
 ) -> RunResult:
     """Simulate ``rounds`` rounds and evaluate the server model every ``eval_every`` rounds.
 
@@ -111,6 +112,8 @@ def simulate(
     metrics. A non-finite model stops the run, and so does a blow-up (engine/divergence.py); the
     last row then has ``diverged = True``.
     ``schedule`` maps the round to a factor on every step size ("constant" or "sqrt").
+    ``work``: a work process (focusfl.work) giving each active client's number of local steps in
+    each round; None or a fixed one: every client does the algorithm's local_steps.
 
     For long runs: active sets are drawn in chunks (memory does not grow with ``rounds``);
     ``keep_rows=False`` hands rows to ``on_row`` only; ``on_round(result)`` is called after every
@@ -132,6 +135,16 @@ def simulate(
             raise ConfigError(f"unknown step-size schedule {schedule!r} (known: {', '.join(SCHEDULES)})")
         schedule = SCHEDULES[schedule]
     algorithm = algorithm.prepare(problem, participation)
+    if work is not None:
+        if work.num_clients != problem.num_clients:
+            raise ConfigError(f"work has {work.num_clients} clients, problem has {problem.num_clients}")
+        if work.local_steps != algorithm.local_steps:
+            raise ConfigError(f"work draws up to {work.local_steps} steps, {algorithm.name} takes {algorithm.local_steps}")
+        if work.fixed:
+            work = None  # everyone does local_steps: exactly the run without a work process
+        else:
+            algorithm.check_work(RoundContext(round=0, active=torch.zeros(0, dtype=torch.int64),
+                                              num_clients=problem.num_clients, steps=torch.zeros(0, dtype=torch.int64)))
     if resume is None:
         resume = Resume(algorithm.init(problem.initial_point(), problem.num_clients), 0)
     start_round, comm_before = resume.start_round, resume.comm_before
@@ -163,7 +176,8 @@ def simulate(
         # From the second round on the state is the engine's own, so its client table can be
         # updated in place; a state passed in by the caller is never modified.
         result.state = step_round(
-            algorithm, result.state, problem, active, r, seed, schedule(r), donate=r > start_round
+            algorithm, result.state, problem, active, r, seed, schedule(r), donate=r > start_round,
+            steps=None if work is None else work.steps(r, active),
         )
         result.rounds_done = r + 1
         floats_down += active.numel() * comm.down * problem.dim

@@ -33,15 +33,21 @@ def vectorized_round(
     seed: int,
     lr_scale: float = 1.0,
     donate: bool = False,
+    steps: torch.Tensor | None = None,
 ) -> State:
     """One round; ``donate=True`` lets the round update ``state``'s client table in place (the
-    caller promises not to read the old state again)."""
-    ctx = RoundContext(round=round_, active=active, num_clients=problem.num_clients, lr_scale=lr_scale)
+    caller promises not to read the old state again). ``steps``: the active clients' local step
+    counts (int64 [n]; None: every client does the algorithm's local_steps)."""
+    ctx = RoundContext(round=round_, active=active, num_clients=problem.num_clients, lr_scale=lr_scale,
+                       steps=steps)
+    algorithm.check_work(ctx)
     row_parts, message_parts = [], []
-    for part in client_chunks(active, problem.client_chunk):
+    parts = client_chunks(active, problem.client_chunk)
+    step_parts = [None] * len(parts) if steps is None else list(steps.split([p.numel() for p in parts]))
+    for part, part_steps in zip(parts, step_parts):
         oracle = problem.oracle(part, seed=seed, round=round_)
         rows, message = algorithm.client_round(
-            state.server, gather_rows(state.clients, part), oracle, ctx._replace(active=part)
+            state.server, gather_rows(state.clients, part), oracle, ctx._replace(active=part, steps=part_steps)
         )
         row_parts.append(rows)
         message_parts.append(message)

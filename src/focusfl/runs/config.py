@@ -48,6 +48,9 @@ class Option:
     in_key: bool = True
     # The default when the problem decides it (see defaults_for), said in the help text.
     problem_default: str | None = None
+    # A field added after runs were recorded: its resolved value that is left out of the run key,
+    # so that the runs recorded before it existed (which meant that value) keep their key.
+    key_neutral: Any = None
 
 
 def _option(default: Any = None, *, required: bool = False, **option: Any):
@@ -69,6 +72,12 @@ class RunConfig:
     participation: str | dict = _option(
         "full", help="participation SPEC, e.g. bernoulli, weighted:m=4, or one p per client as "
         "'bernoulli:p=0.2;0.9;...' (quoted: a shell ends the command at ;) (docs/participation.md)")
+    work: str | dict = _option(
+        "fixed", record="optional", key_neutral="fixed",
+        help="work SPEC: each active client's number of local steps per round, in 1..tau: fixed (all tau), "
+        "uniform (uniform on 1..tau), 'rates:r=0.25;1;...' (a fraction of tau per client; quoted: a shell ends the "
+        "command at ;), markov:p=0.3,rho=0.8,slow=0.25 (devices stay slow); algorithms without per-client step "
+        "counts refuse all but fixed")
     rounds: int = _option(100, type=positive_int, help="rounds to run in all")
     local_steps: int | None = _option(
         None, type=positive_int, record=None, in_key=False,
@@ -131,22 +140,38 @@ _REQUIRED = tuple(name for name, opt in options().items() if opt.record == "requ
 _RECORDED = ("focusfl_version", *(name for name, opt in options().items() if opt.record == "optional"), "status",
              "diverged_at_round", "interrupted_after_round", "rounds_done", "lr_auto", "tensorboard")
 _KEYED = tuple(name for name, opt in options().items() if opt.in_key)
+_KEY_NEUTRAL = {name: opt.key_neutral for name, opt in options().items() if opt.key_neutral is not None}
 
 
-def record(config: RunConfig, *, algorithm: dict, problem: dict, participation: dict) -> dict[str, Any]:
+def record(config: RunConfig, *, algorithm: dict, problem: dict, participation: dict,
+           work: dict | None = None) -> dict[str, Any]:
     """config.json's run keys: the fields it records, the parts given resolved (describe())."""
     from .. import __version__
 
     parts = {"algorithm": algorithm, "problem": problem, "participation": participation}
+    if work is not None:
+        parts["work"] = work
     recorded = {name: parts.get(name, getattr(config, name))
                 for name, opt in options().items() if opt.record is not None}
     return {"focusfl_version": __version__, **recorded}
 
 
+def _key_neutral(name: str, value: Any) -> bool:
+    """Whether ``value`` of field ``name`` is its key-neutral SPEC ("fixed" and {"name": "fixed"} alike)."""
+    from ..spec import parse_spec
+
+    if name not in _KEY_NEUTRAL:
+        return False
+    try:
+        return parse_spec(value) == parse_spec(_KEY_NEUTRAL[name])
+    except ConfigError:
+        return False
+
+
 def run_key(resolved: dict) -> str:
     """A run's identity: the SHA-256 of its resolved configuration's keyed fields (version,
     status, threads and outputs left out: a new focusfl version does not rerun a finished sweep)."""
-    kept = {k: resolved[k] for k in _KEYED if k in resolved}
+    kept = {k: resolved[k] for k in _KEYED if k in resolved and not _key_neutral(k, resolved[k])}
     canonical = json.dumps(kept, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
@@ -206,7 +231,7 @@ def check_config(config: RunConfig) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < lo:
             raise ConfigError(f"{key} must be an integer >= {lo}, got {value!r}")
 
-    for key in ("algorithm", "problem", "participation"):
+    for key in ("algorithm", "problem", "participation", "work"):
         spec_like(key)
     integer("rounds", 1)
     integer("seed", 0)

@@ -16,6 +16,7 @@ from ..participation import make_participation
 from ..problems import make_problem
 from ..spec import parse_spec
 from ..threads import fixed_threads
+from ..work import make_work
 from .config import DTYPES, RunConfig, check_config, record
 
 @dataclass
@@ -24,6 +25,7 @@ class BuiltRun:
     algorithm: Any
     problem: Any
     participation: Any
+    work: Any = None  # a focusfl.work process; None: fixed (every client does local_steps)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -50,7 +52,8 @@ def build(config: RunConfig, *, allow_model_import: bool = False) -> BuiltRun:
     participation = make_participation(
         config.participation, problem.num_clients, seed=config.seed, problem=problem
     )
-    return BuiltRun(config, algorithm, problem, participation)
+    work = make_work(config.work, problem.num_clients, algorithm.local_steps, seed=config.seed)
+    return BuiltRun(config, algorithm, problem, participation, work)
 
 
 def make_run_algorithm(config: RunConfig, problem) -> Any:
@@ -91,7 +94,8 @@ def _with_step(config: RunConfig, problem) -> Any:
 def resolved_config(built: BuiltRun) -> dict[str, Any]:
     """config.json: resolved defaults of every part, the seed and the version."""
     return record(built.config, algorithm=built.algorithm.describe(), problem=built.problem.describe(),
-                  participation=built.participation.describe())
+                  participation=built.participation.describe(),
+                  work=None if built.work is None else built.work.describe())
 
 
 def execute(
@@ -131,6 +135,7 @@ def execute(
                 schedule=cfg.schedule,
                 keep_rows=keep_rows,
                 on_round=on_round,
+                work=built.work,
             )
     finally:
         if bar is not None:
