@@ -69,6 +69,11 @@ SKIPPED = {
     "sweep experiment.toml --out runs/big --executor ray --address auto": "needs a Ray cluster",
     "reproduce focus-cifar10 --data-dir DATA": "needs CIFAR-10 (a 170 MB download); the preset's 32-client "
                                                 "alpha=0.05 split cannot be drawn from a small stand-in",
+    "reproduce fedsum-mnist --data-dir DATA": "needs MNIST's IDX files (a download)",
+    "reproduce fedsum-resnet18 --dataset cifar100 --data-dir DATA --device cuda":
+        "needs CIFAR-100 and a GPU (50 clients of ResNet-18); tests/test_nn_fedsum_presets.py runs it shrunk",
+    "reproduce fedsum-biased --data-dir DATA": "needs MNIST's IDX files (a download); "
+                                               "tests/test_nn_fedsum_presets.py runs it on files made from the fixture",
 }
 
 

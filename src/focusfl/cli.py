@@ -466,6 +466,10 @@ def _command_texts() -> dict[str, tuple[str, str]]:
         "reproduce mnist-demo": (None, _examples("focusfl reproduce mnist-demo --data PATH/mnist.npz")),
         "reproduce fedsum-mnist": (None, _examples("focusfl reproduce fedsum-mnist --data-dir DATA --download")),
         "reproduce focus-cifar10": (None, _examples("focusfl reproduce focus-cifar10 --data-dir DATA --download")),
+        "reproduce fedsum-resnet18": (None, _examples(
+            "focusfl reproduce fedsum-resnet18 --data-dir DATA --download --device cuda",
+            "focusfl reproduce fedsum-resnet18 --dataset cifar100 --data-dir DATA --device cuda")),
+        "reproduce fedsum-biased": (None, _examples("focusfl reproduce fedsum-biased --data-dir DATA --download")),
         "participation": ("Draw a participation process and print its statistics: per-client rates p_i "
                           "(empirical and nominal), q_i = E[1{i in S}/|S|], delays tau. Participation "
                           f"processes: {', '.join(available_participation())} (docs/participation.md).",
