@@ -15,11 +15,11 @@ WORDS = ["good", "bad"] + [f"w{k}" for k in range(38)]
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
-def sentences(count: int, seed: int) -> tuple[list[str], list[int], list[int]]:
+def sentences(count: int, seed: int, long: bool = False) -> tuple[list[str], list[int], list[int]]:
     rng = np.random.default_rng(seed)
     texts, labels, writers = [], [], []
     for _ in range(count):
-        words = list(rng.choice(WORDS, size=int(rng.integers(3, 10))))
+        words = list(rng.choice(WORDS, size=int(rng.integers(3, 10)) + (80 if long else 0)))
         texts.append(" ".join(words))
         labels.append(int(words.count("good") > words.count("bad")))
         writers.append(int(rng.integers(0, 12)))
@@ -27,12 +27,12 @@ def sentences(count: int, seed: int) -> tuple[list[str], list[int], list[int]]:
 
 
 def text_dataset(folder: Path, rows: int = 200, test: int = 40, seed: int = 0, with_test: bool = True,
-                 ids: bool = False, tokenizer=None) -> Path:
+                 ids: bool = False, tokenizer=None, long: bool = False) -> Path:
     """A DatasetDict (train, test) or one Dataset saved to ``folder``; ``ids``: a pre-tokenized
-    ``input_ids`` column instead of text (needs ``tokenizer``)."""
+    ``input_ids`` column instead of text (needs ``tokenizer``); ``long``: 80 more words a row."""
     import datasets
 
-    texts, labels, writers = sentences(rows, seed)
+    texts, labels, writers = sentences(rows, seed, long)
     features = datasets.Features({
         "sentence": datasets.Value("string"),
         "label": datasets.ClassLabel(names=["negative", "positive"]),

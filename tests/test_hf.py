@@ -207,6 +207,38 @@ def test_image_dataset_from_parquet_trains_like_images(tmp_path):
         assert torch.allclose(a, b, rtol=0, atol=1e-12)
 
 
+def test_image_feature_folder_natural_ids_and_replay_from_describe(tmp_path):
+    import datasets
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    images = [Image.fromarray(rng.integers(0, 255, (10, 10, 3)).astype(np.uint8)) for _ in range(60)]
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(num_classes=3),
+                                  "writer": datasets.Value("string")})
+    datasets.Dataset.from_dict({"image": images, "label": [i % 3 for i in range(60)],
+                                "writer": [f"w{i % 5}" for i in range(60)]}, features=features).save_to_disk(
+        str(tmp_path / "pictures"))
+    spec = f"nn:data=hf:{tmp_path / 'pictures'},test_fraction=0.2,clients=5,batch=4,partition=natural,id_column=writer"
+    problem = make_problem(spec)
+    assert problem.kind == "image" and problem.input_shape == (3, 10, 10) and problem.train_images.dtype == torch.uint8
+    assert sum(len(rows) for rows in problem.client_rows()) == 48 and problem.params["model"] == "focus-cnn"
+    again = make_problem(problem.describe())
+    assert again.describe() == problem.describe() and again.data_fingerprint() == problem.data_fingerprint()
+
+
+def test_a_run_replays_from_its_config_json(files, tmp_path, capsys):
+    from focusfl.cli import main
+    from focusfl.problems.models import refuse_model_import
+
+    refuse_model_import(text_spec(files), "config x")  # a model folder is data, not code to import
+    first, second = tmp_path / "first", tmp_path / "second"
+    args = ["--algorithm", "fedavg", "--participation", "bernoulli:p=0.5", "--rounds", "2", "--lr", "0.5",
+            "--eval-every", "1"]
+    assert main(["run", "--problem", text_spec(files, model="text-mean"), *args, "--out", str(first)]) == 0
+    assert main(["run", "--config", str(first / "config.json"), "--out", str(second)]) == 0
+    assert (first / "metrics.csv").read_bytes() == (second / "metrics.csv").read_bytes()
+
+
 def test_errors_in_the_library_are_one_line(files, tmp_path):
     with pytest.raises(ConfigError, match="partition=natural and id_column"):
         make_problem(text_spec(files, partition="natural"))
@@ -216,6 +248,9 @@ def test_errors_in_the_library_are_one_line(files, tmp_path):
     with pytest.raises(DataError, match="classification head has 3 labels"):
         tiny_bert(tmp_path / "three", labels=3)
         make_problem(text_spec(files, model=f"hf:{tmp_path / 'three'}"))
+    with pytest.raises(DataError, match="longer than the model's 64 positions"):
+        text_dataset(tmp_path / "long", rows=50, test=10, long=True)
+        make_problem(text_spec(files, data=f"hf:{tmp_path / 'long'}"))
     problem = make_problem(text_spec(files, data=f"hf:{tmp_path / 'single'}", test_fraction=0.25, model="text-mean"))
     assert len(problem.test_labels) == 50 and isinstance(problem, HuggingFaceNetwork)
 

@@ -148,7 +148,7 @@ def check_columns(table, needed: list[str], path: Path, split: str) -> None:
 
 def labels_of(table, column: str, where: str) -> np.ndarray:
     """The label column as int64 (integers or a ClassLabel; anything else refused)."""
-    values = table.data.column(column).to_numpy(zero_copy_only=False)
+    values = np.asarray(table[column])  # through the dataset's row order (an index mapping too)
     if values.dtype.kind not in "iu":
         raise DataError(f"{where}: label column {column!r} must hold integers, got {values.dtype}")
     labels = values.astype(np.int64)
@@ -294,8 +294,8 @@ def _inputs(train, test, column: str, tokenizer: str, max_length: int, where: st
 
 
 def _natural_ids(table, column: str, where: str) -> np.ndarray:
-    values = table.data.column(column).to_numpy(zero_copy_only=False)
-    if values.dtype.kind not in "iuUSO":
+    values = np.asarray(table[column])
+    if values.dtype.kind not in "iuU":
         raise DataError(f"{where}: id column {column!r} must hold integers or strings, got {values.dtype}")
     return values
 

@@ -107,6 +107,12 @@ class HuggingFaceNetwork(NeuralNetwork):
                     f"model {name!r} cannot read token sequences; use {', '.join(TEXT_MODELS)}, hf:FOLDER "
                     "(a transformers checkpoint) or hf-config:FOLDER"
                 )
+        positions = getattr(getattr(getattr(module, "model", None), "config", None), "max_position_embeddings", None)
+        if isinstance(positions, int) and positions < self.input_shape[-1]:
+            raise DataError(
+                f"sequences of up to {self.input_shape[-1]} tokens are longer than the model's {positions} "
+                f"positions; set max_length={positions} or less"
+            )
         if module.vocabulary() < source.vocabulary:
             what = "the tokenizer's vocabulary" if p["tokenizer"] else "the token ids need a vocabulary of"
             raise DataError(
