@@ -154,8 +154,8 @@ def labels_of(table, column: str, where: str) -> np.ndarray:
     labels = values.astype(np.int64)
     try:
         check_labels(labels)
-    except DataError as exc:
-        raise DataError(f"{where}: label column {column!r}: {exc}") from None
+    except DataError as exc:  # -1 marks an unlabelled split (GLUE's test splits)
+        raise DataError(f"{where}: label column {column!r}: {exc} (an unlabelled split? see test_split)") from None
     return labels
 
 
@@ -249,6 +249,8 @@ def load_hf(
         check_columns(test, [column, label], path, test_split)
     elif not test_fraction > 0:
         raise ConfigError(f"dataset {path} has no split named {test_split!r}: hold rows out with test_fraction (e.g. 0.2)")
+    if test is not None and test_fraction > 0:
+        raise ConfigError(f"dataset {path} has a {test_split!r} split; test_fraction applies only to datasets without one")
     where = f"dataset {path}"
     train_labels = labels_of(train, label, where)
     test_labels = labels_of(test, label, f"{where} ({test_split})") if test is not None else None
@@ -259,8 +261,6 @@ def load_hf(
         test_inputs, test_labels = train_inputs[held], train_labels[held]
         train_inputs, train_labels = train_inputs[keep], train_labels[keep]
         ids = ids[keep] if ids is not None else None
-    elif test_fraction > 0:
-        raise ConfigError(f"dataset {path} has a {test_split!r} split; test_fraction applies only to datasets without one")
     classes = declared_classes(train, label)
     return HFSplits(path.name, kind, train_inputs, train_labels, test_inputs, test_labels,
                     classes or 0, vocabulary, ids)
