@@ -19,6 +19,7 @@ deterministic given its numpy Generator, so (dataset, parameters, seed) fixes th
 """
 from __future__ import annotations
 
+import warnings
 from typing import Callable
 
 import numpy as np
@@ -106,6 +107,69 @@ def _dirichlet_draw(labels, classes, clients, alpha, rng) -> list[np.ndarray]:
             chunks[i].append(piece)
             sizes[i] += len(piece)
     return [np.concatenate(c) if c else np.zeros(0, dtype=np.int64) for c in chunks]
+
+
+# Flower's partitioners (flwr-datasets), by the name a spec gives them: partition=flwr-dirichlet
+# splits the rows as DirichletPartitioner(..., seed=seed) does in a Flower app, row for row.
+FLWR_PARTITIONERS = {
+    "flwr-iid": "IidPartitioner",
+    "flwr-dirichlet": "DirichletPartitioner",
+    "flwr-pathological": "PathologicalPartitioner",
+    "flwr-shard": "ShardPartitioner",
+}
+
+
+def flwr_partition(
+    name: str, labels: np.ndarray, clients: int, seed: int, *, alpha: float = 0.5, min_size: int = 10,
+    shards: int = 2, classes_per_client: int = 2,
+) -> list[np.ndarray]:
+    """Index arrays of the N clients as flwr-datasets' partitioner ``name`` makes them.
+
+    The partitioner runs on a dataset of the labels alone (column ``label``) and the row
+    numbers: Flower's label-based partitioners read nothing else, so client i gets the rows
+    that ``load_partition(i)`` gives for the full dataset with the same arguments:
+    ``IidPartitioner(N)`` (contiguous shards of the rows, in their order);
+    ``DirichletPartitioner(N, "label", alpha, min_partition_size=min_size, seed=seed)``;
+    ``PathologicalPartitioner(N, "label", classes_per_client, seed=seed)``;
+    ``ShardPartitioner(N, "label", num_shards_per_partition=shards, seed=seed)``.
+    """
+    try:
+        import datasets
+        import flwr_datasets.partitioner as flwr
+    except ImportError:
+        raise ConfigError(f'partition={name} needs flwr-datasets: pip install "focusfl[hf]"') from None
+    datasets.disable_progress_bars()
+    table = datasets.Dataset.from_dict({"label": labels.astype(np.int64), "row": np.arange(len(labels))})
+    kind = getattr(flwr, FLWR_PARTITIONERS[name])
+    arguments = {
+        "flwr-iid": {},
+        "flwr-dirichlet": {"partition_by": "label", "alpha": alpha, "min_partition_size": min_size, "seed": seed},
+        "flwr-pathological": {"partition_by": "label", "num_classes_per_partition": classes_per_client, "seed": seed},
+        "flwr-shard": {"partition_by": "label", "num_shards_per_partition": shards, "seed": seed},
+    }[name]
+    try:
+        with warnings.catch_warnings():  # its retries warn on stderr; the outcome is what counts
+            warnings.simplefilter("ignore")
+            partitioner = kind(num_partitions=clients, **arguments)
+            partitioner.dataset = table
+            return [np.sort(np.asarray(partitioner.load_partition(i)["row"], dtype=np.int64)) for i in range(clients)]
+    except (ValueError, KeyError, IndexError) as exc:
+        text = str(exc).strip().splitlines()
+        raise ConfigError(f"partition={name}: {text[0] if text else type(exc).__name__}") from None
+
+
+def natural_partition(ids: np.ndarray, clients: int, column: str) -> list[np.ndarray]:
+    """Client k holds the rows whose ``column`` has the k-th smallest distinct value (strings in
+    lexicographic order), as flwr-datasets' NaturalIdPartitioner numbers its partitions.
+
+    With more distinct values than clients, the first N values make the clients and the other
+    rows are left out; with fewer, there is no such split.
+    """
+    values, owner = np.unique(ids, return_inverse=True)
+    if len(values) < clients:
+        raise ConfigError(f"partition=natural: column {column!r} has {len(values)} distinct ids, fewer than {clients} clients")
+    owner = owner.reshape(-1)
+    return [np.flatnonzero(owner == k) for k in range(clients)]
 
 
 PARTITIONERS: dict[str, Callable[..., list[np.ndarray]]] = {

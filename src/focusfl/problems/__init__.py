@@ -8,6 +8,7 @@ from ..errors import ConfigError
 from ..spec import parse_spec, take_params
 from .base import Problem, relative_error
 from .linear import Logistic, Ridge
+from .hf import HuggingFaceNetwork
 from .nn import NeuralNetwork
 
 PROBLEMS: dict[str, type] = {"ridge": Ridge, "logistic": Logistic, "nn": NeuralNetwork}
@@ -42,10 +43,12 @@ def make_problem(
     if name not in PROBLEMS:
         raise ConfigError(f"unknown problem {name!r} (known: {', '.join(available_problems())})")
     cls = PROBLEMS[name]
+    if cls is NeuralNetwork and str(params.get("data", "")).startswith("hf:"):
+        cls = HuggingFaceNetwork  # the same problem on a Hugging Face dataset (problems/hf.py)
     if dtype is None:
         dtype = getattr(torch, getattr(cls, "default_dtype", "float64"))
     params = take_params(f"problem {name!r}", params, cls.defaults)
-    if cls is NeuralNetwork:
+    if issubclass(cls, NeuralNetwork):
         return cls(dtype=dtype, device=device, allow_model_import=allow_model_import, **params)
     return cls(dtype=dtype, device=device, **params)
 

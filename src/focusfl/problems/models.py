@@ -258,9 +258,13 @@ def make_model(name: str, input_shape, num_classes: int, *, allow_import: bool =
     raise ConfigError(f"unknown model {name!r} (known: {', '.join(MODELS)}, or package.module:factory)")
 
 
+# Model folders read as data, never imported (problems/text_models.py): model=hf:FOLDER.
+HF_MODEL_PREFIXES = ("hf:", "hf-config:")
+
+
 def is_model_import(name: object) -> bool:
     """Whether a model name is ``package.module:factory`` (code to import), not a zoo name."""
-    return isinstance(name, str) and ":" in name and name not in MODELS
+    return isinstance(name, str) and ":" in name and name not in MODELS and not name.startswith(HF_MODEL_PREFIXES)
 
 
 def refuse_model_import(problem: str | dict, source: str) -> None:

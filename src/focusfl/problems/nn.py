@@ -156,6 +156,10 @@ class NeuralNetwork(Problem):
             module = _seeded_model(p["model"], self.input_shape, self.num_classes, int(p["seed"]), allow_model_import)
         else:
             p["model"] = f"custom:{type(module).__name__}"
+        self._start(module, p)
+
+    def _start(self, module: nn.Module, p: dict[str, Any]) -> None:
+        """Take the model and the parameters, then try one forward and one gradient call."""
         self.params = p
         self._setup_model(module)
         self._loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
@@ -166,6 +170,15 @@ class NeuralNetwork(Problem):
 
     # -- data -----------------------------------------------------------------------------------
     def _store_data(self, train: ImageData, test: ImageData, parts: list[np.ndarray]) -> None:
+        self._store_samples(train, test, parts)
+        # Standardise every channel with the training set's mean and standard deviation.
+        mean, std = channel_statistics(train.images)
+        self._scale = torch.as_tensor(1.0 / std, dtype=self.dtype, device=self.device).view(-1, 1, 1)
+        self._shift = torch.as_tensor(-mean / std, dtype=self.dtype, device=self.device).view(-1, 1, 1)
+
+    def _store_samples(self, train, test, parts: list[np.ndarray]) -> None:
+        """The splits' samples (``.images`` [M, ...] as stored, ``.labels`` [M]) on the device and the
+        clients' index tables; token inputs (problems/hf.py) share this with images."""
         dev = self.device
         self.train_images = torch.as_tensor(train.images, device=dev)
         self.train_labels = torch.as_tensor(train.labels, dtype=torch.int64, device=dev)
@@ -184,10 +197,6 @@ class NeuralNetwork(Problem):
         for part in parts:
             weights[part] = 1.0 / (self.num_clients * len(part))
         self._sample_weights = torch.as_tensor(weights, dtype=self.dtype, device=dev)
-        # Standardise every channel with the training set's mean and standard deviation.
-        mean, std = channel_statistics(train.images)
-        self._scale = torch.as_tensor(1.0 / std, dtype=self.dtype, device=dev).view(-1, 1, 1)
-        self._shift = torch.as_tensor(-mean / std, dtype=self.dtype, device=dev).view(-1, 1, 1)
         # Minibatch keys cover this many positions for every client, whichever clients are active.
         self._positions = torch.arange(max(self.batch, int(sizes.max())), device=dev)
 
