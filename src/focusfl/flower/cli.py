@@ -71,7 +71,7 @@ def _check(config) -> None:
 
 
 def _local(args) -> int:
-    from .local import LocalFederation
+    from .local import LocalFederation, signals_interrupt
     from .problems_nodes import check_nodes
 
     config = _config(args)
@@ -80,7 +80,7 @@ def _local(args) -> int:
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="focusfl-federation-"))
     print(f"federation: {args.nodes} SuperNodes on 127.0.0.1{' with TLS' if args.tls else ''}"
           f"{' and node authentication' if args.auth else ''}; logs in {workdir / 'logs'}")
-    with LocalFederation(workdir, args.nodes, tls=args.tls, auth=args.auth) as federation:
+    with signals_interrupt(), LocalFederation(workdir, args.nodes, tls=args.tls, auth=args.auth) as federation:
         result = federation.run(config, timeout=max(600.0, args.rounds * (3 * args.timeout + 30)))
     print("\n".join(line for line in result.stdout.splitlines() if line.startswith(("focusfl", "audit", "done"))))
     if result.returncode != 0 or (config.out and not (Path(config.out) / "metrics.csv").is_file()):
