@@ -89,9 +89,11 @@ class LocalFederation:
     """Context manager: ``with LocalFederation(workdir, nodes=3) as fed: fed.run(config)``."""
 
     def __init__(self, workdir: str | Path, nodes: int, *, tls: bool = False, auth: bool = False,
-                 durable: bool = True, warm: bool = True, start_timeout: float = 90.0) -> None:
+                 durable: bool = True, warm: bool = True, start_timeout: float = 90.0,
+                 deadlines: dict[int, float] | None = None) -> None:
         if nodes < 1:
             raise ConfigError("a federation needs at least one node")
+        self.deadlines = dict(deadlines or {})  # node k -> seconds of local work per round (deadline.py)
         self.workdir = Path(workdir).resolve()
         self.nodes, self.tls, self.auth, self.durable, self.warm = nodes, tls, auth, durable, warm
         self.start_timeout = start_timeout
@@ -181,6 +183,8 @@ class LocalFederation:
         config = f"partition-id={k} num-partitions={self.nodes}"
         if self.durable:
             config += f' state-dir="{self.workdir / "node-state" / f"node{k}"}"'
+        if k in self.deadlines:
+            config += f" deadline={float(self.deadlines[k])!r}"
         # warm (the default): one process per node runs the SuperNode and its ClientApp calls (warm.py)
         start = [sys.executable, "-m", "focusfl.flower.warm"] if self.warm else [_tool("flower-supernode")]
         args = [*start, "--superlink", f"127.0.0.1:{self.port}", "--port", str(free_port()), "--node-config", config]
