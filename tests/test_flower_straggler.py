@@ -159,6 +159,19 @@ def test_federation_local_refuses_bad_deadlines_before_starting_anything(tmp_pat
     assert not (tmp_path / "fed").exists()
 
 
+def test_federation_app_carries_the_work_spec_to_the_server_app(tmp_path):
+    """`focusfl federation app --work SPEC`: the run config the ServerApp reads names the work
+    process (a deployment's nodes get their deadline from their own --node-config)."""
+    from focusfl.flower.server_app import FederationConfig
+
+    result = run_cli("federation", "app", str(tmp_path / "app"), "--algorithm", "fednova",
+                     "--problem", "ridge:clients=3", "--local-steps", "4", "--work", "markov:p=0.5")
+    assert result.returncode == 0, result.stderr
+    text = (tmp_path / "app" / "run.toml").read_text()
+    config = FederationConfig.from_json(json.loads(text.split("=", 1)[1]))
+    assert config.work == "markov:p=0.5" and config.local_steps == 4
+
+
 # -- on loopback, as a user types it ------------------------------------------------------------
 @pytest.mark.slow
 def test_loopback_deadline_partial_work_and_replay_from_work_csv(tmp_path):
