@@ -16,6 +16,7 @@ import csv
 import json
 import os
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -25,6 +26,7 @@ import torch
 
 pytest.importorskip("flwr", reason="Flower is not installed (pip install 'focusfl[flower]')")
 
+from cli_harness import popen_cli  # noqa: E402
 from focusfl.runs.folder import run_to_folder  # noqa: E402
 from focusfl.runs.config import config_from_json  # noqa: E402
 from focusfl.flower.local import LocalFederation  # noqa: E402
@@ -164,3 +166,48 @@ def test_loopback_tls_and_node_auth_refuses_strangers(tmp_path):
                            checkpoint_every=0)
     assert replay.rounds_done == 3
     assert_same_model(out, tmp_path / "replay")
+
+
+def federation_processes(home) -> list[str]:
+    """Live (not zombie) processes whose environment names ``home`` as FLWR_HOME: everything a
+    federation started, the ServerApp that Flower starts in a session of its own included."""
+    wanted = f"FLWR_HOME={home}".encode()
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = open(f"/proc/{entry.name}/environ", "rb").read()
+            stat = open(f"/proc/{entry.name}/stat").read()
+            command = open(f"/proc/{entry.name}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if wanted in environ.split(b"\0") and stat.rsplit(")", 1)[1].split()[0] != "Z":
+            found.append(f"{entry.name} {command[:120]}")
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_to_federation_local_leaves_no_process(tmp_path, sig):
+    """Ctrl-C (or SIGTERM) to `focusfl federation local` while the ServerApp runs: focusfl says
+    it was interrupted, exits 128+N, and no process it started survives it, in particular not
+    the flwr-serverapp that the SuperLink's SuperExec starts outside focusfl's process groups."""
+    workdir = tmp_path / "fed"
+    proc = popen_cli("federation", "local", "--nodes", "2", "--problem", "ridge:clients=2,dim=5",
+                     "--participation", "full", "--rounds", "1000", "--out", str(tmp_path / "run"),
+                     "--workdir", str(workdir))
+    home = workdir / "flwr-home"
+    deadline = time.monotonic() + 120
+    while not any("flwr-serverapp" in p for p in federation_processes(home)):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    time.sleep(1.0)  # rounds are running
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + sig, err
+    assert "focusfl: interrupted" in err and "Traceback" not in err, err
+    deadline = time.monotonic() + 3
+    while federation_processes(home) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert federation_processes(home) == []

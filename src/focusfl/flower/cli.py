@@ -15,6 +15,9 @@ from ..errors import ConfigError
 
 EXAMPLES = """examples:
   focusfl federation local --nodes 3 --algorithm focus --problem ridge:clients=3 --rounds 20 --out runs/fed
+  focusfl federation local --nodes 3 --algorithm fedavg --problem ridge:clients=3 --local-steps 5 --deadline 1=0 --out runs/late
+  focusfl run --algorithm fedavg --problem ridge:clients=3 --local-steps 5 --rounds 20 --engine reference \\
+      --participation trace:path=runs/late/trace.csv --work trace:file=runs/late/work.csv --out runs/late-replay
   focusfl federation local --nodes 3 --problem ridge:clients=3 --tls --auth --participation bernoulli --out runs/fed-tls
   focusfl federation app flower-app --algorithm focus --problem ridge:clients=3 --rounds 50 --out /srv/runs/fed
 
@@ -31,6 +34,11 @@ def add_parser(sub) -> None:
     local.add_argument("--tls", action="store_true", help="TLS with a throwaway CA for 127.0.0.1")
     local.add_argument("--auth", action="store_true", help="SuperNode authentication (keys registered first)")
     local.add_argument("--workdir", help="where Flower's home, logs and node state go (default: a temp folder)")
+    local.add_argument("--deadline", metavar="SECONDS|NODE=SECONDS,...",
+                       help="a time budget for each round's local work: SECONDS for every node, or NODE=SECONDS,... "
+                            "for some (node k runs client k), e.g. 0.5 or 1=0.5,2=0; a node whose budget is spent "
+                            "stops after the steps it finished (at least 1) and the server accepts that partial work; "
+                            "work.csv records the steps taken (docs/federation.md)")
     local.set_defaults(handler=_local)
     app = kinds.add_parser("app", help="write the Flower app and run config for `flwr run`", epilog=EXAMPLES)
     app.add_argument("folder", help="folder to write (pyproject.toml, run.toml)")
@@ -40,7 +48,7 @@ def add_parser(sub) -> None:
 
 # The run fields a federation takes (runs.config): each node runs its client on the CPU with one
 # thread, so device, engine and threads are not among them.
-RUN_OPTIONS = ("algorithm", "problem", "participation", "rounds", "local_steps", "lr", "seed", "dtype",
+RUN_OPTIONS = ("algorithm", "problem", "participation", "work", "rounds", "local_steps", "lr", "seed", "dtype",
                "eval_every", "schedule")
 
 
@@ -63,26 +71,41 @@ def _config(args):
     return FederationConfig(**{name: getattr(args, name) for name in RUN_OPTIONS}, timeout=args.timeout, out=out)
 
 
-def _check(config) -> None:
-    """Fail on bad input before any process starts."""
+def _check(config):
+    """Fail on bad input before any process starts; the strategy the ServerApp will build."""
     from .server_app import build_strategy
 
-    build_strategy(config, log=lambda text: None)
+    strategy, _built = build_strategy(config, log=lambda text: None)
+    return strategy
+
+
+def _deadlines(args, strategy) -> dict[int, float]:
+    """``--deadline`` as {node: seconds}; only for algorithms that can take partial work."""
+    from .deadline import parse_deadlines
+
+    if args.deadline is None:
+        return {}
+    deadlines = parse_deadlines(args.deadline, args.nodes)
+    if not strategy.algorithm.partial_work:
+        raise ConfigError(f"--deadline: {strategy.algorithm.name} cannot take partial work (per-client step "
+                          "counts); fedavg, fednova, focus and scaffold can (see `focusfl algorithms`)")
+    return deadlines
 
 
 def _local(args) -> int:
-    from .local import LocalFederation
+    from .local import LocalFederation, signals_interrupt
     from .problems_nodes import check_nodes
 
     config = _config(args)
-    _check(config)
+    deadlines = _deadlines(args, _check(config))
     check_nodes(config, args.nodes)
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="focusfl-federation-"))
     print(f"federation: {args.nodes} SuperNodes on 127.0.0.1{' with TLS' if args.tls else ''}"
           f"{' and node authentication' if args.auth else ''}; logs in {workdir / 'logs'}")
-    with LocalFederation(workdir, args.nodes, tls=args.tls, auth=args.auth) as federation:
+    with signals_interrupt(), LocalFederation(workdir, args.nodes, tls=args.tls, auth=args.auth,
+                                              deadlines=deadlines) as federation:
         result = federation.run(config, timeout=max(600.0, args.rounds * (3 * args.timeout + 30)))
-    print("\n".join(line for line in result.stdout.splitlines() if line.startswith(("focusfl", "audit", "done"))))
+    print("\n".join(line for line in result.stdout.splitlines() if line.startswith(("focusfl", "audit", "done", "work:"))))
     if result.returncode != 0 or (config.out and not (Path(config.out) / "metrics.csv").is_file()):
         raise ConfigError(f"the federation failed (flwr run exit {result.returncode}); see {workdir / 'logs'}")
     if config.out:

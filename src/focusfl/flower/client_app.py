@@ -7,8 +7,10 @@ Message types (all carry the run's RunSpec, so a node needs nothing but its part
   (nn problems: the server refuses a node whose copy of the data set differs from its own).
 - ``train``: one client round. The node applies the server's acknowledgement (node.py),
   runs ``algorithm.client_round`` on its row with the problem's oracle bound to its index,
-  (exactly the reference engine's call for one client), keeps the new rows as pending and
-  answers with the message.
+  (exactly the reference engine's call for one client, with the step count the server asks
+  for, if any), keeps the new rows as pending and answers with the message and the number
+  of local steps it took: fewer than asked when its ``deadline`` (node config, seconds)
+  cut the round short (deadline.py).
 - ``train.finish``: ``client_finish`` on the pending rows, with the new server state
   (algorithms that have one: FedAWE, ProxSkip).
 - ``query.state``: the node's committed rows, for the audit at the end of a run.
@@ -25,6 +27,7 @@ from flwr.clientapp import ClientApp
 from ..threads import fixed_threads
 from .codec import (CTX, MESSAGE, ROWS, RUN, SERVER, STATUS, Malformed, decode_ctx, decode_run, decode_tree,
                     encode_tree, round_context)
+from .deadline import local_work, node_deadline
 from .node import NO_ROUND, LostState, Memory, build, data_fingerprint, fresh, has_memory, load, store, sync
 
 ERROR_CODE = 4100  # every focusfl error reply; the reason names what went wrong
@@ -102,17 +105,21 @@ def _train(message, context, run, built, ctx, memory: Memory | None) -> Message:
     if memory is None:
         memory = fresh(built, ctx.client)
     memory = sync(memory, ctx.ack, tracked=tracked)
+    if ctx.steps > algorithm.local_steps:
+        raise Malformed("malformed", f"asked for {ctx.steps} steps, local_steps is {algorithm.local_steps}")
+    deadline = node_deadline(dict(context.node_config))
     server = decode_tree(message.content.get(SERVER), built.initial.server, _fields(message))
     one = round_context(ctx)
-    oracle = problem.oracle(one.active, seed=run.seed, round=ctx.round)
-    rows, out = algorithm.client_round(server, memory.committed, oracle, one)
+    rows, out, steps = local_work(algorithm, problem, server, memory.committed, one, run.seed, deadline)
     finished = not has_finish(algorithm)
     memory = memory._replace(pending_round=ctx.round, pending=_own(rows), pending_finished=finished)
     # Stored (and written to disk) before the reply leaves: a node killed after answering
     # still has the rows the server may accept.
     store(context.state, memory, run, dict(context.node_config))
-    content = RecordDict({MESSAGE: encode_tree(out),
-                          CTX: ConfigRecord({"round": ctx.round, "client": ctx.client})})
+    reply = {"round": ctx.round, "client": ctx.client, "steps": steps}
+    if deadline is not None:
+        reply["deadline"] = deadline
+    content = RecordDict({MESSAGE: encode_tree(out), CTX: ConfigRecord(reply)})
     return Message(content, reply_to=message)
 
 

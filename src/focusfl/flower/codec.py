@@ -94,6 +94,9 @@ class WireContext(NamedTuple):
     lr_scale: float
     ack: int  # the server's record of this client's last committed round (-1: initial state)
     phase: str  # "train" or "finish"
+    # Local steps the server asks for (tau_i,r of the run's work process); 0: the algorithm's
+    # local_steps with no per-client count (RoundContext.steps None), the classical round.
+    steps: int = 0
 
 
 def encode_ctx(ctx: WireContext) -> ConfigRecord:
@@ -107,18 +110,22 @@ def decode_ctx(record: Any) -> WireContext:
         ctx = WireContext(**{name: record[name] for name in WireContext._fields})
     except KeyError as exc:
         raise Malformed("malformed", f"context lacks {exc.args[0]!r}") from None
-    for name in ("round", "client", "num_clients", "ack"):
+    for name in ("round", "client", "num_clients", "ack", "steps"):
         if isinstance(getattr(ctx, name), bool) or not isinstance(getattr(ctx, name), int):
             raise Malformed("malformed", f"context {name!r} is not an integer")
     if not isinstance(ctx.lr_scale, float) or not np.isfinite(ctx.lr_scale):
         raise Malformed("malformed", "context lr_scale is not a finite float")
+    if ctx.steps < 0:
+        raise Malformed("malformed", f"context steps={ctx.steps} is negative")
     return ctx
 
 
 def round_context(ctx: WireContext, device: torch.device | str = "cpu") -> RoundContext:
-    """The one-client RoundContext of the reference engine for this client and round."""
+    """The one-client RoundContext of the reference engine for this client and round (with the
+    step count the server asked for, if any)."""
     return RoundContext(round=ctx.round, active=torch.tensor([ctx.client], device=device),
-                        num_clients=ctx.num_clients, lr_scale=ctx.lr_scale)
+                        num_clients=ctx.num_clients, lr_scale=ctx.lr_scale,
+                        steps=torch.tensor([ctx.steps], device=device) if ctx.steps else None)
 
 
 class RunSpec(NamedTuple):

@@ -3,20 +3,29 @@
 ``LocalFederation`` starts ``flower-superlink`` and ``flower-supernode`` processes on free ports
 of 127.0.0.1, each in its own process group, with their own ``FLWR_HOME`` and telemetry off;
 writes the Flower app (a pyproject naming focusfl's ServerApp and ClientApp) and a SuperLink
-connection; submits the run with ``flwr run``; and stops every process group it started when
-it is closed, also on Ctrl-C and on errors, so no process outlives it. SuperNode k runs client
+connection; submits the run with ``flwr run``; and stops everything it started when it is
+closed, also on Ctrl-C and on errors, so no process outlives it. Stopping by process group is
+not enough: the SuperLink starts its SuperExec in a session of its own (Flower's
+``get_popen_detach_kwargs``), and the SuperExec starts each ``flwr-serverapp`` there, so
+killing the SuperLink's group orphans a running ServerApp. Every process started here is
+therefore tagged with ``FOCUSFL_FEDERATION=<id>`` in its environment, which Flower passes on
+to the processes it starts, and ``stop`` ends every process that carries the tag
+(``federation_processes``: psutil if installed, else ``/proc``). SuperNode k runs client
 k (``--node-config partition-id=k``) and keeps durable state in its own ``state-dir``, so a
 node killed with SIGKILL can be restarted and continue (node.py).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +57,10 @@ focusfl = "{}"
 """
 
 
+TAG = "FOCUSFL_FEDERATION"  # environment variable naming the federation a process belongs to
+GRACE = 3.0  # seconds processes get to exit after SIGTERM before SIGKILL (node state is durable)
+
+
 def write_app(folder: Path) -> Path:
     """The Flower app folder that ``flwr run`` submits (focusfl must be installed where it runs)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -76,9 +89,11 @@ class LocalFederation:
     """Context manager: ``with LocalFederation(workdir, nodes=3) as fed: fed.run(config)``."""
 
     def __init__(self, workdir: str | Path, nodes: int, *, tls: bool = False, auth: bool = False,
-                 durable: bool = True, warm: bool = True, start_timeout: float = 90.0) -> None:
+                 durable: bool = True, warm: bool = True, start_timeout: float = 90.0,
+                 deadlines: dict[int, float] | None = None) -> None:
         if nodes < 1:
             raise ConfigError("a federation needs at least one node")
+        self.deadlines = dict(deadlines or {})  # node k -> seconds of local work per round (deadline.py)
         self.workdir = Path(workdir).resolve()
         self.nodes, self.tls, self.auth, self.durable, self.warm = nodes, tls, auth, durable, warm
         self.start_timeout = start_timeout
@@ -89,11 +104,13 @@ class LocalFederation:
         self.port = 0
         self.certs: dict[str, Path] = {}
         self.keys: dict[int, Path] = {}
+        self.tag = uuid.uuid4().hex  # in every started process's environment (see stop)
 
     # -- environment -----------------------------------------------------------------------
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(FLWR_HOME=str(self.home), FLWR_TELEMETRY_ENABLED="0", PYTHONUNBUFFERED="1")
+        env[TAG] = self.tag  # inherited by the SuperExec and the flwr-serverapp it starts
         if self.warm:  # the SuperLink's SuperExec asks for the ServerApp task every 0.05 s, not 1 s
             env["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"] = "0.05"
         # The processes import the same focusfl as this one (a source checkout included).
@@ -166,6 +183,8 @@ class LocalFederation:
         config = f"partition-id={k} num-partitions={self.nodes}"
         if self.durable:
             config += f' state-dir="{self.workdir / "node-state" / f"node{k}"}"'
+        if k in self.deadlines:
+            config += f" deadline={float(self.deadlines[k])!r}"
         # warm (the default): one process per node runs the SuperNode and its ClientApp calls (warm.py)
         start = [sys.executable, "-m", "focusfl.flower.warm"] if self.warm else [_tool("flower-supernode")]
         args = [*start, "--superlink", f"127.0.0.1:{self.port}", "--port", str(free_port()), "--node-config", config]
@@ -229,22 +248,110 @@ class LocalFederation:
         return subprocess.CompletedProcess(args, process.returncode, output, "")
 
     def stop(self) -> None:
-        """Stop every process group started here: SIGTERM, then SIGKILL after a grace period."""
+        """Stop everything started here: SIGTERM to each process group and to every process
+        tagged with this federation (the ServerApp that Flower starts in a session of its own
+        included), SIGKILL to what is left after GRACE seconds. A second Ctrl-C or SIGTERM
+        while this runs is held off, so that it cannot leave orphans behind."""
         every = [*self.retired, *self.processes.values()]
-        for process in every:
-            _kill_group(process, signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        for process in every:
+        with _signals_held():
+            self._signal_all(every, signal.SIGTERM)
+            deadline = time.monotonic() + GRACE
+            while time.monotonic() < deadline and (federation_processes(self.tag)
+                                                   or any(p.poll() is None for p in every)):
+                time.sleep(0.1)
+            deadline = time.monotonic() + 10
+            while True:  # again until none is left: a process may start another as it goes
+                self._signal_all(every, signal.SIGKILL)
+                for process in every:
+                    try:
+                        process.wait(timeout=max(0.1, deadline - time.monotonic()))
+                    except subprocess.TimeoutExpired:
+                        pass
+                if not federation_processes(self.tag) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+
+    def _signal_all(self, processes: list[subprocess.Popen], sig: int) -> None:
+        for process in processes:
+            _kill_group(process, sig)
+        for pid in federation_processes(self.tag):
             try:
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
                 pass
-        for process in every:
-            _kill_group(process, signal.SIGKILL)
+
+
+def federation_processes(tag: str) -> list[int]:
+    """Live processes whose environment has ``FOCUSFL_FEDERATION=tag`` (never this process).
+
+    psutil when installed, else Linux's ``/proc``; elsewhere without psutil: none (the
+    process groups are still stopped)."""
+    try:
+        import psutil
+    except ImportError:
+        psutil = None
+    found = []
+    if psutil is not None:
+        for process in psutil.process_iter():
             try:
-                process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
+                if process.pid != os.getpid() and process.environ().get(TAG) == tag:
+                    found.append(process.pid)
+            except (psutil.Error, OSError):
+                continue
+        return found
+    wanted = f"{TAG}={tag}".encode()
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return found
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()  # empty for a zombie: it is reaped by its parent
+        except OSError:
+            continue
+        if wanted in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """SIGINT and SIGTERM ignored inside (main thread only; elsewhere signals cannot be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            if handler is not None:  # None: set outside Python, cannot be restored from here
+                signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def signals_interrupt():
+    """SIGTERM and SIGHUP raise KeyboardInterrupt (exit status 128+N) as Ctrl-C does, so that a
+    federation killed by its caller stops its processes (``with LocalFederation``) instead of
+    leaving them running. Main thread only; signals ignored when focusfl started stay ignored."""
+    from ..runs.folder import Interrupted
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame) -> None:
+        raise Interrupted(f"interrupted by {signal.Signals(signum).name}", 128 + signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)
+                if signal.getsignal(sig) is not signal.SIG_IGN}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            if old is not None:
+                signal.signal(sig, old)
 
 
 def _kill_group(process: subprocess.Popen, sig: int) -> None:

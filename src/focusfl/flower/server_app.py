@@ -12,6 +12,11 @@ Outputs (``out``):
 - ``trace.csv``: the accepted clients per round (0/1, rounds x clients), and ``config.json``,
   which replays the federation with the reference engine on that trace:
   ``focusfl run --config OUT/config.json --out OUT-replay`` gives the same model bits;
+- ``work.csv``: the local steps each accepted client took in each round (``round,client,steps``,
+  the format of the ``trace`` work process): fewer than asked where a node's deadline cut its
+  round short. config.json replays it (``work: trace:file=OUT/work.csv`` with its SHA-256)
+  when the run had a work process or a client stopped short; else every count is tau and
+  config.json keeps ``work: fixed``;
 - ``participation.csv``: every requested client and every rejection, with the reason;
 - ``federation.json``: the settings, nodes, rejection totals, lost clients and the audit;
 - ``model.pt``: the final model, as ``focusfl run`` writes it (``{"x": [d]}``).
@@ -39,6 +44,7 @@ from ..runs.config import RunConfig, defaults_for, record
 from ..runs.driver import build
 from ..runs.folder import COMPLETE, DIVERGED, write_finished
 from ..threads import fixed_threads
+from ..work.trace import trace_record, trace_text
 from .strategy import AlgorithmStrategy, FederationResult
 
 RUN_CONFIG_KEY = "focusfl"
@@ -59,6 +65,7 @@ class FederationConfig:
     algorithm: str | dict = FEDERATION_DEFAULTS["algorithm"]
     problem: str | dict = "ridge"
     participation: str | dict = FEDERATION_DEFAULTS["participation"]  # or any focusfl participation SPEC
+    work: str | dict = "fixed"  # a focusfl work SPEC: the local steps asked of each client per round
     rounds: int = FEDERATION_DEFAULTS["rounds"]
     local_steps: int | None = None
     lr: float | str | None = "auto"
@@ -96,13 +103,14 @@ class FederationConfig:
 def build_strategy(config: FederationConfig, log=print) -> tuple[AlgorithmStrategy, Any]:
     config = config.resolved()
     available = config.participation in ("available", {"name": "available"})
-    run = RunConfig(algorithm=config.algorithm, problem=config.problem,
+    run = RunConfig(algorithm=config.algorithm, problem=config.problem, work=config.work,
                     participation="full" if available else config.participation, rounds=config.rounds,
                     local_steps=config.local_steps, lr=config.lr, seed=config.seed, dtype=config.dtype,
                     eval_every=config.eval_every, schedule=config.schedule, engine="reference")
     built = build(run)
     strategy = AlgorithmStrategy(built.algorithm, built.problem, rounds=config.rounds,
-                                 participation=None if available else built.participation, seed=config.seed,
+                                 participation=None if available else built.participation, work=built.work,
+                                 seed=config.seed,
                                  dtype=config.dtype, schedule=config.schedule, eval_every=config.eval_every,
                                  timeout=config.timeout, token=config.token, log=log)
     return strategy, built
@@ -125,6 +133,9 @@ def run_federation(grid: Grid, config: FederationConfig, log=print) -> Federatio
     last = result.rows[-1] if result.rows else {}
     log(f"done: {len(result.mask)} rounds in {seconds:.1f} s; "
         + ", ".join(f"{k}={last[k]:.3e}" for k in ("loss", "rel_error") if k in last))
+    if result.partial:
+        log(f"work: {result.partial} client rounds stopped short by their node's deadline (accepted as partial "
+            "work; the steps taken are in work.csv)")
     if config.out:
         write_results(Path(config.out), strategy, built, config, result, seconds)
     return result
@@ -142,15 +153,20 @@ def write_results(out: Path, strategy: AlgorithmStrategy, built, config: Federat
     replay = RunConfig(algorithm=config.algorithm, problem=config.problem, rounds=rounds, seed=config.seed,
                        dtype=config.dtype, device="cpu", engine="reference", eval_every=config.eval_every,
                        schedule=config.schedule)
+    work_text = trace_text([(r, c, int(result.work[r, c])) for r, c in zip(*np.nonzero(result.work))])
+    # The counts replay as a work trace when they are not all tau under a fixed work process.
+    counted = strategy.work is not None or bool((result.work[mask.astype(bool)] != strategy.tau).any())
     with open_output(out, kind="federation", keep_partial=False) as output:
         work = output.work
         save_model(work / MODEL, strategy.algorithm.model(State(result.server, None)))
         (work / "trace.csv").write_text(_trace_text(mask))
+        (work / "work.csv").write_text(work_text)
         write_csv(work / "participation.csv", _participation_events(result),
                   ["round", "client", "outcome", "reason", "detail"])
         title = f"{strategy.algorithm.name} on {built.problem.name}, federated ({len(result.nodes)} nodes)"
         write_finished(work, record(replay, algorithm=strategy.algorithm.describe(), problem=built.problem.describe(),
-                                    participation={"name": "trace", "path": str(out / "trace.csv")}),
+                                    participation={"name": "trace", "path": str(out / "trace.csv")},
+                                    work=trace_record(out / "work.csv", work_text) if counted else None),
                        result.rows, status=DIVERGED if result.diverged_at is not None else COMPLETE,
                        rounds_done=rounds, title=title)
         audit = dict(result.audit or {})
@@ -161,6 +177,8 @@ def write_results(out: Path, strategy: AlgorithmStrategy, built, config: Federat
             "participation": built.participation.describe() if strategy.participation is not None else "available",
             "nodes": {str(node): client for node, client in sorted(result.nodes.items())},
             "rejections": dict(sorted(result.counts.items())), "lost_clients": result.lost,
+            "work": built.work.describe(), "partial_work": result.partial,
+            "deadlines": {str(client): seconds for client, seconds in result.deadlines.items()},
             "audit": audit, "seconds": round(seconds, 3),
             # The trace replays with --participation trace:path=... only if every client took part.
             "replayable": every_client,

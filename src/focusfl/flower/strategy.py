@@ -7,8 +7,11 @@ messages, it never re-implements an update rule. Round r:
    ``participation=None`` ("available"), every known node that is online. Clients without a
    live node, and clients whose state was lost, are rejected before anything is sent.
 2. ``train`` to each: the server fields ``client_round`` reads, the client's index, the round,
-   and ``ack`` = the server's record of the client's last accepted round (the commit protocol,
-   node.py). Each node runs ``client_round`` on its own row, exactly as the reference loop does.
+   ``ack`` = the server's record of the client's last accepted round (the commit protocol,
+   node.py), and ``steps`` = tau_i,r drawn by the run's work process (none: local_steps). Each
+   node runs ``client_round`` on its own row, exactly as the reference loop does, and says how
+   many steps it took: a node whose deadline passed stops early (deadline.py), and its reply is
+   accepted as partial work, 1 <= tau_i,r <= asked (a count outside is malformed).
 3. Replies are matched to requests by ``reply_to_message_id``. Rejected, and counted as
    non-participation: timeouts (no reply), error replies (from the node or from the SuperLink
    for a lost node), lost state, NaN/inf, wrong fields, dtype or shape, duplicates, replies
@@ -19,8 +22,8 @@ messages, it never re-implements an update rule. Round r:
    server state. A finish that does not arrive leaves the node unable to commit round r; it
    says so (lost state) at its next contact and is excluded from then on.
 
-The realized participation (accepted per round) is the run's trace: the reference engine
-replaying it computes the same model bit for bit. Nothing here waits forever: every exchange
+The realized participation (accepted per round) and the realized step counts are the run's
+traces: the reference engine replaying them computes the same model bit for bit. Nothing here waits forever: every exchange
 has a timeout, and a round with nobody in it still takes the server step, as in Algorithm 1.
 """
 from __future__ import annotations
@@ -93,6 +96,8 @@ class RoundLog:
     requested: list[int]
     accepted: list[int] = field(default_factory=list)
     rejected: list[tuple[int, str, str]] = field(default_factory=list)  # (client or -1, reason, detail)
+    asked: dict[int, int] = field(default_factory=dict)  # client -> tau_i,r of the work process (none: tau)
+    steps: dict[int, int] = field(default_factory=dict)  # accepted client -> local steps it took
 
 
 @dataclass
@@ -107,15 +112,21 @@ class FederationResult:
     audit: dict | None = None
     diverged_at: int | None = None
     blow_up: BlowUpDetector | None = None  # the run's detector (its reason() says why a run stopped)
+    work: np.ndarray | None = None  # [rounds, N] int64: local steps of each accepted client (0: not accepted)
+    partial: int = 0  # accepted client rounds with fewer steps than asked (deadlines)
+    deadlines: dict[int, float] = field(default_factory=dict)  # client -> its node's deadline, seconds
 
 
 class AlgorithmStrategy(Strategy):
     """Runs ``algorithm`` on ``problem`` over a Flower Grid; see the module docstring.
 
     ``participation``: a focusfl participation process (S_r requested), or None: every online
-    node takes part. ``timeout``: seconds an exchange waits for replies."""
+    node takes part. ``work``: a focusfl work process (tau_i,r asked of each client), or None
+    (or fixed): every client is asked for local_steps. ``timeout``: seconds an exchange waits
+    for replies."""
 
     def __init__(self, algorithm: Algorithm, problem: Any, *, rounds: int, participation: Any = None,
+                 work: Any = None,
                  seed: int = 0, dtype: str = "float64", schedule: str = "constant", eval_every: int = 1,
                  timeout: float = 30.0, token: str | None = None, on_row: Callable[[dict], None] | None = None,
                  on_round: Callable[["AlgorithmStrategy", RoundLog], None] | None = None,
@@ -127,6 +138,16 @@ class AlgorithmStrategy(Strategy):
         self.participation, self.eval_every = participation, eval_every
         self.schedule = SCHEDULES[schedule]
         self.algorithm = algorithm.prepare(problem, participation if participation is not None else _Available(n, seed))
+        self.tau = self.algorithm.local_steps
+        self.work = None if work is None or work.fixed else work
+        if self.work is not None:
+            if self.work.num_clients != n or self.work.local_steps != self.tau:
+                raise ValueError(f"work is for {self.work.num_clients} clients and {self.work.local_steps} steps, "
+                                 f"the run has {n} and {self.tau}")
+            self.algorithm.check_work(RoundContext(round=0, active=torch.zeros(0, dtype=torch.int64),
+                                                   num_clients=n, steps=torch.zeros(0, dtype=torch.int64)))
+        self.partial = 0
+        self.deadlines: dict[int, float] = {}
         self.initial: State = self.algorithm.init(problem.initial_point(), n)
         self.server = self.initial.server
         self.run = RunSpec(self.algorithm.describe(), problem.describe(), seed, dtype, token or uuid.uuid4().hex)
@@ -198,6 +219,7 @@ class AlgorithmStrategy(Strategy):
         self.summary()
         rows: list[dict] = []
         mask = np.zeros((rounds, self.problem.num_clients), dtype=bool)
+        work = np.zeros((rounds, self.problem.num_clients), dtype=np.int64)
         log: list[RoundLog] = []
         diverged_at = None
         if not self._evaluate(0, 0, rows):
@@ -211,18 +233,20 @@ class AlgorithmStrategy(Strategy):
             if self.finishes and entry.accepted:
                 self._finish(entry, grid)
             mask[r, entry.accepted] = True
+            work[r, entry.accepted] = [entry.steps[c] for c in entry.accepted]
             log.append(entry)
             if self.on_round is not None:
                 self.on_round(self, entry)
             if (r + 1) % self.eval_every == 0 or r + 1 == rounds:
                 if not self._evaluate(r + 1, len(entry.accepted), rows):
                     diverged_at = r + 1
-                    mask = mask[: r + 1]
+                    mask, work = mask[: r + 1], work[: r + 1]
                     break
         if diverged_at is not None:
             self.log(f"diverged at round {diverged_at} ({self.blow_up.reason(rows[-1])})")
         return FederationResult(rows, self.server, mask, log, self.counts, sorted(self.lost), dict(self.node_client),
-                                diverged_at=diverged_at, blow_up=self.blow_up)
+                                diverged_at=diverged_at, blow_up=self.blow_up, work=work, partial=self.partial,
+                                deadlines=dict(sorted(self.deadlines.items())))
 
     # -- the round ---------------------------------------------------------------------------
     def _discover(self, grid: Grid) -> None:
@@ -298,6 +322,9 @@ class AlgorithmStrategy(Strategy):
             else:
                 entry._send.append(client)
         assert all(0 <= c < n for c in wanted)
+        if self.work is not None and entry._send:
+            counts = self.work.steps(r, torch.tensor(entry._send, dtype=torch.int64))
+            entry.asked = dict(zip(entry._send, (int(v) for v in counts)))
         return entry
 
     def _messages(self, entry: RoundLog, kind: str, fields: tuple[str, ...]) -> Iterable[Message]:
@@ -309,7 +336,7 @@ class AlgorithmStrategy(Strategy):
         for client in clients:
             ctx = WireContext(round=r, client=client, num_clients=self.problem.num_clients,
                               lr_scale=float(self.schedule(r)), ack=self.committed[client],
-                              phase=kind)
+                              phase=kind, steps=entry.asked.get(client, 0) if kind == "train" else 0)
             message = Message(RecordDict({RUN: run, CTX: encode_ctx(ctx), SERVER: server}),
                               dst_node_id=self.client_node[client], message_type=kind, group_id=str(r),
                               ttl=_ttl(self.timeout))
@@ -352,18 +379,40 @@ class AlgorithmStrategy(Strategy):
         accepted = {}
         for client, reply in self._matched(entry, replies, "train"):
             try:
+                done = self._steps_done(entry, client, reply.content[CTX])
                 accepted[client] = decode_tree(reply.content.get(MESSAGE), self.message_template,
                                                device=self.problem.device)
             except Malformed as exc:
                 self._reject(entry, client, exc.reason, str(exc))
+                continue
+            entry.steps[client] = done
         entry.accepted = sorted(accepted)
         entry._messages = [accepted[c] for c in entry.accepted]
+        self.partial += sum(entry.steps[c] < entry.asked.get(c, self.tau) for c in entry.accepted)
+
+    def _steps_done(self, entry: RoundLog, client: int, ctx: ConfigRecord) -> int:
+        """The local steps a reply says its client took: 1..asked (fewer: its deadline passed)."""
+        asked = entry.asked.get(client, self.tau)
+        done = ctx.get("steps")
+        if isinstance(done, bool) or not isinstance(done, int) or not 1 <= done <= asked:
+            raise Malformed("malformed", f"the reply says {done!r} local steps, asked for 1..{asked}")
+        deadline = ctx.get("deadline")
+        if isinstance(deadline, float):
+            self.deadlines[client] = deadline
+        if done < self.tau and not self.algorithm.partial_work:
+            raise Malformed("malformed", f"{self.algorithm.name} cannot take partial work ({done} of {self.tau} steps)")
+        return done
 
     def _server_step(self, entry: RoundLog) -> None:
         device = self.problem.device
         active = torch.tensor(entry.accepted, dtype=torch.int64, device=device)
+        done = [entry.steps[c] for c in entry.accepted]
+        # As the reference engine replaying the recorded counts: per-client steps whenever the
+        # run has a work process or a client of this round stopped short; else none (tau).
+        counted = self.work is not None or any(d != self.tau for d in done)
         ctx = RoundContext(round=entry.round, active=active, num_clients=self.problem.num_clients,
-                           lr_scale=float(self.schedule(entry.round)))
+                           lr_scale=float(self.schedule(entry.round)),
+                           steps=torch.tensor(done, dtype=torch.int64, device=device) if counted else None)
         if entry.accepted:
             message = concat_rows(entry._messages)
         else:  # as the reference engine: the empty message of a client round over no clients

@@ -3,7 +3,8 @@
 Build one with :func:`make_work` from a spec such as ``"uniform"``, ``"rates:r=0.25;1"`` or
 ``"markov:p=0.3,rho=0.8,slow=0.25"`` (or the dict that :meth:`WorkProcess.describe` returns).
 ``fixed`` (the default) is the classical setting: every active client does the algorithm's
-``local_steps``.
+``local_steps``. ``trace:file=PATH`` replays recorded counts (work/trace.py; a federation's
+``work.csv``).
 """
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from ..errors import ConfigError
 from ..spec import parse_spec, take_params
 from .base import WorkProcess
 from .processes import FixedWork, MarkovWork, RatesWork, UniformWork
+from .trace import TraceWork
 
-WORK: dict[str, type[WorkProcess]] = {cls.name: cls for cls in (FixedWork, UniformWork, RatesWork, MarkovWork)}
+WORK: dict[str, type[WorkProcess]] = {cls.name: cls for cls in (FixedWork, UniformWork, RatesWork, MarkovWork,
+                                                                 TraceWork)}
 
 
 def available_work() -> list[str]:

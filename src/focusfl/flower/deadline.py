@@ -1,0 +1,112 @@
+"""Deadlines: a node stops its local work when its time budget for the round is spent.
+
+A node given ``deadline=SECONDS`` in its node config (``flower-supernode --node-config
+"partition-id=0 deadline=0.5"``; ``focusfl federation local --deadline``) starts a clock when it
+begins a round's local work. Before local step t (t >= 1, counted from 0) it looks at the
+clock; once ``SECONDS`` have passed it stops and sends the work it has finished, t steps (at
+least one: step 0 always runs). The server accepts it as partial work, tau_i,r = t, and records
+it (work.csv), so the reference engine replays the round exactly.
+
+How, without touching any algorithm: the round runs with an oracle that raises
+:class:`DeadlineReached` (t) when it is asked for step t >= 1 after the deadline; the node then
+reruns the round from the same inputs with ``RoundContext.steps = [t]``, the batched
+algorithms' own way of stopping a client after t steps. The rerun is what the replay computes
+(bit for bit); a cut round costs at most twice its work. Algorithms that do not honour
+per-client step counts (``partial_work`` False) ignore the deadline and do all their steps.
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import torch
+
+from ..errors import ConfigError
+from .codec import Malformed
+
+
+class DeadlineReached(Exception):
+    """The deadline passed before local step ``step`` (so ``step`` steps are done)."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__(step)
+        self.step = step
+
+
+def node_deadline(node_config: dict) -> float | None:
+    """The node's ``deadline`` in seconds (None: no deadline); Malformed if it is not >= 0."""
+    value = (node_config or {}).get("deadline")
+    if value is None or value == "":
+        return None
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if isinstance(value, bool) or not math.isfinite(seconds) or seconds < 0:
+        raise Malformed("malformed", f"node config deadline={value!r} is not a number of seconds >= 0")
+    return seconds
+
+
+def _with_deadline(oracle, end: float):
+    """``oracle`` that raises DeadlineReached(t) when asked for step t >= 1 at or after ``end``."""
+
+    def gradients(z: torch.Tensor, step: int) -> torch.Tensor:
+        if step >= 1 and time.monotonic() >= end:
+            raise DeadlineReached(step)
+        return oracle(z, step)
+
+    return gradients
+
+
+def local_work(algorithm, problem, server: Any, rows: Any, ctx, seed: int,
+               deadline: float | None) -> tuple[Any, Any, int]:
+    """One client's round: ``(rows', message, steps done)``; cut short by ``deadline`` seconds.
+
+    ``ctx`` is the one-client RoundContext (``ctx.steps``: the count the server asked for, or
+    None for the algorithm's local_steps)."""
+    asked = algorithm.local_steps if ctx.steps is None else int(ctx.steps[0])
+    oracle = problem.oracle(ctx.active, seed=seed, round=ctx.round)
+    if deadline is None or not algorithm.partial_work:
+        return (*algorithm.client_round(server, rows, oracle, ctx), asked)
+    end = time.monotonic() + deadline
+    try:
+        return (*algorithm.client_round(server, rows, _with_deadline(oracle, end), ctx), asked)
+    except DeadlineReached as stop:
+        done = stop.step
+    short = ctx._replace(steps=torch.tensor([done], device=ctx.active.device))
+    fresh = problem.oracle(ctx.active, seed=seed, round=ctx.round)
+    return (*algorithm.client_round(server, rows, fresh, short), done)
+
+
+def parse_deadlines(text: str, nodes: int) -> dict[int, float]:
+    """``--deadline`` of ``federation local``: ``SECONDS`` (every node) or ``K=SECONDS,...``
+    (node K; node K runs client K), e.g. ``0.5`` or ``1=0.5,2=0``."""
+    text = str(text).strip()
+    if not text:
+        raise ConfigError("--deadline: give SECONDS or NODE=SECONDS,... (e.g. 0.5 or 1=0.5,2=0)")
+    if "=" not in text:
+        return {k: _seconds(text) for k in range(nodes)}
+    deadlines: dict[int, float] = {}
+    for item in text.split(","):
+        node, eq, seconds = item.partition("=")
+        node = node.strip().removeprefix("node")
+        if not eq or not node.isdigit():
+            raise ConfigError(f"--deadline: expected NODE=SECONDS, got {item.strip()!r} (e.g. 1=0.5,2=0)")
+        k = int(node)
+        if k >= nodes:
+            raise ConfigError(f"--deadline: node {k} does not exist (nodes 0..{nodes - 1})")
+        if k in deadlines:
+            raise ConfigError(f"--deadline: node {k} is given twice")
+        deadlines[k] = _seconds(seconds)
+    return deadlines
+
+
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ConfigError(f"--deadline: {text.strip()!r} is not a number of seconds >= 0")
+    return seconds
