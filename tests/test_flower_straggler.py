@@ -2,12 +2,12 @@
 
 - In process (FakeGrid, the real ClientApp): a node whose deadline is 0 s stops every round
   after one local step; the server accepts that partial work; the realized counts, replayed
-  with the reference engine through ``trace:file=`` work and ``trace:path=`` participation,
+  with the reference engine through ``trace:path=`` work and ``trace:path=`` participation,
   give the federation's model bit for bit, for every algorithm that honours step counts.
   A federation with a work process asks each node for the simulator's tau_i,r (keyed draws),
   so it equals the simulator run with that work process, without any trace.
 - On loopback (slow): ``focusfl federation local --deadline 1=0`` as a user types it, then
-  ``focusfl run --work trace:file=RUN/work.csv``: the same model.pt bits.
+  ``focusfl run --work trace:path=RUN/work.csv``: the same model.pt bits.
 """
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def test_a_node_past_its_deadline_sends_partial_work_that_replays_exactly(tmp_pa
     mask, work = write_traces(tmp_path, result)
     replayed = simulate(make_algorithm(strategy.algorithm.describe()), problem,
                         make_participation(f"trace:path={mask}", problem.num_clients),
-                        rounds=len(accepted), engine="reference", work=make_work(f"trace:file={work}", 4, TAU))
+                        rounds=len(accepted), engine="reference", work=make_work(f"trace:path={work}", 4, TAU))
     assert_same(result.server, replayed.state.server)
     assert replayed.rows[-1]["rel_error"] == result.rows[-1]["rel_error"]
     # Without the recorded counts (every client tau steps) the replay is another model.
@@ -176,7 +176,7 @@ def test_federation_app_carries_the_work_spec_to_the_server_app(tmp_path):
 @pytest.mark.slow
 def test_loopback_deadline_partial_work_and_replay_from_work_csv(tmp_path):
     """Two warm SuperNodes, node 1 with a 0 s deadline: its client takes 1 of 3 steps every
-    round and is accepted; work.csv says so; `focusfl run --work trace:file=RUN/work.csv`
+    round and is accepted; work.csv says so; `focusfl run --work trace:path=RUN/work.csv`
     (and config.json) replays the federation's model.pt bit for bit."""
     out = tmp_path / "run"
     spec = ["--algorithm", "fedavg", "--problem", "ridge:clients=2,dim=5", "--local-steps", "3", "--rounds", "3"]
@@ -187,11 +187,11 @@ def test_loopback_deadline_partial_work_and_replay_from_work_csv(tmp_path):
         rows = [(int(r["round"]), int(r["client"]), int(r["steps"])) for r in csv.DictReader(handle)]
     assert rows == [(r, c, 3 if c == 0 else 1) for r in range(3) for c in range(2)]
     config = json.loads((out / "config.json").read_text())
-    assert config["work"]["name"] == "trace" and config["work"]["file"] == str((out / "work.csv").resolve())
+    assert config["work"]["name"] == "trace" and config["work"]["path"] == str((out / "work.csv").resolve())
     info = json.loads((out / "federation.json").read_text())
     assert info["partial_work"] == 3 and info["deadlines"] == {"1": 0.0} and info["rejections"] == {}
     replay = run_cli("run", *spec, "--participation", f"trace:path={out / 'trace.csv'}",
-                     "--work", f"trace:file={out / 'work.csv'}", "--engine", "reference",
+                     "--work", f"trace:path={out / 'work.csv'}", "--engine", "reference",
                      "--out", str(tmp_path / "replay"))
     assert replay.returncode == 0, replay.stderr
     recorded = run_cli("run", "--config", str(out / "config.json"), "--out", str(tmp_path / "replay2"))

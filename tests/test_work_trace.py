@@ -1,4 +1,4 @@
-"""The ``trace`` work process (``trace:file=PATH``): recorded step counts, the form of a
+"""The ``trace`` work process (``trace:path=PATH``): recorded step counts, the form of a
 federation's work.csv. Its format, its one-line errors, its size and SHA-256 checks, and the
 property a federation's replay rests on: a client given tau steps through a trace computes the
 same bits as a client given no step count (FedAvg, FedNova, FOCUS, SCAFFOLD)."""
@@ -48,11 +48,11 @@ def write(tmp_path, text, name="w.csv"):
 
 def test_trace_replays_its_rows_and_records_path_and_sha256(tmp_path):
     path = write(tmp_path, "round,client,steps\n0,0,3\n0,1,1\n\n1,1,2\n")
-    process = make_work(f"trace:file={path}", 2, 3)
+    process = make_work(f"trace:path={path}", 2, 3)
     assert process.steps(0, torch.tensor([0, 1])).tolist() == [3, 1]
     assert process.steps(1, torch.tensor([1])).tolist() == [2]
     described = process.describe()
-    assert described["file"] == str(path.resolve()) and len(described["sha256"]) == 64
+    assert described["path"] == str(path.resolve()) and len(described["sha256"]) == 64
     assert make_work(described, 2, 3).steps(0, torch.tensor([1])).tolist() == [1]
     assert work_trace.trace_record(path, path.read_text()) == described
     with pytest.raises(DataError, match="no row for round 1, client 0"):
@@ -80,10 +80,10 @@ def test_trace_replays_its_rows_and_records_path_and_sha256(tmp_path):
 def test_trace_errors_are_one_line(tmp_path, text, why):
     path = write(tmp_path, text)
     if why is None:
-        assert make_work(f"trace:file={path}", 2, 3).steps(10**12, torch.tensor([1])).tolist() == [1]
+        assert make_work(f"trace:path={path}", 2, 3).steps(10**12, torch.tensor([1])).tolist() == [1]
         return
     with pytest.raises((DataError, ConfigError), match=why) as caught:
-        make_work(f"trace:file={path}", 2, 3)
+        make_work(f"trace:path={path}", 2, 3)
     assert "\n" not in str(caught.value)
 
 
@@ -91,17 +91,17 @@ def test_trace_size_is_checked_before_reading(tmp_path, monkeypatch):
     path = write(tmp_path, "round,client,steps\n" + "0,0,1\n" * 20)
     monkeypatch.setattr(work_trace, "MAX_CSV_BYTES", 64)
     with pytest.raises(DataError, match="more than the 64 B read as text"):
-        make_work(f"trace:file={path}", 2, 3)
-    with pytest.raises(ConfigError, match="needs file=PATH"):
+        make_work(f"trace:path={path}", 2, 3)
+    with pytest.raises(ConfigError, match="needs path=PATH"):
         make_work("trace", 2, 3)
     with pytest.raises(DataError, match="not found"):
-        make_work(f"trace:file={tmp_path / 'none.csv'}", 2, 3)
+        make_work(f"trace:path={tmp_path / 'none.csv'}", 2, 3)
 
 
 def test_run_with_a_bad_work_trace_says_one_line_and_writes_nothing(tmp_path):
     path = write(tmp_path, "round,client,steps\n0,0,9\n")
     result = run_cli("run", "--algorithm", "fedavg", "--problem", "ridge:clients=2,dim=3", "--local-steps", "2",
-                     "--work", f"trace:file={path}", "--rounds", "2", "--out", str(tmp_path / "out"))
+                     "--work", f"trace:path={path}", "--rounds", "2", "--out", str(tmp_path / "out"))
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().count("\n") == 0 and "more than local_steps=2" in result.stderr
     assert not (tmp_path / "out").exists()

@@ -17,7 +17,7 @@ EXAMPLES = """examples:
   focusfl federation local --nodes 3 --algorithm focus --problem ridge:clients=3 --rounds 20 --out runs/fed
   focusfl federation local --nodes 3 --algorithm fedavg --problem ridge:clients=3 --local-steps 5 --deadline 1=0 --out runs/late
   focusfl run --algorithm fedavg --problem ridge:clients=3 --local-steps 5 --rounds 20 --engine reference \\
-      --participation trace:path=runs/late/trace.csv --work trace:file=runs/late/work.csv --out runs/late-replay
+      --participation trace:path=runs/late/trace.csv --work trace:path=runs/late/work.csv --out runs/late-replay
   focusfl federation local --nodes 3 --problem ridge:clients=3 --tls --auth --participation bernoulli --out runs/fed-tls
   focusfl federation app flower-app --algorithm focus --problem ridge:clients=3 --rounds 50 --out /srv/runs/fed
 

@@ -14,7 +14,7 @@ Outputs (``out``):
   ``focusfl run --config OUT/config.json --out OUT-replay`` gives the same model bits;
 - ``work.csv``: the local steps each accepted client took in each round (``round,client,steps``,
   the format of the ``trace`` work process): fewer than asked where a node's deadline cut its
-  round short. config.json replays it (``work: trace:file=OUT/work.csv`` with its SHA-256)
+  round short. config.json replays it (``work: trace:path=OUT/work.csv`` with its SHA-256)
   when the run had a work process or a client stopped short; else every count is tau and
   config.json keeps ``work: fixed``;
 - ``participation.csv``: every requested client and every rejection, with the reason;

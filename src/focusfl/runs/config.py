@@ -76,7 +76,7 @@ class RunConfig:
         "fixed", record="optional", key_neutral="fixed",
         help="work SPEC: each active client's number of local steps per round, in 1..tau: fixed (all tau), "
         "uniform (uniform on 1..tau), 'rates:r=0.25;1;...' (a fraction of tau per client; quoted: a shell ends the "
-        "command at ;), markov:p=0.3,rho=0.8,slow=0.25 (devices stay slow), trace:file=PATH (recorded counts, "
+        "command at ;), markov:p=0.3,rho=0.8,slow=0.25 (devices stay slow), trace:path=PATH (recorded counts, "
         "a CSV round,client,steps such as a federation's work.csv); algorithms without per-client step "
         "counts refuse all but fixed")
     rounds: int = _option(100, type=positive_int, help="rounds to run in all")

@@ -3,7 +3,7 @@
 Build one with :func:`make_work` from a spec such as ``"uniform"``, ``"rates:r=0.25;1"`` or
 ``"markov:p=0.3,rho=0.8,slow=0.25"`` (or the dict that :meth:`WorkProcess.describe` returns).
 ``fixed`` (the default) is the classical setting: every active client does the algorithm's
-``local_steps``. ``trace:file=PATH`` replays recorded counts (work/trace.py; a federation's
+``local_steps``. ``trace:path=PATH`` replays recorded counts (work/trace.py; a federation's
 ``work.csv``).
 """
 from __future__ import annotations

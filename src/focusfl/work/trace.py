@@ -1,8 +1,8 @@
-"""Replay of recorded step counts: ``trace:file=PATH``, a CSV of ``round,client,steps`` rows.
+"""Replay of recorded step counts: ``trace:path=PATH``, a CSV of ``round,client,steps`` rows.
 
 The file a federation writes (``work.csv`` in its run folder: the steps each accepted client
 really took, fewer than asked when a node's deadline cut its round short) has this form, so
-``focusfl run --participation trace:path=RUN/trace.csv --work trace:file=RUN/work.csv``
+``focusfl run --participation trace:path=RUN/trace.csv --work trace:path=RUN/work.csv``
 replays the federation's rounds, and any recorded or hand-written schedule of step counts can
 drive a simulation. The format::
 
@@ -49,7 +49,7 @@ def trace_text(rows: list[tuple[int, int, int]]) -> str:
 
 def trace_record(path: str | Path, text: str) -> dict[str, Any]:
     """The describe() record of the trace ``text`` once it is stored at ``path`` (absolute)."""
-    return {"name": TraceWork.name, "file": str(Path(path).expanduser().resolve()),
+    return {"name": TraceWork.name, "path": str(Path(path).expanduser().resolve()),
             "sha256": hashlib.sha256(text.encode()).hexdigest()}
 
 
@@ -108,15 +108,15 @@ class TraceWork(WorkProcess):
     """The step counts of a recorded trace; the seed is ignored. See the module docstring."""
 
     name: ClassVar[str] = "trace"
-    DEFAULTS: ClassVar[dict[str, Any]] = {"file": None, "sha256": None}
+    DEFAULTS: ClassVar[dict[str, Any]] = {"path": None, "sha256": None}
 
-    def __init__(self, num_clients: int, local_steps: int, seed: int = 0, file: Any = None,
+    def __init__(self, num_clients: int, local_steps: int, seed: int = 0, path: Any = None,
                  sha256: Any = None) -> None:
         super().__init__(num_clients, local_steps, seed)
-        if file is None or isinstance(file, (bool, list)) or not str(file).strip():
-            raise ConfigError("work trace: needs file=PATH (a CSV of round,client,steps)")
+        if path is None or isinstance(path, (bool, list)) or not str(path).strip():
+            raise ConfigError("work trace: needs path=PATH (a CSV of round,client,steps)")
         # Absolute, so that describe() rebuilds the same trace from another working directory.
-        self.path = Path(str(file)).expanduser().resolve()
+        self.path = Path(str(path)).expanduser().resolve()
         self.table, self.sha256 = read_trace(self.path)
         if sha256 is not None and str(sha256) != self.sha256:
             raise DataError(f"work trace {self.path.name!r} has changed since it was recorded "
@@ -150,4 +150,4 @@ class TraceWork(WorkProcess):
         return counts
 
     def _params(self) -> dict[str, Any]:
-        return {"file": str(self.path), "sha256": self.sha256}
+        return {"path": str(self.path), "sha256": self.sha256}
