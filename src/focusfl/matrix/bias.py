@@ -24,6 +24,7 @@ import torch
 from ..algorithms.fedavg import FedAvg
 from ..algorithms.focus import Focus
 from ..engine.simulate import active_sets
+from ..engine.reference import reference_round
 from ..engine.vectorized import vectorized_round
 from ..errors import ConfigError
 from ..participation import (
@@ -259,13 +260,19 @@ class LimitPoints(NamedTuple):
     focus_last: torch.Tensor
 
 
-def server_trajectory(algorithm, problem: Problem, mask: np.ndarray, seed: int = 0) -> torch.Tensor:
-    """Server models x_0..x_R [R+1, d] of the per-client algorithm (vectorized engine)."""
+def server_trajectory(
+    algorithm, problem: Problem, mask: np.ndarray, seed: int = 0, steps=None, engine: str = "vectorized"
+) -> torch.Tensor:
+    """Server models x_0..x_R [R+1, d] of the per-client algorithm (vectorized or reference
+    engine); ``steps`` [R, N]: per-client step counts (a work process's table), None: tau."""
+    round_ = {"vectorized": vectorized_round, "reference": reference_round}[engine]
     algorithm = algorithm.prepare(problem, None)
     state = algorithm.init(problem.initial_point(), problem.num_clients)
     models = [algorithm.model(state)]
+    table = None if steps is None else torch.as_tensor(steps, dtype=torch.int64)
     for r, active in enumerate(active_sets(mask, problem.device)):
-        state = vectorized_round(algorithm, state, problem, active, r, seed)
+        counts = None if table is None else table[r].to(active.device).index_select(0, active)
+        state = round_(algorithm, state, problem, active, r, seed, steps=counts)
         models.append(algorithm.model(state))
     return torch.stack(models)
 
