@@ -225,3 +225,16 @@ def test_bias_command_with_work_predicts_fedavg_and_fednova_as_typed(tmp_path):
     assert gap > 0.05 and _number(out, "last round ||x - x_w|| =") < 1e-8 * gap
     bad = run_cli("bias", "--work", "rates:r=2", "--local-steps", "4", "--rounds", "10", cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "rates" in bad.stderr
+
+
+@pytest.mark.parametrize("spec", ["fixed", "uniform", "rates:r=0.25;0.5;1;0.75", "markov:p=0.4,rho=0.7,slow=0.5"])
+def test_step_law_closed_forms_agree_with_the_counts_drawn(spec):
+    from focusfl.work import make_work, step_law
+
+    work = make_work(spec, 4, 4, seed=2)
+    law = step_law(work)
+    assert law.method == "closed form" and np.allclose(law.probabilities.sum(1), 1.0)
+    table = work.table(6000).numpy()
+    drawn = np.stack([(table == t).mean(0) for t in range(1, 5)], axis=1)
+    # 6,000 rounds: a frequency's standard error is below 0.007 (markov's rounds are correlated).
+    np.testing.assert_allclose(law.probabilities, drawn, atol=0.04)
