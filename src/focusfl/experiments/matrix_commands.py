@@ -178,6 +178,9 @@ def _distance(a, b) -> float:
 def add_matrices_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--clients", type=positive_int, default=4, help="number of clients N (default 4)")
     p.add_argument("--active", default="1,3", help="active clients S as node labels 1..N, comma separated (default 1,3)")
+    p.add_argument("--steps", default=None,
+                   help="local step counts of the active clients, comma separated (e.g. 3,1; tau = the largest): also "
+                   "draws one FedAvg round whose clients stop early (figure4_short_clients, docs/work.md)")
     p.add_argument("--out", default="runs/matrices", help="output folder (default runs/matrices)")
 
 
@@ -190,19 +193,34 @@ def parse_active(text: str) -> list[int]:
         raise ConfigError(f"--active must be comma-separated client numbers like 1,3, got {text!r}") from None
 
 
+def parse_steps(text: str) -> list[int]:
+    """``"3,1"`` -> [3, 1]."""
+    try:
+        return [int(item) for item in text.split(",") if item.strip()]
+    except ValueError:
+        raise ConfigError(f"--steps must be comma-separated step counts like 3,1, got {text!r}") from None
+
+
 def run_matrices(args) -> int:
     from ..io.atomic import write_json
     from ..io.folders import output_folder
-    from ..matrix.pictures import figure1_panels, render_all
+    from ..matrix.pictures import figure1_panels, render_all, render_work, work_panels
     from ..matrix.stochastic import active_nodes
 
     nodes = active_nodes(parse_active(args.active), args.clients)
+    steps = None if args.steps is None else parse_steps(args.steps)
+    if steps is not None:
+        work_panels(nodes, args.clients, steps)  # checks the counts before anything is written
     with output_folder(args.out) as folder:
         written = render_all(folder, nodes, args.clients)
         matrices = {p.name: p.matrix.tolist() for p in figure1_panels(nodes, args.clients)}
+        if steps is not None:
+            written += render_work(folder, nodes, args.clients, steps)
+            matrices["D_k per stretch"] = [p.matrix.tolist() for p in work_panels(nodes, args.clients, steps)[1:-1]]
         write_json(folder / "matrices.json", matrices)
         write_json(folder / "config.json", {
             "focusfl_version": __version__, "command": "matrices", "clients": args.clients, "active": nodes,
+            **({} if steps is None else {"steps": steps}),
         })
     for path in written:
         print(f"wrote {Path(args.out) / path.name}")
