@@ -162,3 +162,79 @@ def test_bias_command_errors_are_one_line(capsys, argv):
     assert main(["bias", *argv, "--rounds", "10"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("focusfl: error:") and err.count("\n") == 1
+
+
+# -- unequal work ---------------------------------------------------------------------------------
+def _number(out: str, before: str) -> float:
+    """The number printed right after ``before`` (the first occurrence)."""
+    import re
+
+    return float(re.search(re.escape(before) + r"\s*([-+0-9.e]+)", out).group(1))
+
+
+def test_work_limit_is_the_fixed_point_of_the_expected_round():
+    """Full participation and fixed per-client counts are deterministic: FedAvg converges to x_w
+    itself, not to the small-step target, and FedNova to its own fixed point."""
+    from focusfl.matrix.bias import fedavg_work_limit, fednova_work_limit, limit_points, step_weighted_target
+    from focusfl.work import make_work, step_law
+
+    problem = make_problem("ridge:dim=4,clients=4,samples=20,hetero=1")
+    process = make_participation("full", 4)
+    work = make_work("rates:r=0.25;0.5;1;1", 4, 4)
+    quad = client_quadratics(problem)
+    law = step_law(work)
+    np.testing.assert_allclose(law.mean(), [1, 2, 4, 4])
+    q = participation_weights(process).q
+    lr = 0.05 / smoothness(quad)
+    limits = limit_points(problem, process, rounds=3000, fedavg_lr=lr, focus_lr=0.5 / (4 * smoothness(quad)), local_steps=4, work=work,
+                          fednova_lr=lr)
+    predicted = fedavg_work_limit(quad, q, lr, law.probabilities)
+    gap = float((predicted - problem.x_star).norm())
+    assert gap > 0.05 * float(problem.x_star.norm())
+    assert float((limits.fedavg_last - predicted).norm()) < 1e-8 * gap
+    assert float((step_weighted_target(quad, q, law.mean()) - predicted).norm()) > 1e-3 * gap  # lr matters
+    nova = fednova_work_limit(quad, lr, process.mask(10), work.table(10))
+    assert float((limits.fednova_average - nova).norm()) < 1e-3 * float((nova - problem.x_star).norm())
+    assert float(limits.focus_last.sub(problem.x_star).norm()) < 1e-10
+
+
+def test_small_steps_tend_to_the_step_weighted_target():
+    from focusfl.matrix.bias import fedavg_work_limit, step_weighted_target
+    from focusfl.work import make_work, step_law
+
+    problem = make_problem("ridge:dim=4,clients=4,samples=20,hetero=1")
+    quad = client_quadratics(problem)
+    law = step_law(make_work("markov:p=0.5,slow=0.25", 4, 4))
+    q = np.array([0.1, 0.2, 0.3, 0.4])
+    target = step_weighted_target(quad, q, law.mean())
+    gaps = [float((fedavg_work_limit(quad, q, f / smoothness(quad), law.probabilities) - target).norm())
+            for f in (1e-2, 1e-3)]
+    assert gaps[1] < 0.2 * gaps[0]
+
+
+def test_bias_command_with_work_predicts_fedavg_and_fednova_as_typed(tmp_path):
+    from cli_harness import run_cli
+
+    proc = run_cli("bias", "--problem", "ridge:dim=4,clients=4,samples=20,hetero=1", "--participation", "full",
+                   "--local-steps", "4", "--work", "rates:r=0.25;0.5;1;1", "--rounds", "3000", "--mc-rounds", "100",
+                   cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "E[tau_i]" in out and "FedNova measured" in out
+    gap = _number(out, "||x_w - x*|| =")
+    assert gap > 0.05 and _number(out, "last round ||x - x_w|| =") < 1e-8 * gap
+    bad = run_cli("bias", "--work", "rates:r=2", "--local-steps", "4", "--rounds", "10", cwd=tmp_path)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "rates" in bad.stderr
+
+
+@pytest.mark.parametrize("spec", ["fixed", "uniform", "rates:r=0.25;0.5;1;0.75", "markov:p=0.4,rho=0.7,slow=0.5"])
+def test_step_law_closed_forms_agree_with_the_counts_drawn(spec):
+    from focusfl.work import make_work, step_law
+
+    work = make_work(spec, 4, 4, seed=2)
+    law = step_law(work)
+    assert law.method == "closed form" and np.allclose(law.probabilities.sum(1), 1.0)
+    table = work.table(6000).numpy()
+    drawn = np.stack([(table == t).mean(0) for t in range(1, 5)], axis=1)
+    # 6,000 rounds: a frequency's standard error is below 0.007 (markov's rounds are correlated).
+    np.testing.assert_allclose(law.probabilities, drawn, atol=0.04)

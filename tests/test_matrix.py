@@ -156,3 +156,25 @@ def test_matrices_command_rejects_bad_sets_without_output(tmp_path, capsys, acti
     assert main(["matrices", "--clients", "4", "--active", active, "--out", str(out)]) == 2
     assert "focusfl: error:" in capsys.readouterr().err
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_matrices_command_draws_short_clients_as_typed(tmp_path):
+    """`focusfl matrices --steps`: one FedAvg round whose clients stop early; D_k switches the
+    finished ones off, stretch by stretch; bad counts are one line and write nothing."""
+    from cli_harness import run_cli
+
+    from focusfl.matrix.pictures import live_stretches
+
+    assert live_stretches([4, 1, 2]) == [(0, 0, 3), (1, 1, 2), (2, 3, 1)]
+    assert live_stretches([3, 3]) == [(0, 2, 2)]
+    proc = run_cli("matrices", "--clients", "4", "--active", "1,3", "--steps", "3,1", "--out", "pictures", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "pictures"
+    assert (out / "figure4_short_clients.png").stat().st_size > 1000
+    stretches = json.loads((out / "matrices.json").read_text())["D_k per stretch"]
+    assert [np.diag(d).tolist() for d in stretches] == [[0, 1, 0, 1, 0], [0, 1, 0, 0, 0]]
+    assert json.loads((out / "config.json").read_text())["steps"] == [3, 1]
+    for bad in ("3", "3,0", "3,x"):
+        proc = run_cli("matrices", "--active", "1,3", "--steps", bad, "--out", "bad", cwd=tmp_path)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--steps" in proc.stderr
+        assert not (tmp_path / "bad").exists()

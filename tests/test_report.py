@@ -259,3 +259,24 @@ def test_report_command_runs_end_to_end_as_a_user_types_it(tmp_path):
     figures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
     assert figures and all((out / figure).is_file() for figure in figures)
     assert read_csv(out / "summary.csv")
+
+
+# -- exactness under arbitrary work ----------------------------------------------------------------
+def test_work_study_focus_exact_fedavg_on_its_predicted_plateau():
+    rows = studies.exactness_under_work(
+        {"ridge": studies.SMALL_RIDGE}, {"rates": "rates:r=0.25;0.25;0.5;0.5;1;1;1;1"}, {"full": "full"},
+        ("focus", "fedavg"), rounds=200, grids={"ridge": (3e-3,)}, predict_rounds=600)
+    outcome = {r["algorithm"]: r for r in rows}
+    assert outcome["focus"]["verdict"] == "exact" and outcome["fedavg"]["verdict"].startswith("plateau at")
+    # Full participation with fixed per-client counts is deterministic: FedAvg sits on x_w.
+    prediction = outcome["fedavg"]["prediction"]
+    assert prediction["mismatch"] < 1e-8 and prediction["predicted"] == pytest.approx(outcome["fedavg"]["final"], rel=1e-3)
+    assert outcome["focus"]["curve"][-1][1] < 1e-8
+
+
+def test_partial_work_algorithms_are_the_registered_ones():
+    from focusfl.algorithms import ALGORITHMS
+
+    names = studies.partial_work_algorithms()
+    assert {"focus", "fedavg", "fednova", "scaffold"} <= set(names)
+    assert all(ALGORITHMS[n].partial_work for n in names) and "sg_focus" not in names

@@ -12,6 +12,9 @@ at smaller sizes.
   participation, with c = mean c_i and with c off that mean.
 - :func:`scaffold_against_focus`: tuned SCAFFOLD and FOCUS per round and per float.
 - :func:`reductions`: the FedSUM family's equivalences, as maximum differences of server models.
+- :func:`exactness_under_work`: which algorithms stay exact when clients take fewer local steps
+  than asked (work processes), with full and arbitrary participation, and FedAvg's measured
+  limit against the step-weighted limit the matrix framework predicts.
 
 Every run is a plain :func:`focusfl.engine.simulate` run through the runner's
 ``RunConfig``; tuning follows ``focusfl tune`` (reaching the target first wins, else the lowest
@@ -251,6 +254,114 @@ def reductions(problem_spec: str = "ridge:dim=8,clients=6,samples=20,hetero=1", 
             gap(("mifa", dict(lr=eta, local_steps=3)), ("fedavg", dict(lr=eta, local_steps=3)), full),
             gap(("fedvarp", dict(lr=eta, local_steps=3)), ("fedavg", dict(lr=eta, local_steps=3)), full)),
     }
+
+
+# -- arbitrary work ---------------------------------------------------------------------------------
+WORK_PROBLEMS = {"ridge": SMALL_RIDGE, "logistic": "logistic:dim=5,clients=8,samples=20,reg=0.1"}
+# Logistic regression is flatter than ridge (L of order 1 against 100): its own grid.
+WORK_GRIDS = {"ridge": GRID, "logistic": lr_grid(1e-2, 3.0, 5)}
+WORK_PROCESSES = {
+    "fixed": "fixed",
+    "uniform": "uniform",
+    "rates (slow clients)": "rates:r=0.25;0.25;0.5;0.5;1;1;1;1",
+    "markov (slow spells)": "markov:p=0.3,rho=0.8,slow=0.25",
+}
+WORK_PARTICIPATION = {"full": "full", "arbitrary": "bernoulli:p=0.2;0.3;0.4;0.5;0.6;0.7;0.8;0.9"}
+WORK_LOCAL_STEPS = 4
+
+
+def partial_work_algorithms() -> tuple[str, ...]:
+    """Every registered algorithm that honours per-client step counts (aliases left out)."""
+    from ..algorithms import ALGORITHMS
+
+    return tuple(name for name, cls in ALGORITHMS.items() if cls.partial_work and not getattr(cls, "alias_of", None))
+
+
+def work_trial(algorithm: str, lr: float, setup: TuneSetup, work: str) -> dict:
+    """:func:`focusfl.experiments.tune.run_trial` with a work process; the summary row keeps the
+    run's (round, rel_error) curve under ``curve``."""
+    from ..runs.config import RunConfig
+    from ..runs.driver import build, execute
+    from .tune import summarize_trial
+
+    config = RunConfig(algorithm=algorithm, problem=setup.problem, participation=setup.participation, work=work,
+                       rounds=setup.rounds, local_steps=setup.local_steps, lr=lr, seed=setup.seed,
+                       eval_every=setup.eval_every)
+    result = execute(build(config))
+    row = summarize_trial(algorithm, lr, result.rows, result.diverged_at, setup.target)
+    return {**row, "curve": [(r["round"], float(r["rel_error"])) for r in result.rows]}
+
+
+def work_verdict(row: dict) -> str:
+    """"exact" (rel. error below 1e-8 at the end), "plateau at E" or "diverged"."""
+    if row["diverged"] or not math.isfinite(row["final"]):
+        return "diverged"
+    if row["final"] < TARGET:
+        return "exact"
+    return f"plateau at {row['final']:.1e}"
+
+
+def fedavg_prediction(problem_spec: str, participation: str, work: str, lr: float, *, rounds: int,
+                      local_steps: int = WORK_LOCAL_STEPS, seed: int = 0) -> dict:
+    """FedAvg's predicted limit x_w (the fixed point of its expected round, matrix/bias.py) and its
+    measured limit: the server model averaged over the second half of a ``rounds``-round run
+    (longer than the tuning runs: the average's noise shrinks like 1/sqrt(rounds)).
+    Distances relative to ||x*|| ("predicted", "measured") and ||x_bar - x_w|| / ||x_w - x*||
+    ("mismatch", with the batch-means standard error of the average on the same scale)."""
+    from ..algorithms.fedavg import FedAvg
+    from ..matrix import bias
+    from ..participation import make_participation
+    from ..problems import make_problem
+    from ..work import make_work, step_law
+
+    problem = make_problem(problem_spec)
+    n = problem.num_clients
+    process = make_participation(participation, n, seed=seed)
+    process_work = make_work(work, n, local_steps, seed=seed)
+    quad = bias.client_quadratics(problem)
+    predicted = bias.fedavg_work_limit(quad, bias.participation_weights(process).q, lr,
+                                       step_law(process_work).probabilities)
+    steps = None if process_work.fixed else process_work.table(rounds)
+    trajectory = bias.server_trajectory(FedAvg(lr=lr, local_steps=local_steps), problem, process.mask(rounds),
+                                        seed, steps)
+    window = trajectory[rounds // 2:]
+    measured = window.mean(0)
+    x_star = problem.x_star
+    scale, gap = float(x_star.norm()), float((predicted - x_star).norm())
+    return {"predicted": gap / scale, "measured": float((measured - x_star).norm()) / scale,
+            "mismatch": float((measured - predicted).norm()) / gap,
+            "standard_error": bias.batch_standard_error(window) / gap}
+
+
+def exactness_under_work(
+    problems: dict[str, str] = WORK_PROBLEMS, works: dict[str, str] = WORK_PROCESSES,
+    participations: dict[str, str] = WORK_PARTICIPATION, algorithms: Sequence[str] | None = None, *,
+    rounds: int = 1000, local_steps: int = WORK_LOCAL_STEPS, grids: dict[str, Sequence[float]] = WORK_GRIDS,
+    eval_every: int = 10, predict_rounds: int | None = None,
+) -> list[dict]:
+    """Every (problem, work, participation, algorithm) at its tuned step (the rule of ``focusfl
+    tune`` on the problem's grid): the outcome, its verdict and the best run's curve; FedAvg's rows
+    on quadratic problems add its predicted and measured limit (:func:`fedavg_prediction`, over
+    ``predict_rounds`` rounds, default 5 x ``rounds``; 0: not measured)."""
+    predict_rounds = 5 * rounds if predict_rounds is None else predict_rounds
+    algorithms = partial_work_algorithms() if algorithms is None else tuple(algorithms)
+    rows = []
+    for problem_label, problem in problems.items():
+        for work_label, work in works.items():
+            for part_label, participation in participations.items():
+                setup = TuneSetup(problem=problem, participation=participation, rounds=rounds,
+                                  local_steps=local_steps, target=TARGET, eval_every=eval_every)
+                for algorithm in algorithms:
+                    best = pick_best(work_trial(algorithm, lr, setup, work) for lr in grids[problem_label])
+                    row = {"problem": problem_label, "work": work_label, "participation": part_label,
+                           "algorithm": algorithm, **outcome_row(best), "curve": best["curve"]}
+                    row["verdict"] = work_verdict(row)
+                    if (predict_rounds and algorithm == "fedavg" and problem.startswith("ridge")
+                            and row["verdict"] != "diverged"):
+                        row["prediction"] = fedavg_prediction(problem, participation, work, best["lr"],
+                                                              rounds=predict_rounds, local_steps=local_steps)
+                    rows.append(row)
+    return rows
 
 
 def as_table(rows: Sequence[dict], row_key: str, column_key: str, cell=format_outcome) -> tuple[list, list, dict]:

@@ -5,7 +5,7 @@
 - :mod:`.sequences`: the time-varying sequences R_k, A_k, C_k, D_k, W_k of FedAvg, FOCUS and
   push-sum for any participation mask (index conventions in its docstring).
 - :mod:`.engines`: matrix-form FedAvg, FOCUS and push-sum: single-index recursions on
-  (N+1) x d stacks that reproduce the per-client algorithms.
+  (N+1) x d stacks that reproduce the per-client algorithms, also with per-client step counts.
 - :mod:`.bias`: q_i, E[matrices], the participation-weighted target and delta_q^2.
 - :mod:`.pictures`: the paper's Figures 1-3 (matplotlib, imported lazily).
 
@@ -29,6 +29,7 @@ from .engines import (
     pushsum_matrix,
     pushsum_tracking_matrix,
     run_matrix_form,
+    work_steps,
 )
 from .sequences import fedavg_mixing_sequence, fedavg_sequence, focus_sequence, pushsum_sequence
 from .stochastic import (
@@ -59,4 +60,5 @@ __all__ = [
     "is_doubly_stochastic", "is_row_stochastic", "local_update_mask", "nodes_from_mask",
     "participation_weights", "pull_matrix", "push_matrix", "pushsum_matrix", "pushsum_sequence",
     "pushsum_tracking_matrix", "run_matrix_form", "sampling_bias", "stochasticity", "weighted_target",
+    "work_steps",
 ]

@@ -12,6 +12,19 @@ FOCUS paper, Assumption 1, eq. (5), appendix D (Theorem 3):
   x_q - x* = -(sum_i q_i H_i)^{-1} sum_i q_i grad f_i(x*).
 Eq. (5) writes q_i in the first column of E[R(S)]; the expectation of the indicator there is p_i,
 which is what :func:`expected_matrices` returns.
+
+Unequal work (client i takes tau_i <= tau local steps, drawn by a work process): on a quadratic,
+tau local GD steps are affine, z_i = x - P_i(tau_i) (H_i x - b_i) with the gain
+P_i(t) = eta sum_{s<t} (I - eta H_i)^s. FedAvg's round is x+ = x - gamma sum_{i in S} w_i
+P_i(tau_i) (H_i x - b_i); with participation independent of work its expectation is
+    E[x+ - x] = -gamma sum_i q_i G_i (H_i x - b_i),   G_i = E[P_i(tau_i)] = sum_t P(tau_i = t) P_i(t),
+and the fixed point of the expected round map is x_w = (sum_i q_i G_i H_i)^{-1} sum_i q_i G_i b_i
+(:func:`fedavg_work_limit`). When (S_r, tau_r) are drawn afresh every round (bernoulli, uniform,
+rates) the mean of FedAvg's stationary iterate is exactly x_w, because x_r is independent of round
+r's draw; Markov processes correlate them and x_w is then an approximation. For small eta,
+G_i -> eta E[tau_i] I and x_w -> argmin sum_i q_i E[tau_i] f_i, the step-weighted target
+(Wang et al., 2020). FedNova divides each update by tau_i and multiplies the average by
+tau_eff; for small eta and counts drawn alike for every client it aims at argmin sum_i q_i f_i.
 """
 from __future__ import annotations
 
@@ -22,7 +35,9 @@ import numpy as np
 import torch
 
 from ..algorithms.fedavg import FedAvg
+from ..algorithms.fednova import FedNova
 from ..algorithms.focus import Focus
+from ..engine.reference import reference_round
 from ..engine.simulate import active_sets
 from ..engine.vectorized import vectorized_round
 from ..errors import ConfigError
@@ -253,33 +268,121 @@ def _weighted_hessian(quad: Quadratic, q) -> torch.Tensor:
 
 
 # -- limit points -------------------------------------------------------------------------------
+# -- unequal work -------------------------------------------------------------------------------
+def local_gains(quad: Quadratic, lr: float, local_steps: int) -> torch.Tensor:
+    """P_i(t) = eta sum_{s<t} (I - eta H_i)^s for t = 1..tau: [N, tau, d, d] (z_i = x - P_i(t) grad f_i(x))."""
+    n, d = quad.linear.shape
+    eye = torch.eye(d, dtype=quad.hessians.dtype, device=quad.hessians.device).expand(n, d, d)
+    contraction = eye - lr * quad.hessians
+    power, total, gains = eye.clone(), torch.zeros_like(quad.hessians), []
+    for _ in range(local_steps):
+        total = total + lr * power
+        gains.append(total)
+        power = power @ contraction
+    return torch.stack(gains, dim=1)
+
+
+def expected_gains(quad: Quadratic, lr: float, law: np.ndarray) -> torch.Tensor:
+    """G_i = E[P_i(tau_i)] = sum_t P(tau_i = t) P_i(t), [N, d, d]; ``law`` [N, tau] from focusfl.work.step_law."""
+    law_t = torch.as_tensor(np.asarray(law), dtype=quad.hessians.dtype, device=quad.hessians.device)
+    return torch.einsum("it,itde->ide", law_t, local_gains(quad, lr, law_t.shape[1]))
+
+
+def expected_round_fixed_point(quad: Quadratic, gains: torch.Tensor) -> torch.Tensor:
+    """The x with sum_i K_i (H_i x - b_i) = 0: the fixed point of the expected round map
+    E[x+] = x - sum_i K_i grad f_i(x) of an algorithm whose expected per-client gain is K_i [N, d, d]."""
+    lhs = (gains @ quad.hessians).sum(0)
+    rhs = (gains @ quad.linear[:, :, None]).sum(0)[:, 0]
+    return torch.linalg.solve(lhs, rhs)
+
+
+def fedavg_work_limit(quad: Quadratic, q, lr: float, law: np.ndarray) -> torch.Tensor:
+    """x_w: the fixed point of FedAvg's expected round map, sum_i q_i G_i (H_i x - b_i) = 0 (module
+    docstring); ``q`` its expected averaging weights, ``law`` [N, tau] the step-count law."""
+    qt = torch.as_tensor(np.asarray(q), dtype=quad.hessians.dtype, device=quad.hessians.device)
+    return expected_round_fixed_point(quad, qt[:, None, None] * expected_gains(quad, lr, law))
+
+
+def fednova_work_limit(quad: Quadratic, lr: float, mask: np.ndarray, steps) -> torch.Tensor:
+    """FedNova's (weighting "active") expected-round fixed point, estimated over the rounds of
+    ``mask`` [R, N] and ``steps`` [R, N]: its gain is K_i = E[tau_eff w_i 1{i in S} P_i(tau_i) / tau_i]
+    with w_i = 1/|S| and tau_eff = mean_{j in S} tau_j, which couples every client's count, so the
+    expectation is the average over the sampled rounds (Monte Carlo; exact for deterministic ones)."""
+    dtype, device = quad.hessians.dtype, quad.hessians.device
+    active = torch.as_tensor(np.asarray(mask), dtype=dtype, device=device)
+    counts = torch.as_tensor(np.asarray(steps), device=device).to(torch.int64).clamp(min=1)
+    weights = active / active.sum(1, keepdim=True).clamp(min=1.0)
+    tau_eff = (weights * counts.to(dtype)).sum(1, keepdim=True)
+    coefficient = weights * tau_eff / counts.to(dtype)  # 0 for absent clients
+    tau = int(counts.max())
+    by_count = torch.stack([(coefficient * (counts == t)).mean(0) for t in range(1, tau + 1)], dim=1)
+    return expected_round_fixed_point(quad, torch.einsum("it,itde->ide", by_count, local_gains(quad, lr, tau)))
+
+
+def step_weighted_target(quad: Quadratic, q, mean_steps) -> torch.Tensor:
+    """argmin sum_i q_i E[tau_i] f_i: FedAvg's limit under unequal work as eta -> 0."""
+    return weighted_target(quad, np.asarray(q) * np.asarray(mean_steps))
+
+
 class LimitPoints(NamedTuple):
     fedavg_average: torch.Tensor  # FedAvg's server model averaged over rounds average_from..R
     fedavg_last: torch.Tensor
     focus_last: torch.Tensor
+    fednova_average: torch.Tensor | None = None  # FedNova's, when asked (limit_points(fednova_lr=...))
+    fedavg_error: float = math.nan  # standard error of fedavg_average (batch means)
+    fednova_error: float = math.nan
 
 
-def server_trajectory(algorithm, problem: Problem, mask: np.ndarray, seed: int = 0) -> torch.Tensor:
-    """Server models x_0..x_R [R+1, d] of the per-client algorithm (vectorized engine)."""
+# Batches of the averaged window whose means estimate the average's standard error.
+BATCHES = 10
+
+
+def batch_standard_error(models: torch.Tensor, batches: int = BATCHES) -> float:
+    """|| standard error || of the mean of ``models`` [T, d], from the spread of ``batches``
+    consecutive batch means (they are nearly independent when a batch is long against the
+    iterate's correlation time; shorter batches understate it); nan for fewer rows than batches."""
+    if models.shape[0] < batches:
+        return math.nan
+    usable = models[: models.shape[0] // batches * batches]
+    means = usable.reshape(batches, -1, models.shape[1]).mean(1)
+    return float(torch.linalg.vector_norm(means.std(0)) / math.sqrt(batches))
+
+
+def server_trajectory(
+    algorithm, problem: Problem, mask: np.ndarray, seed: int = 0, steps=None, engine: str = "vectorized"
+) -> torch.Tensor:
+    """Server models x_0..x_R [R+1, d] of the per-client algorithm (vectorized or reference
+    engine); ``steps`` [R, N]: per-client step counts (a work process's table), None: tau."""
+    round_ = {"vectorized": vectorized_round, "reference": reference_round}[engine]
     algorithm = algorithm.prepare(problem, None)
     state = algorithm.init(problem.initial_point(), problem.num_clients)
     models = [algorithm.model(state)]
+    table = None if steps is None else torch.as_tensor(steps, dtype=torch.int64)
     for r, active in enumerate(active_sets(mask, problem.device)):
-        state = vectorized_round(algorithm, state, problem, active, r, seed)
+        counts = None if table is None else table[r].to(active.device).index_select(0, active)
+        state = round_(algorithm, state, problem, active, r, seed, steps=counts)
         models.append(algorithm.model(state))
     return torch.stack(models)
 
 
 def limit_points(
     problem: Problem, process, *, rounds: int, fedavg_lr: float, focus_lr: float,
-    local_steps: int = 1, seed: int = 0, average_from: int | None = None,
+    local_steps: int = 1, seed: int = 0, average_from: int | None = None, work=None,
+    fednova_lr: float | None = None,
 ) -> LimitPoints:
-    """FedAvg and FOCUS run for ``rounds`` rounds on the same participation sequence; FedAvg's
-    iterate is averaged over rounds ``average_from``..``rounds`` (default: the second half)."""
+    """FedAvg and FOCUS (and FedNova with ``fednova_lr``) run for ``rounds`` rounds on the same
+    participation sequence and step counts (``work``: a work process, None: tau); FedAvg's and
+    FedNova's iterates are averaged over rounds ``average_from``..``rounds`` (default: the second half)."""
     start = rounds // 2 if average_from is None else average_from
     if not 0 <= start <= rounds:
         raise ConfigError(f"the average must start within 0..{rounds}, got {start}")
     mask = process.mask(rounds)
-    fedavg = server_trajectory(FedAvg(lr=fedavg_lr, local_steps=local_steps), problem, mask, seed)
-    focus = server_trajectory(Focus(lr=focus_lr, local_steps=local_steps), problem, mask, seed)
-    return LimitPoints(fedavg[start:].mean(0), fedavg[-1], focus[-1])
+    steps = None if work is None or work.fixed else work.table(rounds)
+    fedavg = server_trajectory(FedAvg(lr=fedavg_lr, local_steps=local_steps), problem, mask, seed, steps)
+    focus = server_trajectory(Focus(lr=focus_lr, local_steps=local_steps), problem, mask, seed, steps)
+    fednova, fednova_error = None, math.nan
+    if fednova_lr is not None:
+        trajectory = server_trajectory(FedNova(lr=fednova_lr, local_steps=local_steps), problem, mask, seed, steps)
+        fednova, fednova_error = trajectory[start:].mean(0), batch_standard_error(trajectory[start:])
+    return LimitPoints(fedavg[start:].mean(0), fedavg[-1], focus[-1], fednova,
+                       batch_standard_error(fedavg[start:]), fednova_error)

@@ -22,6 +22,12 @@ Push-sum tracking:   u_{k+1} = C_k (u_k - eta D_k y_k);  w_{k+1} = C_k w_k;  x =
                      next (the gradient at the point after the last local step is deferred to
                      the client's next participation, like FOCUS's g_prev); y_0 = g_0 = 0.
 
+Per-client step counts (``steps`` [R, N], from a work process: :func:`work_steps`): client i
+steps at iterations t < tau_{i,r} of round r only (sequences.py). The recursions above are
+unchanged; D_k switches on the live clients L_k, and only they get a fresh gradient (FOCUS: a
+client that has stopped keeps its stored g, exactly like the per-client g_prev). FedAvg's eq. (8)
+lets absent clients compute virtually and stops the finished active ones.
+
 Only constant step sizes: the per-client engines' lr_scale schedules have no single-index form
 here (FOCUS's server step would belong to the previous round's schedule).
 """
@@ -32,6 +38,7 @@ from typing import Any, Callable, NamedTuple
 import torch
 
 from ..algorithms.fedavg import FedAvg
+from ..algorithms.fednova import FedNova
 from ..algorithms.focus import Focus
 from ..algorithms.pushsum import PushSum
 from ..algorithms.pushsum_tracking import PushSumTracking
@@ -96,20 +103,27 @@ def _start(problem: Problem, mask, x0) -> tuple[Any, torch.Tensor]:
     return m, x0
 
 
+def work_steps(work, rounds: int) -> torch.Tensor | None:
+    """The [R, N] step-count table of a work process for the matrix engines (None: fixed)."""
+    return None if work is None or work.fixed else work.table(rounds)
+
+
 def fedavg_matrix(
     problem: Problem, mask, *, lr: float, local_steps: int = 1, server_lr: float = 1.0,
     weighting: str = "active", p=None, seed: int = 0, x0: torch.Tensor | None = None,
-    observer: Observer | None = None,
+    observer: Observer | None = None, steps=None, normalized: bool = False,
 ) -> MatrixRun:
-    """FedAvg as eq. (6): pull, local update, average, over the sequence of eq. (7)."""
+    """FedAvg as eq. (6): pull, local update, average, over the sequence of eq. (7).
+    ``normalized``: FedNova (A_k's server row reweighted by tau_eff / tau_i, sequences.py)."""
     m, x0 = _start(problem, mask, x0)
     x = _stack(x0, problem.num_clients)
     servers = [x[0]]
     for it in fedavg_sequence(
-        m, local_steps, server_lr=server_lr, weighting=weighting, p=p, dtype=x.dtype, device=x.device
+        m, local_steps, server_lr=server_lr, weighting=weighting, p=p, steps=steps, normalized=normalized,
+        dtype=x.dtype, device=x.device
     ):
         y = it.R @ x
-        grads = gradient_rows(problem, y, it.nodes, seed=seed, round_=it.round, step=it.t)
+        grads = gradient_rows(problem, y, it.live, seed=seed, round_=it.round, step=it.t)
         y_plus = y - lr * (it.D @ grads)
         x = it.A @ y_plus
         if observer is not None:
@@ -121,17 +135,18 @@ def fedavg_matrix(
 
 def fedavg_mixing(
     problem: Problem, mask, *, lr: float, local_steps: int = 1, seed: int = 0,
-    x0: torch.Tensor | None = None, observer: Observer | None = None,
+    x0: torch.Tensor | None = None, observer: Observer | None = None, steps=None,
 ) -> MatrixRun:
-    """FedAvg as eq. (8): every client steps (absent ones virtually), W_k mixes at round ends."""
+    """FedAvg as eq. (8): every client steps (absent ones virtually, finished ones not), W_k
+    mixes at round ends: x_{k+1} = W_k (x_k - eta D_k grad f(x_k))."""
     m, x0 = _start(problem, mask, x0)
     n = problem.num_clients
     x = _stack(x0, n)
     servers = [x[0]]
     everyone = list(range(1, n + 1))
-    for it in fedavg_mixing_sequence(m, local_steps, dtype=x.dtype, device=x.device):
+    for it in fedavg_mixing_sequence(m, local_steps, steps=steps, dtype=x.dtype, device=x.device):
         grads = gradient_rows(problem, x, everyone, seed=seed, round_=it.round, step=it.t)
-        x = it.W @ (x - lr * grads)
+        x = it.W @ (x - lr * (it.D @ grads))
         if observer is not None:
             observer(IterationView(it, x, None, None, None))
         if it.t == local_steps - 1:
@@ -141,7 +156,7 @@ def fedavg_mixing(
 
 def focus_matrix(
     problem: Problem, mask, *, lr: float, local_steps: int = 1, skip_empty: bool = False,
-    seed: int = 0, x0: torch.Tensor | None = None, observer: Observer | None = None,
+    seed: int = 0, x0: torch.Tensor | None = None, observer: Observer | None = None, steps=None,
 ) -> MatrixRun:
     """FOCUS as eqs. (13)-(14) with y_0 = grad f(x_0); see the module docstring for the readout."""
     m, x0 = _start(problem, mask, x0)
@@ -150,22 +165,23 @@ def focus_matrix(
     clients = list(range(1, n + 1))
     grads = gradient_rows(problem, x, clients, seed=seed, round_=0, step=0)
     y = grads.clone()
-    steps = focus_server_steps(m, skip_empty)
+    server_steps = focus_server_steps(m, skip_empty)
     servers = []
-    for it in focus_sequence(m, local_steps, skip_empty=skip_empty, dtype=x.dtype, device=x.device):
+    for it in focus_sequence(m, local_steps, skip_empty=skip_empty, steps=steps, dtype=x.dtype, device=x.device):
         if it.t == 0:
-            servers.append(x[0] - lr * float(steps[it.round]) * y[0])
+            servers.append(x[0] - lr * float(server_steps[it.round]) * y[0])
         x_next = it.R @ (x - lr * (it.D @ y))
-        # Only the rows of S_r moved (the server's f_0 = 0), so only they get a new gradient.
-        fresh = gradient_rows(problem, x_next, it.nodes, seed=seed, round_=it.round, step=it.t)
+        # Only the live rows L_k moved (the server's f_0 = 0; R_k puts S_r = L_k at t = 0), so
+        # only they get a new gradient; a finished client keeps its stored one.
+        fresh = gradient_rows(problem, x_next, it.live, seed=seed, round_=it.round, step=it.t)
         moved = torch.zeros(n + 1, dtype=torch.bool, device=x.device)
-        moved[it.nodes] = True
+        moved[it.live] = True
         grads_next = torch.where(moved[:, None], fresh, grads)
         y = it.C @ (y + grads_next - grads)
         x, grads = x_next, grads_next
         if observer is not None:
             observer(IterationView(it, x, y, grads, None))
-    servers.append(x[0] - lr * float(steps[m.shape[0]]) * y[0])
+    servers.append(x[0] - lr * float(server_steps[m.shape[0]]) * y[0])
     return MatrixRun(torch.stack(servers), x, y, None)
 
 
@@ -227,15 +243,21 @@ def pushsum_tracking_matrix(
 
 
 def run_matrix_form(
-    algorithm, problem: Problem, mask, *, seed: int = 0, observer: Observer | None = None
+    algorithm, problem: Problem, mask, *, seed: int = 0, observer: Observer | None = None, steps=None
 ) -> MatrixRun:
-    """The matrix form of a registered algorithm object (FedAvg, FOCUS, push-sum variants)."""
+    """The matrix form of a registered algorithm object (FedAvg and its weightings, FedNova, FOCUS,
+    push-sum variants); ``steps`` [R, N]: per-client step counts (FedAvg, FedNova, FOCUS only)."""
     common = dict(lr=algorithm.lr, local_steps=algorithm.local_steps, seed=seed, observer=observer)
+    if steps is not None and not isinstance(algorithm, (FedAvg, Focus)):
+        raise ConfigError(f"the matrix form of {algorithm.name!r} has no per-client step counts (have: fedavg, fednova, focus)")
+    if steps is not None:
+        common["steps"] = steps
     if isinstance(algorithm, FedAvg):
         if algorithm.weighting == "known_p" and algorithm.p is None:
             raise ConfigError("fedavg: the matrix form of weighting=known_p needs p given explicitly")
         return fedavg_matrix(
-            problem, mask, server_lr=algorithm.server_lr, weighting=algorithm.weighting, p=algorithm.p, **common
+            problem, mask, server_lr=algorithm.server_lr, weighting=algorithm.weighting, p=algorithm.p,
+            normalized=isinstance(algorithm, FedNova), **common
         )
     if isinstance(algorithm, Focus):
         return focus_matrix(problem, mask, skip_empty=algorithm.skip_empty, **common)
@@ -245,4 +267,4 @@ def run_matrix_form(
     if isinstance(algorithm, PushSum):
         share = algorithm.pull / problem.num_clients
         return pushsum_matrix(problem, mask, share=share, fraction=algorithm.push, **common)
-    raise ConfigError(f"no matrix form for algorithm {algorithm.name!r} (have: fedavg, focus, pushsum, pushsum_tracking)")
+    raise ConfigError(f"no matrix form for algorithm {algorithm.name!r} (have: fedavg, fednova, focus, pushsum, pushsum_tracking)")

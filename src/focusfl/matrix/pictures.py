@@ -11,6 +11,10 @@ matrix. The panel's label ("row stochastic", ...) is computed from the matrix by
   at t = tau - 1.
 - Figure 3: one FOCUS round: pull x with R(S) at t = 0 (the server steps: D[0, 0] = 1), local
   (x, y) updates D(S), push y with the column-stochastic C(S) at t = tau - 1.
+- Per-client step counts (``focusfl matrices --steps``, docs/work.md): one FedAvg round whose
+  clients take tau_i <= tau steps: R(S), then D_k = D(L_k) for each stretch of iterations with the
+  same live set L_k = {i in S : t < tau_i} (finished clients grey: they wait), then A(S). FOCUS
+  has the same D_k (with the server's step at t = 0) and C(S) closing the round.
 """
 from __future__ import annotations
 
@@ -52,6 +56,7 @@ class Panel(NamedTuple):
     dashed: bool = False  # draw server-client links dashed (no communication)
     server_active: bool = False  # highlight the server as computing
     caption: str | None = None  # what the matrix is, when "stochastic or not" is not the point
+    highlight: tuple[int, ...] | None = None  # nodes drawn as computing (None: the figure's S)
 
 
 def _pyplot():
@@ -126,7 +131,8 @@ def render(panels: Sequence[Panel], active: Sequence[int], suptitle: str, paths:
     plt = _pyplot()
     fig, axes = plt.subplots(2, len(panels), figsize=(3.3 * len(panels), 6.6), squeeze=False)
     for col, panel in enumerate(panels):
-        draw_graph(axes[0][col], panel.matrix, active, dashed=panel.dashed, server_active=panel.server_active)
+        shown = active if panel.highlight is None else panel.highlight
+        draw_graph(axes[0][col], panel.matrix, shown, dashed=panel.dashed, server_active=panel.server_active)
         axes[0][col].set_title(panel.title, fontsize=10)
         draw_matrix(axes[1][col], panel.matrix, panel.name, panel.caption)
     fig.suptitle(suptitle, fontsize=11)
@@ -171,6 +177,46 @@ def figure3_panels(active: Sequence[int], num_clients: int) -> list[Panel]:
         Panel("Push gradients y (column style)\nk = r tau + tau - 1", _np(push_matrix(nodes, num_clients)),
               "C_k = C(S)"),
     ]
+
+
+def live_stretches(steps: Sequence[int]) -> list[tuple[int, int, int]]:
+    """(first t, last t, how many of the active clients still step) for each stretch of a round's
+    iterations t = 0..tau-1 (tau = max(steps)) with the same live set."""
+    tau = max(steps)
+    bounds = sorted({0, *(c for c in steps if c < tau)})
+    return [(lo, hi - 1, sum(c > lo for c in steps)) for lo, hi in zip(bounds, [*bounds[1:], tau])]
+
+
+def work_panels(active: Sequence[int], num_clients: int, steps: Sequence[int]) -> list[Panel]:
+    """One FedAvg round where active client k takes steps[k] of tau = max(steps) local steps."""
+    nodes = active_nodes(active, num_clients)
+    if len(steps) != len(nodes) or any(isinstance(c, bool) or int(c) != c or c < 1 for c in steps):
+        raise ConfigError(f"--steps needs one count >= 1 per active client ({len(nodes)}), got {list(steps)}")
+    tau = max(steps)
+    panels = [Panel("Pull model\nk = r tau (t = 0)", _np(pull_matrix(nodes, num_clients)), "R_k = R(S)")]
+    for lo, hi, _ in live_stretches(steps):
+        live = tuple(i for i, c in zip(nodes, steps) if c > lo)
+        when = f"t = {lo}" if lo == hi else f"t = {lo}..{hi}"
+        waiting = [i for i in nodes if i not in live]
+        title = f"Local update, {when}" + (f"\n{', '.join(map(str, waiting))} finished: waits" if waiting else "\nall of S")
+        panels.append(Panel(title, _np(local_update_mask(live, num_clients)), "D_k = D(L_k)", dashed=True,
+                            caption="live clients only", highlight=live))
+    panels.append(Panel(f"Push model (row style)\nk = r tau + {tau - 1}", _np(average_matrix(nodes, num_clients)),
+                        "A_k = A(S)"))
+    return panels
+
+
+WORK_FIGURE = "figure4_short_clients"
+
+
+def render_work(folder: Path, active: Sequence[int], num_clients: int, steps: Sequence[int]) -> list[Path]:
+    """The per-client step-count figure as PNG and PDF in ``folder``; returns the files written."""
+    nodes = active_nodes(active, num_clients)
+    counts = ", ".join(f"tau_{i} = {c}" for i, c in zip(nodes, steps))
+    paths = [folder / f"{WORK_FIGURE}.png", folder / f"{WORK_FIGURE}.pdf"]
+    render(work_panels(nodes, num_clients, steps), nodes,
+           f"One FedAvg round with per-client step counts ({counts}); FOCUS: the same D_k, C(S) at the end", paths)
+    return paths
 
 
 FIGURES = {

@@ -12,6 +12,7 @@ from ..errors import ConfigError
 from ..spec import parse_spec, take_params
 from .base import WorkProcess
 from .processes import FixedWork, MarkovWork, RatesWork, UniformWork
+from .statistics import StepLaw, step_law
 from .trace import TraceWork
 
 WORK: dict[str, type[WorkProcess]] = {cls.name: cls for cls in (FixedWork, UniformWork, RatesWork, MarkovWork,
@@ -33,4 +34,4 @@ def make_work(spec: str | dict, num_clients: int, local_steps: int, seed: int = 
     return cls(num_clients, local_steps, seed, **params)
 
 
-__all__ = ["WORK", "WorkProcess", "available_work", "make_work", *(cls.__name__ for cls in WORK.values())]
+__all__ = ["WORK", "StepLaw", "WorkProcess", "available_work", "make_work", "step_law", *(cls.__name__ for cls in WORK.values())]
