@@ -28,6 +28,11 @@ RIDGE_SGD = RIDGE + ",batch=4"
 TAU = 4
 PARTIAL = [name for name, cls in ALGORITHMS.items() if cls.partial_work]
 TRACKING = [name for name, cls in ALGORITHMS.items() if cls.tracking is not None]
+# Variants whose client round takes another path: ProxSkip's adaptations and pull, MIFA's notebook rule.
+VARIANTS = [(name, {}) for name in PARTIAL] + [
+    ("proxskip", {"partial": "plain"}), ("proxskip", {"partial": "deferred"}), ("proxskip", {"pull": True}),
+    ("mifa", {"notebook": True}), ("fedavg", {"weighting": "all", "server_lr": 0.5}),
+]
 WORKS = ["uniform", "rates", "rates:r=0.25;0.5;1;1;0.75;0.3", "markov:p=0.5,rho=0.5"]
 
 
@@ -135,14 +140,14 @@ def test_fixed_work_is_todays_run_byte_for_byte(name):
     assert [r["rel_error"] for r in today.rows] == [r["rel_error"] for r in fixed.rows]
 
 
-@pytest.mark.parametrize("name", PARTIAL)
-def test_counts_of_tau_match_no_counts_byte_for_byte(name):
+@pytest.mark.parametrize("name,hyper", VARIANTS, ids=[f"{n}{h or ''}" for n, h in VARIANTS])
+def test_counts_of_tau_match_no_counts_byte_for_byte(name, hyper):
     # rates:r=1 passes step counts (all tau), so the masked loop runs: it is written with the
     # classical loop's arithmetic, so a constant work process gives today's bytes (on CPU).
     problem = make_problem(RIDGE_SGD)
     process = make_participation("bernoulli:p=0.4", problem.num_clients, seed=3)
-    today = _run(name, problem, process, None)
-    full = _run(name, problem, process, make_work("rates:r=1", problem.num_clients, TAU, seed=3))
+    today = _run(name, problem, process, None, **hyper)
+    full = _run(name, problem, process, make_work("rates:r=1", problem.num_clients, TAU, seed=3), **hyper)
     _states_equal(today.state, full.state)
     assert today.rows == full.rows
 
@@ -160,12 +165,12 @@ def test_everyone_at_k_of_tau_steps_is_the_run_with_k_local_steps(name, k):
     _states_equal(short.state, classical.state, tol=1e-13)
 
 
-@pytest.mark.parametrize("name", PARTIAL)
-def test_a_short_client_is_the_client_run_alone_with_its_own_tau(name):
+@pytest.mark.parametrize("name,hyper", VARIANTS, ids=[f"{n}{h or ''}" for n, h in VARIANTS])
+def test_a_short_client_is_the_client_run_alone_with_its_own_tau(name, hyper):
     # The batched round with counts [1, 3, 2, 4] gives each client what the classical round
     # with local_steps = tau_i gives it alone.
     problem = make_problem(RIDGE_SGD)
-    algorithm = make_algorithm(name, lr=2e-3, local_steps=TAU).prepare(problem, make_participation("full", 6))
+    algorithm = make_algorithm(name, lr=2e-3, local_steps=TAU, **hyper).prepare(problem, make_participation("full", 6))
     state = algorithm.init(problem.initial_point(), problem.num_clients)
     # A round first, so that the client state (g_prev, c_i) is not zero.
     active = torch.arange(6)
@@ -186,18 +191,18 @@ def test_a_short_client_is_the_client_run_alone_with_its_own_tau(name):
             torch.testing.assert_close(batched[k : k + 1], single, rtol=1e-13, atol=1e-13)
 
 
-@pytest.mark.parametrize("name", PARTIAL)
+@pytest.mark.parametrize("name,hyper", VARIANTS, ids=[f"{n}{h or ''}" for n, h in VARIANTS])
 @pytest.mark.parametrize("spec", WORKS)
-def test_vectorized_matches_reference_under_work(name, spec, monkeypatch):
+def test_vectorized_matches_reference_under_work(name, hyper, spec, monkeypatch):
     problem = make_problem(RIDGE_SGD)
     process = make_participation("bernoulli:p=0.5", problem.num_clients, seed=3)
     work = make_work(spec, problem.num_clients, TAU, seed=4)
-    fast = _run(name, problem, process, work)
-    slow = _run(name, problem, process, work, engine="reference")
+    fast = _run(name, problem, process, work, **hyper)
+    slow = _run(name, problem, process, work, engine="reference", **hyper)
     _states_equal(fast.state, slow.state, tol=1e-12)
     # Chunks of clients (the CPU engine's cache blocking) split the counts with the clients.
     monkeypatch.setattr(type(problem), "client_chunk", property(lambda self: 2))
-    chunked = _run(name, problem, process, work)
+    chunked = _run(name, problem, process, work, **hyper)
     _states_equal(fast.state, chunked.state, tol=1e-12)
 
 
