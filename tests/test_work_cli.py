@@ -52,6 +52,9 @@ def test_sweep_work_axis_and_override(tmp_path):
     assert [(r["work"], r["algorithm"]) for r in summary] == [("uniform", "focus"), ("uniform", "fedavg"),
                                                               ("fixed", "focus"), ("fixed", "fedavg")]
     assert "uniform" in proc.stdout  # the printed summary has the work column
+    # focusfl plot reads the column back: configurations that differ in their work only stay apart.
+    proc = run_cli("plot", str(tmp_path / "axis"), "--out", str(tmp_path / "axis.png"))
+    assert proc.returncode == 0 and "4 runs in 4 configurations" in proc.stdout, proc.stdout + proc.stderr
     # --work replaces the file's axis; the copied experiment.toml says so and reruns the same grid.
     proc = run_cli("sweep", str(tmp_path / "e.toml"), "--work", "markov:slow=0.34", "--out", str(tmp_path / "over"))
     assert proc.returncode == 0, proc.stderr

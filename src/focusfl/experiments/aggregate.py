@@ -255,7 +255,8 @@ def use_log(series: Sequence[Series]) -> bool:
     return bool(values) and min(values) > 0 and max(values) / min(values) > 100
 
 
-def curve_labels(series: Sequence[Series], keys: Sequence[str] = ("lr", "local_steps", "rounds", "eval_every")) -> dict:
+def curve_labels(series: Sequence[Series],
+                 keys: Sequence[str] = ("work", "lr", "local_steps", "rounds", "eval_every")) -> dict:
     """A legend label per configuration: the algorithm and the axes that vary within a panel (an
     axis that changes only from panel to panel, such as a step size per participation process,
     is left out, so an algorithm keeps one label, colour and marker in every panel)."""
