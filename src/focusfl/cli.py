@@ -354,7 +354,8 @@ def _add_sweep(sub) -> None:
         "threads": "torch threads per worker (small runs are fastest so, and the results do not depend on "
                    "--workers; a thread count changes float rounding)",
         "work": "work SPEC of every run, replacing the file's 'work' axis: each active client's local steps per "
-                "round (fixed, uniform, 'rates:r=0.25;1;...', markov; docs/algorithms.md)"})
+                "round (fixed, uniform, 'rates:r=0.25;1;...', markov; docs/algorithms.md) (default: the file's "
+                "'work', else fixed)"})
     p.add_argument("--executor", choices=["local", "ray"], default="local",
                    help="local: this machine; ray: tasks on a Ray cluster (pip install '.[ray]' in a clone)")
     p.add_argument("--address", help="with --executor ray: the cluster's address (default: start a local Ray)")
