@@ -3,9 +3,10 @@
 A work process gives each active client its number of local steps tau_i,r in 1..tau. The
 checks: the processes' draws (range, keyed randomness, bad specs); a fixed process is today's
 run byte for byte; a batched round with step counts equals each client run alone with its own
-tau_i (the published meaning of a short client); vectorized == reference in float64; FOCUS's
-tracking invariant y = sum_i g_prev_i under every work process; FedNova == FedAvg when every
-tau_i is equal; algorithms without partial work refuse step counts.
+tau_i (the published meaning of a short client); vectorized == reference in float64; every
+tracking invariant (FOCUS's y = sum_i g_prev_i, FedSUM's v = sum_j c_j, ...) under every work
+process; FedNova == FedAvg when every tau_i is equal; ProxSkip's random_steps refuses step
+counts. Every algorithm of the registry honours step counts, so each check runs over all of them.
 """
 import dataclasses
 
@@ -13,6 +14,8 @@ import pytest
 import torch
 
 from focusfl.algorithms import ALGORITHMS, RoundContext, make_algorithm
+from focusfl.algorithms.fedsum_b import FedSumB
+from focusfl.algorithms.proxskip import ProxSkip
 from focusfl.engine import simulate
 from focusfl.engine.tree import gather_rows
 from focusfl.errors import ConfigError
@@ -24,13 +27,33 @@ RIDGE = "ridge:clients=6,samples=12,dim=5,hetero=0.5"
 RIDGE_SGD = RIDGE + ",batch=4"
 TAU = 4
 PARTIAL = [name for name, cls in ALGORITHMS.items() if cls.partial_work]
-REFUSING = [name for name, cls in ALGORITHMS.items() if not cls.partial_work]
+TRACKING = [name for name, cls in ALGORITHMS.items() if cls.tracking is not None]
+# Variants whose client round takes another path: ProxSkip's adaptations and pull, MIFA's notebook rule.
+VARIANTS = [(name, {}) for name in PARTIAL] + [
+    ("proxskip", {"partial": "plain"}), ("proxskip", {"partial": "deferred"}), ("proxskip", {"pull": True}),
+    ("mifa", {"notebook": True}), ("fedavg", {"weighting": "all", "server_lr": 0.5}),
+]
 WORKS = ["uniform", "rates", "rates:r=0.25;0.5;1;1;0.75;0.3", "markov:p=0.5,rho=0.5"]
 
 
 def _run(name, problem, participation, work, engine="vectorized", rounds=8, **hyper):
     algorithm = make_algorithm(name, lr=hyper.pop("lr", 2e-3), local_steps=TAU, **hyper)
     return simulate(algorithm, problem, participation, rounds, seed=3, engine=engine, work=work)
+
+
+def _alone(algorithm, k):
+    """The algorithm as a client that is asked for k steps only. Where the nominal tau enters
+    more than the loop count it is kept: the FedSUM family's server step gamma * eta * tau (and
+    FedSUM-CR's chat_i, which divides by it) and ProxSkip's p = 1/tau."""
+    if isinstance(algorithm, FedSumB):
+        return dataclasses.replace(algorithm, local_steps=k, server_lr=algorithm.server_lr * algorithm.local_steps / k)
+    if isinstance(algorithm, ProxSkip):
+        return _NominalP(**{**algorithm.hyperparameters(), "local_steps": k})
+    return dataclasses.replace(algorithm, local_steps=k)
+
+
+class _NominalP(ProxSkip):
+    p = property(lambda self: 1.0 / TAU)
 
 
 def _states_equal(a, b, tol=None):
@@ -43,8 +66,9 @@ def _states_equal(a, b, tol=None):
 
 
 # -- the processes ------------------------------------------------------------------------------
-def test_the_partial_algorithms_are_the_ones_this_issue_covers():
-    assert set(PARTIAL) == {"focus", "sg_focus", "fedavg", "fedavg_all", "fedavg_known_p", "scaffold", "fednova"}
+def test_every_algorithm_honours_step_counts():
+    assert PARTIAL == list(ALGORITHMS)
+    assert set(TRACKING) == {"focus", "sg_focus", "fedsum_b", "fedsum", "fedsum_cr"}
 
 
 @pytest.mark.parametrize("spec", ["fixed", *WORKS])
@@ -116,22 +140,37 @@ def test_fixed_work_is_todays_run_byte_for_byte(name):
     assert [r["rel_error"] for r in today.rows] == [r["rel_error"] for r in fixed.rows]
 
 
-@pytest.mark.parametrize("name", PARTIAL)
-def test_counts_of_tau_match_no_counts(name):
-    # The masked loop with every client at tau is the classical loop, to rounding.
+@pytest.mark.parametrize("name,hyper", VARIANTS, ids=[f"{n}{h or ''}" for n, h in VARIANTS])
+def test_counts_of_tau_match_no_counts_byte_for_byte(name, hyper):
+    # rates:r=1 passes step counts (all tau), so the masked loop runs: it is written with the
+    # classical loop's arithmetic, so a constant work process gives today's bytes (on CPU).
     problem = make_problem(RIDGE_SGD)
     process = make_participation("bernoulli:p=0.4", problem.num_clients, seed=3)
-    today = _run(name, problem, process, None)
-    full = _run(name, problem, process, make_work("rates:r=1", problem.num_clients, TAU, seed=3))
-    _states_equal(today.state, full.state, tol=1e-12)
+    today = _run(name, problem, process, None, **hyper)
+    full = _run(name, problem, process, make_work("rates:r=1", problem.num_clients, TAU, seed=3), **hyper)
+    _states_equal(today.state, full.state)
+    assert today.rows == full.rows
 
 
 @pytest.mark.parametrize("name", PARTIAL)
-def test_a_short_client_is_the_client_run_alone_with_its_own_tau(name):
+@pytest.mark.parametrize("k", [1, 3])
+def test_everyone_at_k_of_tau_steps_is_the_run_with_k_local_steps(name, k):
+    # All tau_i = k (rates r = k/tau) at local_steps = tau is the classical run with local_steps
+    # = k (with the nominal-tau parameters kept, _alone): whole runs, bernoulli participation.
+    problem = make_problem(RIDGE_SGD)
+    process = make_participation("bernoulli:p=0.5", problem.num_clients, seed=3)
+    short = _run(name, problem, process, make_work(f"rates:r={k / TAU}", problem.num_clients, TAU, seed=3))
+    algorithm = _alone(make_algorithm(name, lr=2e-3, local_steps=TAU), k)
+    classical = simulate(algorithm, problem, process, 8, seed=3, engine="vectorized")
+    _states_equal(short.state, classical.state, tol=1e-13)
+
+
+@pytest.mark.parametrize("name,hyper", VARIANTS, ids=[f"{n}{h or ''}" for n, h in VARIANTS])
+def test_a_short_client_is_the_client_run_alone_with_its_own_tau(name, hyper):
     # The batched round with counts [1, 3, 2, 4] gives each client what the classical round
     # with local_steps = tau_i gives it alone.
     problem = make_problem(RIDGE_SGD)
-    algorithm = make_algorithm(name, lr=2e-3, local_steps=TAU).prepare(problem, make_participation("full", 6))
+    algorithm = make_algorithm(name, lr=2e-3, local_steps=TAU, **hyper).prepare(problem, make_participation("full", 6))
     state = algorithm.init(problem.initial_point(), problem.num_clients)
     # A round first, so that the client state (g_prev, c_i) is not zero.
     active = torch.arange(6)
@@ -144,7 +183,7 @@ def test_a_short_client_is_the_client_run_alone_with_its_own_tau(name):
                                            problem.oracle(active, seed=3, round=1), ctx)
     for k in range(4):
         one = active[k : k + 1]
-        alone = dataclasses.replace(algorithm, local_steps=int(counts[k]))
+        alone = _alone(algorithm, int(counts[k]))
         one_rows, one_message = alone.client_round(
             state.server, gather_rows(state.clients, one), problem.oracle(one, seed=3, round=1),
             RoundContext(round=1, active=one, num_clients=6))
@@ -152,25 +191,25 @@ def test_a_short_client_is_the_client_run_alone_with_its_own_tau(name):
             torch.testing.assert_close(batched[k : k + 1], single, rtol=1e-13, atol=1e-13)
 
 
-@pytest.mark.parametrize("name", PARTIAL)
+@pytest.mark.parametrize("name,hyper", VARIANTS, ids=[f"{n}{h or ''}" for n, h in VARIANTS])
 @pytest.mark.parametrize("spec", WORKS)
-def test_vectorized_matches_reference_under_work(name, spec, monkeypatch):
+def test_vectorized_matches_reference_under_work(name, hyper, spec, monkeypatch):
     problem = make_problem(RIDGE_SGD)
     process = make_participation("bernoulli:p=0.5", problem.num_clients, seed=3)
     work = make_work(spec, problem.num_clients, TAU, seed=4)
-    fast = _run(name, problem, process, work)
-    slow = _run(name, problem, process, work, engine="reference")
+    fast = _run(name, problem, process, work, **hyper)
+    slow = _run(name, problem, process, work, engine="reference", **hyper)
     _states_equal(fast.state, slow.state, tol=1e-12)
     # Chunks of clients (the CPU engine's cache blocking) split the counts with the clients.
     monkeypatch.setattr(type(problem), "client_chunk", property(lambda self: 2))
-    chunked = _run(name, problem, process, work)
+    chunked = _run(name, problem, process, work, **hyper)
     _states_equal(fast.state, chunked.state, tol=1e-12)
 
 
-@pytest.mark.parametrize("name", ["focus", "sg_focus"])
+@pytest.mark.parametrize("name", TRACKING)
 @pytest.mark.parametrize("spec", WORKS)
 @pytest.mark.parametrize("participation", ["full", "bernoulli:p=0.3", "markov"])
-def test_focus_tracking_holds_under_every_work_process(name, spec, participation):
+def test_tracking_holds_under_every_work_process(name, spec, participation):
     problem = make_problem(RIDGE_SGD)
     process = make_participation(participation, problem.num_clients, seed=3)
     work = make_work(spec, problem.num_clients, TAU, seed=4)
@@ -213,15 +252,32 @@ def test_fednova_differs_from_fedavg_under_unequal_work():
     assert (nova.state.server.x - avg.state.server.x).abs().max() > 1e-8
 
 
-@pytest.mark.parametrize("name", REFUSING)
-def test_algorithms_without_partial_work_refuse_step_counts(name):
+def test_proxskip_random_steps_refuses_step_counts():
+    # Its coin draws every round's count already (check_work); every engine refuses, in one line.
     problem = make_problem(RIDGE)
     process = make_participation("full", problem.num_clients)
-    with pytest.raises(ConfigError, match=name) as info:
-        _run(name, problem, process, make_work("uniform", problem.num_clients, TAU))
-    assert "\n" not in str(info.value)
+    for engine in ("vectorized", "reference"):
+        with pytest.raises(ConfigError, match="proxskip: random_steps") as info:
+            _run("proxskip", problem, process, make_work("uniform", problem.num_clients, TAU), engine=engine,
+                 random_steps=True)
+        assert "\n" not in str(info.value)
     # ... and a fixed process is accepted: it is today's run.
-    _run(name, problem, process, make_work("fixed", problem.num_clients, TAU), rounds=1)
+    _run("proxskip", problem, process, make_work("fixed", problem.num_clients, TAU), rounds=1, random_steps=True)
+
+
+def test_pushsum_tracking_and_scaffold_invariants_under_work():
+    # Push-sum tracking: the network's total y (server + clients) is the sum of the clients'
+    # latest gradients; SCAFFOLD: c = mean_j c_j. Neither is a Tracking field (y is split
+    # between server and clients; c is a mean), so they are checked here.
+    problem = make_problem(RIDGE_SGD)
+    process = make_participation("bernoulli:p=0.3", problem.num_clients, seed=3)
+    for spec in WORKS:
+        work = make_work(spec, problem.num_clients, TAU, seed=4)
+        push = _run("pushsum_tracking", problem, process, work, lr=1e-3, rounds=12).state
+        torch.testing.assert_close(push.server.y + push.clients.y.sum(0), push.clients.g_prev.sum(0), rtol=0,
+                                   atol=1e-12)
+        scaffold = _run("scaffold", problem, process, work, lr=1e-3, rounds=12).state
+        torch.testing.assert_close(scaffold.server.c, scaffold.clients.c.mean(0), rtol=0, atol=1e-12)
 
 
 # -- the run configuration and `focusfl run --work` ---------------------------------------------
@@ -261,5 +317,6 @@ def test_run_cli_takes_work_and_refuses_bad_ones_in_one_line(tmp_path):
     for bad, says in (("uniform:x=1", "unknown key"), ("nope", "unknown work"), ("rates:r=0", "outside")):
         assert_one_line_error(run_cli("run", "--algorithm", "focus", "--work", bad, *small,
                                       "--out", str(tmp_path / "bad")), contains=says)
-    assert_one_line_error(run_cli("run", "--algorithm", "mifa", "--work", "uniform", *small,
-                                  "--out", str(tmp_path / "bad")), contains="mifa")
+    assert_one_line_error(run_cli("run", "--algorithm", "proxskip:random_steps=1", "--work", "uniform", *small,
+                                  "--out", str(tmp_path / "bad")), contains="random_steps")
+    assert not (tmp_path / "bad").exists()

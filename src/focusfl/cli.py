@@ -241,6 +241,55 @@ def _cmd_participation(args) -> int:
     return 0
 
 
+# -- work ----------------------------------------------------------------------------------------
+def _add_work(sub) -> None:
+    p = sub.add_parser("work", help="statistics (mean, min, max steps, short rounds) of a work process")
+    p.add_argument("spec", help="work SPEC, e.g. uniform, markov:p=0.3,slow=0.25 or 'rates:r=0.25;1;1;1'")
+    p.add_argument("--clients", type=positive_int, default=16)
+    p.add_argument("--local-steps", type=positive_int, default=5, help="local steps tau asked of every client")
+    p.add_argument("--rounds", type=positive_int, default=1000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--plot", help="write a step-count raster to this PNG, PDF or SVG file")
+    p.set_defaults(handler=_cmd_work)
+
+
+def _cmd_work(args) -> int:
+    from .errors import ConfigError
+    from .limits import check_allocation
+    from .work import make_work
+    from .work.statistics import summarize_work
+
+    process = make_work(args.spec, args.clients, args.local_steps, seed=args.seed)
+    if args.plot:
+        from .io.figures import check_figure_targets
+
+        if Path(args.plot).suffix.lower() not in (".png", ".pdf", ".svg"):
+            raise ConfigError(f"--plot must end in .png, .pdf or .svg, got {args.plot!r}")
+        check_figure_targets([args.plot], "--plot")  # before the work: never over a user's file
+    # The int64 table and its float64 copy.
+    check_allocation(args.rounds * args.clients * 16,
+                     f"work statistics of {args.rounds:,} rounds x {args.clients:,} clients", error=ConfigError)
+    table = process.table(args.rounds)
+    stats = summarize_work(table, args.local_steps)
+    print(f"{process.describe()['name']}: {args.clients} clients, tau {args.local_steps}, {args.rounds} rounds, "
+          f"seed {args.seed}")
+    print(f"mean steps {stats.mean_steps:.3f} of {args.local_steps}, short rounds {stats.mean_short:.3f}")
+    print(f"{'client':>6} {'mean steps':>11} {'min':>4} {'max':>4} {'short':>7}")
+    for i in range(args.clients):
+        print(f"{i:>6} {stats.mean[i]:>11.3f} {stats.min[i]:>4} {stats.max[i]:>4} {stats.short[i]:>7.3f}")
+    print(f"{'mean':>6} {stats.mean_steps:>11.3f} {sum(stats.min) / args.clients:>4.1f} "
+          f"{sum(stats.max) / args.clients:>4.1f} {stats.mean_short:>7.3f}")
+    if args.plot:
+        from .io.figures import figure_files
+        from .work.plots import plot_work
+
+        Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
+        with figure_files([args.plot], "--plot") as (scratch,):
+            plot_work(table, args.local_steps, scratch, title=args.spec)
+        print(f"wrote {args.plot}")
+    return 0
+
+
 # -- algorithms ----------------------------------------------------------------------------------
 def _add_algorithms(sub) -> None:
     p = sub.add_parser("algorithms", help="list the registered algorithms")
@@ -301,9 +350,12 @@ def _add_sweep(sub) -> None:
 
     # The run fields come from the experiment file (experiments/sweep.py's DEFAULTS); threads is
     # how each worker computes, recorded in every run's config.json.
-    add_run_options(p, ("threads",), helps={
+    add_run_options(p, ("threads", "work"), defaults={"work": None}, helps={
         "threads": "torch threads per worker (small runs are fastest so, and the results do not depend on "
-                   "--workers; a thread count changes float rounding)"})
+                   "--workers; a thread count changes float rounding)",
+        "work": "work SPEC of every run, replacing the file's 'work' axis: each active client's local steps per "
+                "round (fixed, uniform, 'rates:r=0.25;1;...', markov; docs/algorithms.md) (default: the file's "
+                "'work', else fixed)"})
     p.add_argument("--executor", choices=["local", "ray"], default="local",
                    help="local: this machine; ray: tasks on a Ray cluster (pip install '.[ray]' in a clone)")
     p.add_argument("--address", help="with --executor ray: the cluster's address (default: start a local Ray)")
@@ -321,7 +373,7 @@ def _add_sweep(sub) -> None:
 def _cmd_sweep(args) -> int:
     from .experiments.sweep import load_experiment, run_sweep
 
-    experiment = load_experiment(args.experiment)
+    experiment = load_experiment(args.experiment, work=args.work)
     out = Path(args.out or f"runs/{Path(args.experiment).stem}")
     report = run_sweep(experiment, out, workers=args.workers, threads=args.threads, executor=args.executor,
                        address=args.address, checkpoint_every=args.checkpoint_every, band=args.band,
@@ -351,12 +403,14 @@ def _print_summary(path: Path, limit: int = 24) -> None:
         return
     metric = rows[0]["metric"]
     final = f"final {metric} mean (min-max)"
-    print(f"{'participation':<22} {'algorithm':<24} {'lr':>9} {'seeds':>5} {final:>34}")
+    work = "work" in rows[0]  # a sweep with a work axis: its column beside participation
+    print(f"{'participation':<22} " + (f"{'work':<16} " if work else "")
+          + f"{'algorithm':<24} {'lr':>9} {'seeds':>5} {final:>34}")
     for row in rows[:limit]:
         span = f"{float(row[f'final_{metric}_mean']):.3e} ({float(row[f'final_{metric}_min']):.2e}-" \
                f"{float(row[f'final_{metric}_max']):.2e})"
-        print(f"{row['participation'][:22]:<22} {row['algorithm'][:24]:<24} {float(row['lr']):>9.3g} "
-              f"{row['seeds']:>5} {span:>34}")
+        print(f"{row['participation'][:22]:<22} " + (f"{row['work'][:16]:<16} " if work else "")
+              + f"{row['algorithm'][:24]:<24} {float(row['lr']):>9.3g} {row['seeds']:>5} {span:>34}")
     if len(rows) > limit:
         print(f"... {len(rows) - limit} more configurations in {path}")
 
@@ -477,6 +531,12 @@ def _command_texts() -> dict[str, tuple[str, str]]:
                                     "focusfl participation weighted:m=4 --rounds 2000 --plot raster.png",
                                     "focusfl participation 'bernoulli:p=0.1;0.5;0.9;0.2' --clients 4   "
                                     "# a list: quoted, a shell ends the command at ;")),
+        "work": ("Draw a work process and print each client's local steps per round: mean, min, max and the "
+                 "fraction of rounds cut short (fewer than --local-steps); the last row is the mean over the "
+                 "clients (docs/algorithms.md).",
+                 _examples("focusfl work uniform --clients 8 --local-steps 5",
+                           "focusfl work markov:p=0.3,rho=0.9,slow=0.2 --rounds 2000 --plot steps.png",
+                           "focusfl work 'rates:r=0.25;0.5;1;1' --clients 4   # quoted: a shell ends the command at ;")),
         "algorithms": ("List the registered algorithms with the vectors each sends per round and the memory "
                        "it keeps (docs/algorithms.md).", _examples("focusfl algorithms")),
         "tune": ("Grid-search the step size of one or more algorithms on one problem and participation "
@@ -541,6 +601,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(sub)
     _add_reproduce(sub)
     _add_participation(sub)
+    _add_work(sub)
     _add_algorithms(sub)
     _add_tune(sub)
     _add_sweep(sub)

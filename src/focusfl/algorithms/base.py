@@ -177,6 +177,11 @@ def max_steps(steps: torch.Tensor) -> int:
     return int(steps.max()) if steps.numel() else 0
 
 
+def per_row(counts: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """The step counts as ``[n, 1, ...]`` in ``like``'s dtype: what a per-client mean divides by."""
+    return counts.to(like.dtype).view(-1, *([1] * (like.dim() - 1)))
+
+
 def broadcast(vector: torch.Tensor, n: int) -> torch.Tensor:
     """The server vector [d] as a stack of n client copies [n, d] (a view, no copy)."""
     return vector.expand(n, *vector.shape)

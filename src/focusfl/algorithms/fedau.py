@@ -14,6 +14,12 @@ absent for ``cutoff`` rounds in a row (length = cutoff, and counting restarts), 
 the weights of clients that vanish. The server sees who came, so it keeps this bookkeeping
 itself, three numbers per client. Under full participation every interval is 1, omega = 1 and
 FedAU is FedAvg with the same gamma. An empty round leaves x unchanged.
+
+A short client (tau_i < tau steps, RoundContext.steps) takes its tau_i local SGD steps and
+pushes Delta_i = z_i - x_r, which the server weights by omega_i as any other update: the
+paper has no step counts, and FedAU only reweights FedAvg's updates for participation, so it
+treats work as FedAvg does (and inherits FedAvg's drift towards the step-weighted objective).
+omega_i counts participations only; how much a client did does not change its interval.
 """
 from __future__ import annotations
 
@@ -44,6 +50,7 @@ def active_mask(ctx: RoundContext, like: torch.Tensor) -> torch.Tensor:
 class FedAU(Algorithm):
     name = "fedau"
     summary = "FedAvg reweighted by online estimates of 1/p_i (mean participation interval)"
+    partial_work = True
 
     server_lr: float = 1.0
     cutoff: int = 50  # K in the paper: longest interval counted
@@ -59,7 +66,7 @@ class FedAU(Algorithm):
         return State(server, no_client_state(x0, num_clients))
 
     def client_round(self, server: FedAUServer, clients, oracle, ctx: RoundContext):
-        z = local_sgd(server.x, ctx.active.numel(), oracle, self.lr * ctx.lr_scale, self.local_steps)
+        z = local_sgd(server.x, ctx.active.numel(), oracle, self.lr * ctx.lr_scale, self.local_steps, ctx.steps)
         return clients, ModelDelta(delta=z - server.x)
 
     def weights(self, server: FedAUServer) -> torch.Tensor:

@@ -14,6 +14,11 @@ Only the active clients receive x_{t+1}, at the end of the round (client_finish)
 clients keep their stale copy and start from it when they return. Communication is one vector
 each way per participating client. Under full participation x_i = x_t and t - t_i = 1, so
 FedAWE is FedAvg with server step gamma.
+
+A short client (tau_i < tau steps, RoundContext.steps) takes its tau_i local SGD steps from
+x_i, so G_i = x_i - z is the sum of tau_i steps, and echoes it as any other update (the paper
+has no step counts; this is FedAvg's treatment of an update). The echo factor t - t_i counts
+missed ROUNDS, not missed steps, so a short client's innovation is not scaled up.
 """
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ from typing import NamedTuple
 
 import torch
 
-from .base import Algorithm, Communication, RoundContext, State
+from .base import Algorithm, Communication, RoundContext, State, live_mask, max_steps
 from .fedavg import ModelServer
 
 
@@ -39,6 +44,7 @@ class FedAWEMessage(NamedTuple):
 class FedAWE(Algorithm):
     name = "fedawe"
     summary = "clients echo their update once per missed round; stale clients restart from their copy"
+    partial_work = True
 
     server_lr: float = 1.0
 
@@ -61,8 +67,12 @@ class FedAWE(Algorithm):
     def client_round(self, server: ModelServer, clients: FedAWEClients, oracle, ctx: RoundContext):
         lr = self.lr * ctx.lr_scale
         z = clients.x
-        for step in range(self.local_steps):
-            z = z - lr * oracle(z, step)
+        if ctx.steps is None:
+            for step in range(self.local_steps):
+                z = z - lr * oracle(z, step)
+        else:  # client k stops after ctx.steps[k] steps: one batched loop, finished rows kept
+            for step in range(max_steps(ctx.steps)):
+                z = torch.where(live_mask(ctx.steps, step, z), z - lr * oracle(z, step), z)
         innovation = clients.x - z  # G_i
         missed = (ctx.round - clients.last_round).to(z.dtype)  # t - t_i >= 1
         echoed = clients.x - self.server_lr * missed[:, None] * innovation

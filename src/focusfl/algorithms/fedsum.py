@@ -16,6 +16,11 @@ Server:  v_{r+1} = v_r + sum_{i in S_r} Delta_i            (v = sum_j c_j at all
 The local model z is never sent: local steps only decide where the gradients are taken, and
 the correction v_r/N - c_i (the others' latest gradients minus one's own) removes client drift.
 Under full participation this is SCAFFOLD (option II) with global step gamma.
+
+A short client (K_i < K steps, RoundContext.steps) takes its K_i corrected steps and divides
+by its own count, c_i_new = acc / K_i, so that c_i stays its mean local gradient (as
+SCAFFOLD's option II does with tau_i; the paper has no step counts). The server is unchanged:
+its step gamma * eta * K uses the nominal K, and v = sum_j c_j still holds.
 """
 from __future__ import annotations
 
@@ -23,18 +28,27 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import Communication, RoundContext, broadcast
+from .base import Communication, RoundContext, broadcast, live_mask, max_steps, per_row
 from .fedsum_b import FedSumB, SumClients, SumMessage, SumServer
 
 
 def corrected_local_steps(
-    x: torch.Tensor, correction: torch.Tensor, oracle, lr: float, steps: int
+    x: torch.Tensor, correction: torch.Tensor, oracle, lr: float, steps: int, counts: torch.Tensor | None = None
 ) -> torch.Tensor:
     """K local steps z -= lr * (g + correction) from x; returns the mean gradient [n, d].
 
-    ``correction`` [n, d] is each client's (global direction estimate - c_i)."""
+    ``correction`` [n, d] is each client's (global direction estimate - c_i). ``counts`` (int64
+    [n], each in 1..K): client j stops after counts[j] steps and returns the mean of its own
+    counts[j] gradients; one batched loop of max(counts) steps keeps finished rows as they are."""
     z = broadcast(x, correction.shape[0])
     total = torch.zeros_like(correction)
+    if counts is not None:
+        for step in range(max_steps(counts)):
+            grad = oracle(z, step)
+            live = live_mask(counts, step, grad)
+            total = torch.where(live, total + grad, total)
+            z = torch.where(live, z - lr * (grad + correction), z)
+        return total / per_row(counts, total)
     for step in range(steps):
         grad = oracle(z, step)
         total = total + grad
@@ -54,7 +68,7 @@ class FedSum(FedSumB):
     def client_round(self, server: SumServer, clients: SumClients, oracle, ctx: RoundContext):
         direction = server.v / ctx.num_clients  # v_r / N, sent down with x_r
         correction = direction - clients.c
-        c_new = corrected_local_steps(server.x, correction, oracle, self.lr * ctx.lr_scale, self.local_steps)
+        c_new = corrected_local_steps(server.x, correction, oracle, self.lr * ctx.lr_scale, self.local_steps, ctx.steps)
         return SumClients(c=c_new), SumMessage(delta=c_new - clients.c)
 
     def communication(self) -> Communication:

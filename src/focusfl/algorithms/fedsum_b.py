@@ -16,6 +16,12 @@ Step size: gamma_B = server_lr * lr * K, i.e. the server moves as far as FedSUM'
 steps of size lr would (FedSUM's step is gamma * eta * K). With this parametrisation FedSUM-B
 (K = 1) and FedSUM (K = 1) with the same (lr, server_lr) are the same algorithm, and FedSUM-B
 (K = 1, lr = eta, server_lr = N) is FOCUS (tau = 1, eta): ALGORITHMS.md section 3.4.
+
+A short client (K_i < K minibatches, RoundContext.steps) averages the K_i gradients it
+computed, c_i_new = (1/K_i) sum_{k=1..K_i} grad f_i(x_r; batch k), and pushes c_i_new - c_i.
+The paper has no step counts; dividing by its own count keeps c_i an unbiased estimate of
+grad f_i(x_r) (only noisier), whereas dividing by K would shrink a short client's gradient.
+The server is unchanged (its step gamma_B uses the nominal K), and v = sum_j c_j still holds.
 """
 from __future__ import annotations
 
@@ -24,7 +30,7 @@ from typing import NamedTuple
 
 import torch
 
-from .base import Algorithm, Communication, RoundContext, State, Tracking, broadcast
+from .base import Algorithm, Communication, RoundContext, State, Tracking, broadcast, live_mask, max_steps, per_row
 
 
 class SumServer(NamedTuple):
@@ -53,6 +59,7 @@ class FedSumB(Algorithm):
     name = "fedsum_b"
     summary = "FedSUM-B [reconstructed]: K minibatch gradients at x_r, sum-tracking server, no local updates"
     tracking = Tracking(server="v", clients="c")  # v = sum_j c_j (merge_uplink); FedSUM, FedSUM-CR inherit it
+    partial_work = True
 
     server_lr: float = 1.0
 
@@ -67,10 +74,15 @@ class FedSumB(Algorithm):
     def client_round(self, server: SumServer, clients: SumClients, oracle, ctx: RoundContext):
         z = broadcast(server.x, ctx.active.numel())
         total = torch.zeros_like(z)
-        # Distinct step indices: K independent minibatches at the same point.
-        for k in range(self.local_steps):
-            total = total + oracle(z, k)
-        c_new = total / self.local_steps
+        if ctx.steps is None:
+            # Distinct step indices: K independent minibatches at the same point.
+            for k in range(self.local_steps):
+                total = total + oracle(z, k)
+            c_new = total / self.local_steps
+        else:  # client j stops after K_j minibatches and averages those (module docstring)
+            for k in range(max_steps(ctx.steps)):
+                total = torch.where(live_mask(ctx.steps, k, total), total + oracle(z, k), total)
+            c_new = total / per_row(ctx.steps, total)
         return SumClients(c=c_new), SumMessage(delta=c_new - clients.c)
 
     def server_step(self, ctx: RoundContext) -> float:

@@ -17,6 +17,11 @@ is FedSUM.
 
 With a step-size schedule the identity is approximate: the client divides by the current
 step gamma*eta_r*K, not by the steps actually taken in the rounds it missed.
+
+A short client (K_i < K steps, RoundContext.steps) does as in FedSUM: K_i corrected steps,
+c_i_new = acc / K_i. chat_i still divides by the nominal gamma*eta*K, which is exactly the
+server's step in every round whatever the clients did, so chat_i stays the mean of v_t/N over
+the missed rounds under any work.
 """
 from __future__ import annotations
 
@@ -62,7 +67,7 @@ class FedSumCR(FedSum):
 
     def client_round(self, server: SumServer, clients: SumCRClients, oracle, ctx: RoundContext):
         correction = self.estimated_direction(server, clients, ctx) - clients.c
-        c_new = corrected_local_steps(server.x, correction, oracle, self.lr * ctx.lr_scale, self.local_steps)
+        c_new = corrected_local_steps(server.x, correction, oracle, self.lr * ctx.lr_scale, self.local_steps, ctx.steps)
         n = ctx.active.numel()
         rows = SumCRClients(
             c=c_new,

@@ -12,6 +12,12 @@ Round r, active clients pull x_r, run tau local SGD steps and push Delta_i = z_i
 An empty round changes nothing (the correction term is undefined without participants; the
 FedAU authors' FedVARP does the same). ybar is recomputed from the table, so it cannot drift.
 Under full participation v = mean Delta_i: FedVARP is FedAvg with the same gamma.
+
+A short client (tau_i < tau steps, RoundContext.steps) takes its tau_i local SGD steps and
+pushes Delta_i = z_i - x_r, which enters v and overwrites y_i as any other update (the paper
+has no step counts; this is FedAvg's treatment). The table then keeps a short update until
+the client returns, so the SAGA correction reuses it: FedVARP removes the variance of
+participation, not the bias of unequal work.
 """
 from __future__ import annotations
 
@@ -33,6 +39,7 @@ class VarpServer(NamedTuple):
 class FedVarp(Algorithm):
     name = "fedvarp"
     summary = "SAGA-style correction of FedAvg with a server table of latest updates (N d memory)"
+    partial_work = True
 
     server_lr: float = 1.0
 
@@ -44,7 +51,7 @@ class FedVarp(Algorithm):
         return State(VarpServer(x=x0.clone(), table=table), no_client_state(x0, num_clients))
 
     def client_round(self, server: VarpServer, clients, oracle, ctx: RoundContext):
-        z = local_sgd(server.x, ctx.active.numel(), oracle, self.lr * ctx.lr_scale, self.local_steps)
+        z = local_sgd(server.x, ctx.active.numel(), oracle, self.lr * ctx.lr_scale, self.local_steps, ctx.steps)
         return clients, ModelDelta(delta=z - server.x)
 
     def server_round(self, server: VarpServer, message: ModelDelta, ctx: RoundContext) -> VarpServer:

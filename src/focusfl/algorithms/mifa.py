@@ -23,6 +23,12 @@ mean local model, which telescopes to FedAvg). Under partial participation a row
 DIFFERENCE of two local models, a move to be made once, and the server applies it again in
 every round until the client returns: the error grows (the "MIFA diverges" of the paper's
 Figure 4, which the paper could not explain). The client keeps that vector (1 vector of client memory).
+
+A short client (tau_i < tau steps, RoundContext.steps) takes its tau_i local SGD steps and
+pushes G_i = (x_r - z_i) / eta (the notebook variant: (z_prev_i - z_i) / eta), divided by eta
+and NOT by tau_i: G_i stays a sum of tau_i gradients, the update FedAvg would average, so a
+short row in the table weighs less, as in FedAvg (the paper's analysis has every device do
+the same number of steps; normalizing would make MIFA a table version of FedNova instead).
 """
 from __future__ import annotations
 
@@ -53,6 +59,7 @@ class MifaMessage(NamedTuple):
 class Mifa(Algorithm):
     name = "mifa"
     summary = "server table of every client's latest update (N d memory); steps on its mean"
+    partial_work = True
 
     server_lr: float = 1.0
     notebook: bool = False  # the FOCUS authors' notebook variant (module docstring)
@@ -72,7 +79,7 @@ class Mifa(Algorithm):
 
     def client_round(self, server: MifaServer, clients, oracle, ctx: RoundContext):
         lr = self.lr * ctx.lr_scale
-        z = local_sgd(server.x, ctx.active.numel(), oracle, lr, self.local_steps)
+        z = local_sgd(server.x, ctx.active.numel(), oracle, lr, self.local_steps, ctx.steps)
         if self.notebook:
             return MifaClients(z_prev=z), MifaMessage(update=(clients.z_prev - z) / lr)
         return clients, MifaMessage(update=(server.x - z) / lr)

@@ -45,6 +45,14 @@ are Scaffnew under full participation, where sum_j h_j = 0; docs/algorithms.md m
   paper's Figure 4 under partial participation).
 The FOCUS paper's Figure 4 draws this algorithm against communication counted twice per round
 (two vectors, as SCAFFOLD), although one vector goes each way.
+
+A short client (tau_i < tau iterations, RoundContext.steps) takes its tau_i corrected steps
+and uploads from where it stopped (xh_i = z after tau_i steps); the upload, the server and the
+control update h_i += (p/gamma)(x_{r+1} - xh_i) are unchanged, p = 1/tau included: Scaffnew's
+dual update does not depend on how many iterations preceded the communication (under its
+coin the count is random anyway), so a short client is a client whose coin came up early.
+With ``random_steps`` the coin already draws every round's count T_r (possibly above tau), so a
+work process other than fixed is refused there (check_work) rather than combined with it.
 """
 from __future__ import annotations
 
@@ -57,7 +65,7 @@ import torch
 
 from ..errors import ConfigError
 from ..rng import uniform
-from .base import Algorithm, Communication, RoundContext, State
+from .base import Algorithm, Communication, RoundContext, State, live_mask, max_steps
 from .fedavg import ModelServer
 
 # Third coordinate of the coin's hash: keeps the coin apart from every other keyed draw.
@@ -82,6 +90,7 @@ class ProxSkip(Algorithm):
 
     name = "proxskip"
     summary = "ProxSkip/Scaffnew: control variates h_i, one communication per round (p = 1/tau)"
+    partial_work = True
 
     random_steps: bool = False
     pull: bool = False
@@ -117,6 +126,12 @@ class ProxSkip(Algorithm):
         # Inverse CDF of the geometric law on {1, 2, ...} with success probability p.
         return 1 + int(math.floor(math.log1p(-u) / math.log1p(-self.p)))
 
+    def check_work(self, ctx: RoundContext) -> None:
+        """Refuse step counts with ``random_steps``: the coin draws the local steps already."""
+        if ctx.steps is not None and self.random_steps:
+            raise ConfigError("proxskip: random_steps draws the local steps already; use a fixed work process with it")
+        super().check_work(ctx)
+
     def init(self, x0: torch.Tensor, num_clients: int) -> State:
         clients = ProxClients(
             x=x0.expand(num_clients, *x0.shape).clone(),
@@ -130,8 +145,12 @@ class ProxSkip(Algorithm):
         if self.partial == "deferred":  # last participation's control update, against x_r
             h = h + (self.p / lr) * (server.x - clients.x)
         z = server.x.expand_as(clients.x) if self.pull or self.partial == "deferred" else clients.x
-        for step in range(self.steps_this_round(ctx.round)):
-            z = z - lr * (oracle(z, step) - h)
+        if ctx.steps is None:
+            for step in range(self.steps_this_round(ctx.round)):
+                z = z - lr * (oracle(z, step) - h)
+        else:  # client k stops after ctx.steps[k] iterations: one batched loop, finished rows kept
+            for step in range(max_steps(ctx.steps)):
+                z = torch.where(live_mask(ctx.steps, step, z), z - lr * (oracle(z, step) - h), z)
         upload = z - (lr / self.p) * h if self.partial == "shifted" else z
         # Rows hold xh_i until client_finish, which needs it for the h update.
         return ProxClients(x=z, h=h), ProxMessage(upload=upload)

@@ -31,6 +31,11 @@ L = 2013), last-round rel_error for LR = 2.5e-4 / 1.25e-4:
 The weights w_i do not encode participation rates (all clients reach the same w_i), so they do not
 correct the bias. tests/test_pushsum.py asserts exactly this behaviour; ``pushsum_tracking``
 adds gradient tracking and is exact.
+
+A short client (tau_i < tau steps, RoundContext.steps) takes tau_i local steps on its mass and
+then pulls and pushes as any other: the natural choice (there is no paper), and the mixing is
+untouched, so sum_i w_i = N + 1 and the mass balance hold whatever each client did; only
+D(S_r) in the matrix form becomes per-client (tau_i gradient steps on row i).
 """
 from __future__ import annotations
 
@@ -40,7 +45,7 @@ from typing import ClassVar, NamedTuple
 import torch
 
 from ..errors import ConfigError
-from .base import Algorithm, Communication, RoundContext, State
+from .base import Algorithm, Communication, RoundContext, State, live_mask, max_steps
 
 
 class PushSumServer(NamedTuple):
@@ -95,6 +100,7 @@ class PushSum(PullPushShares):
 
     name = "pushsum"
     summary = "[experimental] push-sum over column-stochastic matrices; inexact with a constant step"
+    partial_work = True
 
     def init(self, x0: torch.Tensor, num_clients: int) -> State:
         ones = x0.new_ones(num_clients)
@@ -106,8 +112,12 @@ class PushSum(PullPushShares):
         z = clients.z + share * server.z
         w = clients.w + share * server.w
         lr = self.lr * ctx.lr_scale
-        for step in range(self.local_steps):
-            z = z - lr * oracle(z / w[:, None], step)
+        if ctx.steps is None:
+            for step in range(self.local_steps):
+                z = z - lr * oracle(z / w[:, None], step)
+        else:  # client k stops after ctx.steps[k] steps: one batched loop, finished rows kept
+            for step in range(max_steps(ctx.steps)):
+                z = torch.where(live_mask(ctx.steps, step, z), z - lr * oracle(z / w[:, None], step), z)
         kept = PushSumClients(z=(1.0 - self.push) * z, w=(1.0 - self.push) * w)
         return kept, PushSumMessage(z=self.push * z, w=self.push * w)
 

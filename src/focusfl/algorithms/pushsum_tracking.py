@@ -27,6 +27,11 @@ LR`` (16 clients, tau = 1), last-round rel_error for LR = 2.5e-4 / 1.25e-4:
 with tau = 5, lr = 5e-5 under bernoulli: 2.1e-8 after 3000 rounds, falling ~13x every 500
 rounds (linear). tests/test_pushsum.py asserts rel_error < 1e-10 after 2000 rounds at
 lr = 2.5e-4 under full, uniform and bernoulli participation.
+
+A short client (tau_i < tau steps, RoundContext.steps) runs the local loop for its tau_i steps
+only (no paper; the natural choice, as FOCUS): y_i still changes by g - g_prev_i at each step it
+takes, so the network's total y stays the sum of every client's latest gradient whatever the
+step counts, and the mixing is unchanged.
 """
 from __future__ import annotations
 
@@ -35,7 +40,7 @@ from typing import NamedTuple
 
 import torch
 
-from .base import Communication, RoundContext, State
+from .base import Communication, RoundContext, State, live_mask, max_steps
 from .pushsum import PullPushShares, pull_share, server_keep
 
 
@@ -64,6 +69,7 @@ class PushSumTracking(PullPushShares):
 
     name = "pushsum_tracking"
     summary = "[experimental] push-sum + gradient tracking (Push-DIGing form); exact in our measurements"
+    partial_work = True
 
     def init(self, x0: torch.Tensor, num_clients: int) -> State:
         zeros = torch.zeros_like(x0)
@@ -85,11 +91,19 @@ class PushSumTracking(PullPushShares):
         w = clients.w + share * server.w
         y = clients.y + share * server.y
         g_prev = clients.g_prev
-        for step in range(self.local_steps):
-            grad = oracle(u / w[:, None], step)
-            y = y + grad - g_prev
-            g_prev = grad
-            u = u - lr * y
+        if ctx.steps is None:
+            for step in range(self.local_steps):
+                grad = oracle(u / w[:, None], step)
+                y = y + grad - g_prev
+                g_prev = grad
+                u = u - lr * y
+        else:  # client k stops after ctx.steps[k] steps: one batched loop, finished rows kept
+            for step in range(max_steps(ctx.steps)):
+                grad = oracle(u / w[:, None], step)
+                live = live_mask(ctx.steps, step, grad)
+                y = torch.where(live, y + grad - g_prev, y)
+                g_prev = torch.where(live, grad, g_prev)
+                u = torch.where(live, u - lr * y, u)
         keep = 1.0 - self.push
         kept = TrackingClients(u=keep * u, w=keep * w, y=keep * y, g_prev=g_prev)
         return kept, TrackingMessage(u=self.push * u, w=self.push * w, y=self.push * y)

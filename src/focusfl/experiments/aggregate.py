@@ -111,8 +111,9 @@ def aggregate(experiment, runs, folder: Path, *, band: str, failures: Sequence[d
     """Write results.csv, summary.csv (and failures.csv, or remove a stale one) and the
     figures of ``runs`` into ``folder``; returns the names written."""
     from ..runs.folder import METRICS, read_config, run_state
-    from .layout import AXIS_COLUMNS, FAILURES, RESULTS, RUNS, SUMMARY
+    from .layout import FAILURES, RESULTS, RUNS, SUMMARY, WORK_COLUMN, axis_columns
 
+    axis_names = axis_columns(any(WORK_COLUMN in run.axes for run in runs))
     finished = [run for run in runs if run_state(folder / RUNS / run.key, run.key, run.resolved) == "done"]
     columns: list[str] = []
     for run in finished:
@@ -123,12 +124,12 @@ def aggregate(experiment, runs, folder: Path, *, band: str, failures: Sequence[d
     series = []
     with open_atomic(folder / RESULTS) as handle:
         writer = csv.writer(handle)
-        writer.writerow([*AXIS_COLUMNS, "run", "status", *columns])
+        writer.writerow([*axis_names, "run", "status", *columns])
         for run in finished:
             status = read_config(folder / RUNS / run.key).get("status")
             reducer = _Reducer(Series(dict(run.axes), status), metric, experiment.targets,
                                _stride(run.axes["rounds"], run.axes["eval_every"])) if metric else None
-            head = [_cell(run.axes[c]) for c in AXIS_COLUMNS] + [run.key, status]
+            head = [_cell(run.axes[c]) for c in axis_names] + [run.key, status]
             with open(folder / RUNS / run.key / METRICS, newline="") as metrics:
                 for row in csv.DictReader(metrics):
                     writer.writerow(head + [row.get(c, "") for c in columns])
@@ -139,12 +140,12 @@ def aggregate(experiment, runs, folder: Path, *, band: str, failures: Sequence[d
     written.append(RESULTS)
     failed_keys = {}
     for failure in failures:
-        failed_keys.setdefault(_group({c: failure[c] for c in AXIS_COLUMNS}), []).append(failure)
+        failed_keys.setdefault(_group({c: failure[c] for c in axis_names}), []).append(failure)
     if metric is not None:
         write_csv(folder / SUMMARY, summarize(series, metric, experiment.targets, failed_keys))
         written.append(SUMMARY)
     if failures:
-        write_csv(folder / FAILURES, failures, [*AXIS_COLUMNS, "run", "error"])
+        write_csv(folder / FAILURES, failures, [*axis_names, "run", "error"])
         written.append(FAILURES)
     else:
         (folder / FAILURES).unlink(missing_ok=True)
@@ -254,7 +255,8 @@ def use_log(series: Sequence[Series]) -> bool:
     return bool(values) and min(values) > 0 and max(values) / min(values) > 100
 
 
-def curve_labels(series: Sequence[Series], keys: Sequence[str] = ("lr", "local_steps", "rounds", "eval_every")) -> dict:
+def curve_labels(series: Sequence[Series],
+                 keys: Sequence[str] = ("work", "lr", "local_steps", "rounds", "eval_every")) -> dict:
     """A legend label per configuration: the algorithm and the axes that vary within a panel (an
     axis that changes only from panel to panel, such as a step size per participation process,
     is left out, so an algorithm keeps one label, colour and marker in every panel)."""
@@ -328,7 +330,7 @@ def read_folders(paths: Sequence[str | Path], metric: str | None) -> tuple[list[
     """Series of every finished run in the given run and sweep folders (a sweep through its
     results.csv); seeds of one configuration are grouped by ``summarize`` and ``band_of``."""
     from ..runs.folder import METRICS, is_run_folder, read_config
-    from .layout import AXIS_COLUMNS, RESULTS
+    from .layout import RESULTS, WORK_COLUMN, axis_columns
 
     sources = []
     for given in paths:
@@ -351,7 +353,8 @@ def read_folders(paths: Sequence[str | Path], metric: str | None) -> tuple[list[
             with open(path / RESULTS, newline="") as handle:
                 reader = csv.DictReader(handle)
                 columns = reader.fieldnames or []
-                chosen = chosen or default_metric([c for c in columns if c not in AXIS_COLUMNS])
+                axis_names = axis_columns(WORK_COLUMN in columns)
+                chosen = chosen or default_metric([c for c in columns if c not in axis_names])
                 _require(chosen, columns, path / RESULTS)
                 current, reducer = None, None
                 for row in reader:
@@ -359,7 +362,7 @@ def read_folders(paths: Sequence[str | Path], metric: str | None) -> tuple[list[
                         if reducer is not None:
                             series.append(reducer.finish())
                         current = row["run"]
-                        axes = {k: _axis_value(row[k]) for k in AXIS_COLUMNS}
+                        axes = {k: _axis_value(row[k]) for k in axis_names}
                         if source:
                             axes["source"] = source
                         reducer = _Reducer(Series(axes, row["status"]), chosen, (),
@@ -416,7 +419,15 @@ def _run_axes(info: dict, path: Path) -> dict:
         "algorithm": _algorithm_label(algorithm) if algorithm else spec(info.get("algorithm")), "lr": algorithm.get("lr"),
         "local_steps": algorithm.get("local_steps"), "rounds": info.get("rounds"),
         "eval_every": info.get("eval_every"), "seed": info.get("seed"),
+        # Runs under a work process other than fixed are configurations of their own.
+        **({"work": _participation_label(info["work"])} if _has_work(info) else {}),
     }
+
+
+def _has_work(info: dict) -> bool:
+    work = info.get("work")
+    name = work.get("name") if isinstance(work, dict) else work
+    return work is not None and name != "fixed"
 
 
 def _algorithm_label(described: dict) -> str:

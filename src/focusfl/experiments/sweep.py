@@ -6,7 +6,10 @@ algorithm given as a table may override the run axes (``lr``, ``local_steps``, `
 ``eval_every``, ``schedule``) for itself, and any list among its hyperparameters is an axis too. A
 participation process given as a table may override ``lr``, ``local_steps``, ``rounds`` and
 ``eval_every`` for the runs under it (a step size per participation process, as in the FOCUS
-authors' notebook); an algorithm's own override comes first.
+authors' notebook); an algorithm's own override comes first. ``work`` (a work SPEC or a list of
+them, an axis; ``focusfl sweep --work SPEC`` replaces it) gives each active client's number of
+local steps (focusfl.work); a sweep that declares it has a ``work`` column after
+``participation`` in its tables, one that does not runs every client its tau steps (fixed).
 The whole file is validated, expanded and every run's configuration resolved before anything is
 written; an error is one line naming the key (``algorithms[2].lr``).
 
@@ -43,7 +46,7 @@ MAX_FILE_BYTES = 1 << 20
 # Run settings that are axes (a list sweeps them) and may be overridden per algorithm.
 RUN_AXES = ("lr", "local_steps", "rounds", "eval_every")
 ALGORITHM_OVERRIDES = (*RUN_AXES, "schedule")
-TOP_KEYS = ("name", "algorithms", "problems", "participation", "seeds", *RUN_AXES, "dtype", "device",
+TOP_KEYS = ("name", "algorithms", "problems", "participation", "work", "seeds", *RUN_AXES, "dtype", "device",
             "engine", "schedule", "metric", "targets", "band")
 # The run fields' defaults (runs.config); dtype and eval_every None: each problem's own
 # (defaults_for: float32 and every 50 rounds for neural networks), filled in by expand.
@@ -80,6 +83,9 @@ class Experiment:
     text: str = ""  # the file as given (copied into DIR)
     # Run-axis overrides of each participation process (participation[k] = {name, lr, ...}).
     participation_overrides: list[dict[str, list]] = field(default_factory=list)
+    # Work SPECs (an axis); None: the file declares none, every run is fixed and the tables
+    # have no work column (the sweeps written before work processes existed, byte for byte).
+    work: list | None = None
 
 
 @dataclass
@@ -99,8 +105,12 @@ class SweepRun:
 
 
 # -- reading and checking the file ---------------------------------------------------------------
-def load_experiment(path: str | Path) -> Experiment:
-    """Read, parse and check an experiment file; ConfigError (one line, naming the key) if bad."""
+def load_experiment(path: str | Path, *, work: str | None = None) -> Experiment:
+    """Read, parse and check an experiment file; ConfigError (one line, naming the key) if bad.
+
+    ``work``: a work SPEC that replaces the file's ``work`` axis (``focusfl sweep --work``); the
+    experiment's text (copied into the sweep folder) is then the file rewritten with it, so that
+    the copy reruns the same grid."""
     import tomllib
 
     path = Path(path)
@@ -115,6 +125,9 @@ def load_experiment(path: str | Path) -> Experiment:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     try:
+        if work is not None:
+            data = {**data, "work": work}
+            text = experiment_text(data)
         return parse_experiment(data, text)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
@@ -158,6 +171,8 @@ def parse_experiment(data: dict, text: str = "") -> Experiment:
         spec, overrides = _participation_entry(item, f"participation[{k}]")
         participation.append(spec)
         participation_overrides.append(overrides)
+    work = ([_spec(item, f"work[{k}]" if isinstance(data["work"], list) else "work")
+             for k, item in enumerate(_as_axis(data["work"], "work"))] if "work" in data else None)
     axes = {key: [_run_value(key, v, f"{key}[{k}]" if isinstance(data.get(key), list) else key)
                   for k, v in enumerate(_as_axis(data[key], key))] if key in data else [DEFAULTS[key]]
             for key in RUN_AXES}
@@ -181,7 +196,7 @@ def parse_experiment(data: dict, text: str = "") -> Experiment:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
             raise ConfigError(f"targets[{k}]: expected a positive number, got {_show(value)}")
     experiment = Experiment(name, algorithms, problems, participation, seeds, axes, dtype, device, engine,
-                            metric, tuple(float(t) for t in targets), band, text, participation_overrides)
+                            metric, tuple(float(t) for t in targets), band, text, participation_overrides, work)
     check_size(experiment)
     return experiment
 
@@ -339,7 +354,7 @@ def _entry_axes(entry: AlgorithmEntry, experiment: Experiment, q_index: int = 0)
 def count_runs(experiment: Experiment) -> tuple[int, str]:
     """How many runs the grid has, and the key of its longest axis (named when it is too many)."""
     lengths = {"seeds": len(experiment.seeds), "problems": len(experiment.problems),
-               "participation": len(experiment.participation)}
+               "participation": len(experiment.participation), "work": len(experiment.work or [None])}
     per_problem = 0
     for q_index in range(len(experiment.participation)):
         under = experiment.participation_overrides[q_index] if experiment.participation_overrides else {}
@@ -355,7 +370,7 @@ def count_runs(experiment: Experiment) -> tuple[int, str]:
                 lengths[f"{entry.where}.{key}"] = len(values)
             per_problem += size
     lengths["algorithms"] = len(experiment.algorithms)
-    count = per_problem * len(experiment.seeds) * len(experiment.problems)
+    count = per_problem * len(experiment.seeds) * len(experiment.problems) * lengths["work"]
     return count, max(lengths, key=lambda k: lengths[k])
 
 
@@ -387,7 +402,8 @@ def expand(experiment: Experiment, *, allow_model_import: bool = False) -> list[
                 raise ConfigError(f"{where}: {exc}") from None
         problem = problems[cache_key]
         _check_metric(experiment, problem, where, metric_names)
-        for q_index, participation_spec in enumerate(experiment.participation):
+        for (q_index, participation_spec), (w_index, work_spec) in itertools.product(
+                enumerate(experiment.participation), enumerate(experiment.work or [None])):
             for entry in experiment.algorithms:
                 axes = _entry_axes(entry, experiment, q_index)
                 names = list(entry.param_axes)
@@ -402,6 +418,7 @@ def expand(experiment: Experiment, *, allow_model_import: bool = False) -> list[
                                 participation=participation_spec, rounds=rounds, local_steps=local_steps,
                                 lr=lr, seed=seed, dtype=dtype, device=experiment.device, engine=experiment.engine,
                                 eval_every=eval_every, schedule=axes["schedule"][0],
+                                **({} if work_spec is None else {"work": work_spec}),
                             )
                             try:
                                 check_config(config)
@@ -413,13 +430,16 @@ def expand(experiment: Experiment, *, allow_model_import: bool = False) -> list[
                                                              problem=problem)
                             except FocusflError as exc:
                                 raise ConfigError(f"participation[{q_index}]: {exc}") from None
-                            resolved = resolved_config(BuiltRun(config, algorithm, problem, process))
+                            work = _sweep_work(experiment, w_index, work_spec, problem, algorithm, seed,
+                                               entry.where)
+                            resolved = resolved_config(BuiltRun(config, algorithm, problem, process, work))
                             described = resolved["algorithm"]
                             run = SweepRun(
                                 config=RunConfig(**{**config.__dict__, "algorithm": described, "lr": None,
                                                     "local_steps": None}),
                                 axes={
                                     "problem": _label(problem_spec), "participation": _label(participation_spec),
+                                    **({} if work_spec is None else {"work": _label(work_spec)}),
                                     "algorithm": label, "lr": described.get("lr", lr),
                                     "local_steps": described.get("local_steps", local_steps),
                                     "rounds": rounds, "eval_every": eval_every, "seed": seed,
@@ -435,6 +455,30 @@ def expand(experiment: Experiment, *, allow_model_import: bool = False) -> list[
                             seen[run.key] = run
                             runs.append(run)
     return runs
+
+
+def _sweep_work(experiment: Experiment, w_index: int, spec, problem, algorithm, seed: int, where: str):
+    """The work process of one run (None when the file declares none), checked now: a bad SPEC
+    names ``work[k]``, an algorithm that refuses step counts names its entry."""
+    if spec is None:
+        return None
+    import torch
+
+    from ..algorithms import RoundContext
+    from ..work import make_work
+
+    name = f"work[{w_index}]" if len(experiment.work) > 1 else "work"
+    try:
+        work = make_work(spec, problem.num_clients, algorithm.local_steps, seed=seed)
+    except FocusflError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
+    if not work.fixed:
+        none = torch.zeros(0, dtype=torch.int64)
+        try:
+            algorithm.check_work(RoundContext(round=0, active=none, num_clients=problem.num_clients, steps=none))
+        except FocusflError as exc:
+            raise ConfigError(f"{where}: {exc} ({name} = {_label(spec)!r})") from None
+    return work
 
 
 def _label(spec: str | dict) -> str:

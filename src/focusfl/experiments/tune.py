@@ -68,6 +68,7 @@ class TuneSetup:
     device: str = "cpu"
     eval_every: int = 1
     schedule: str = "constant"
+    work: str | dict = "fixed"  # every trial's work process (focusfl.work)
 
 
 def tracked_metric(rows: Sequence[dict]) -> str:
@@ -116,6 +117,7 @@ def run_trial(algorithm: str | dict, lr: float, setup: TuneSetup) -> dict:
         algorithm=algorithm, problem=setup.problem, participation=setup.participation,
         rounds=setup.rounds, local_steps=setup.local_steps, lr=lr, seed=setup.seed,
         dtype=setup.dtype, device=setup.device, eval_every=setup.eval_every, schedule=setup.schedule,
+        work=setup.work,
     )
     built = build(config)
     result = execute(built)
@@ -250,8 +252,8 @@ def grid_rows(runs, folder: Path, target: float | None) -> list[dict]:
 
 # -- command line ------------------------------------------------------------------------------
 # The run fields tune takes (its trials' configuration), and its own defaults for them.
-RUN_OPTIONS = ("problem", "participation", "rounds", "local_steps", "seed", "dtype", "device", "eval_every",
-               "schedule", "threads")
+RUN_OPTIONS = ("problem", "participation", "work", "rounds", "local_steps", "seed", "dtype", "device",
+               "eval_every", "schedule", "threads")
 TUNE_DEFAULTS = {"rounds": 300}
 
 
@@ -350,7 +352,8 @@ def setup_from_args(args: argparse.Namespace) -> TuneSetup:
     return make_setup(problem=args.problem, participation=args.participation, rounds=args.rounds,
                       local_steps=args.local_steps, seed=args.seed, target=args.target, validation=args.validation,
                       dtype=args.dtype or defaults_for(args.problem)["dtype"], device=args.device,
-                      eval_every=args.eval_every or defaults_for(args.problem)["eval_every"], schedule=args.schedule)
+                      eval_every=args.eval_every or defaults_for(args.problem)["eval_every"], schedule=args.schedule,
+                      work=args.work)
 
 
 def make_setup(*, problem, target: float | None, validation: float | None, **shared) -> TuneSetup:
@@ -377,6 +380,13 @@ def search_from_args(args: argparse.Namespace) -> TuneSearch:
                       seeds=args.seeds, workers=args.workers, threads=args.threads, out=args.out)
 
 
+def _is_work(spec: str | dict) -> bool:
+    """Whether ``spec`` asks for a work process other than fixed (fixed: no work axis at all)."""
+    from ..spec import parse_spec
+
+    return parse_spec(spec)[0] != "fixed"
+
+
 def run(args: argparse.Namespace) -> int:
     """``focusfl tune``: the command line made into records, then :func:`tune`."""
     return tune(setup_from_args(args), search_from_args(args))
@@ -399,6 +409,8 @@ def tune(setup: TuneSetup, search: TuneSearch) -> int:
         "schedule": setup.schedule, "dtype": setup.dtype, "device": setup.device,
         "targets": [] if setup.target is None else [setup.target],
         **({"local_steps": setup.local_steps} if setup.local_steps is not None else {}),
+        # A work axis only when asked: a tune under fixed work writes the tables it always did.
+        **({"work": [setup.work]} if _is_work(setup.work) else {}),
     }
     experiment = parse_experiment(data, experiment_text(data))
     found: dict = {}

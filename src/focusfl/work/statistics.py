@@ -1,17 +1,26 @@
-"""The law of a work process's step counts: P(tau_{i,r} = t) for t = 1..tau, per client.
+"""Statistics of a work process's step counts tau_{i,r}.
 
-Used by the bias diagnostic (focusfl.matrix.bias), where FedAvg's expected round depends on
-each client's count distribution. Closed forms for the registered processes (the Markov chains
-start from their stationary law, so every round has it); a Monte Carlo estimate over the
-process's own table otherwise.
+- The law P(tau_{i,r} = t) for t = 1..tau, per client (:func:`step_law`), used by the bias
+  diagnostic (focusfl.matrix.bias), where FedAvg's expected round depends on each client's count
+  distribution. Closed forms for the registered processes (the Markov chains start from their
+  stationary law, so every round has it); a Monte Carlo estimate over the process's own table
+  otherwise.
+- The summary of ``focusfl work`` (:func:`summarize_work`), from the table T [R, N] of counts
+  (every client, rounds 0..R-1, as WorkProcess.table gives it; a count is what client i would do
+  if active in round r):
+      mean_i  = (1/R) sum_r tau_{i,r}          min_i, max_i over r
+      short_i = (1/R) #{r : tau_{i,r} < tau}   (the fraction of its rounds cut short)
+  and their means over the clients.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 import torch
 
+from ..errors import ConfigError
 from .base import WorkProcess, fraction_to_steps
 from .processes import FixedWork, MarkovWork, RatesWork, UniformWork
 
@@ -51,3 +60,40 @@ def step_law(work: WorkProcess, mc_rounds: int = MONTE_CARLO_ROUNDS) -> StepLaw:
     table = work.table(mc_rounds).numpy()
     law = np.stack([(table == t).mean(axis=0) for t in range(1, tau + 1)], axis=1)
     return StepLaw(law, f"monte carlo ({mc_rounds} rounds)")
+
+
+@dataclass(frozen=True)
+class WorkStats:
+    """Per-client step statistics (lists of N numbers) and their means over the clients."""
+
+    local_steps: int
+    rounds: int
+    mean: list[float]
+    min: list[int]
+    max: list[int]
+    short: list[float]
+
+    @property
+    def mean_steps(self) -> float:
+        """Mean count over clients and rounds."""
+        return sum(self.mean) / len(self.mean)
+
+    @property
+    def mean_short(self) -> float:
+        """Fraction of client-rounds cut short (the mean of short_i over the clients)."""
+        return sum(self.short) / len(self.short)
+
+
+def summarize_work(table: torch.Tensor, local_steps: int) -> WorkStats:
+    """WorkStats of the counts ``table`` (int64 [R, N], each in 1..local_steps)."""
+    if table.dim() != 2 or table.shape[0] == 0 or table.shape[1] == 0:
+        raise ConfigError(f"work statistics need a non-empty [rounds, clients] table, got shape {tuple(table.shape)}")
+    counts = table.to(torch.float64)
+    return WorkStats(
+        local_steps=local_steps,
+        rounds=table.shape[0],
+        mean=counts.mean(0).tolist(),
+        min=table.min(0).values.tolist(),
+        max=table.max(0).values.tolist(),
+        short=(table < local_steps).to(torch.float64).mean(0).tolist(),
+    )

@@ -1,0 +1,138 @@
+"""Work processes through the console script: `focusfl run|sweep|tune --work SPEC`, `focusfl work`.
+
+What is checked: a constant work process (rates with every rate 1, which passes step counts of
+tau to the masked loops) writes today's metrics.csv byte for byte; a sweep's ``work`` axis and
+``--work`` (a column after participation, the copied experiment.toml rewritten); tune's trials
+run the work asked; `focusfl work` prints per-client statistics that match the process and
+draws a raster; bad work specs are one line and exit 2, with nothing written.
+"""
+import csv
+import json
+
+import pytest
+import torch
+
+from cli_harness import assert_one_line_error, run_cli
+from focusfl.work import make_work
+from focusfl.work.statistics import summarize_work
+
+SMALL = "ridge:clients=4,dim=3,samples=5"
+RUN = ["--problem", SMALL, "--participation", "bernoulli", "--rounds", "4", "--local-steps", "3", "--lr", "1e-3"]
+BAD_SPECS = [("nope", "unknown work"), ("uniform:x=1", "unknown key"), ("rates:r=0", "outside"),
+             ("rates:r=1.5", "outside"), ("rates:r=0.5;1", "one per client"), ("markov:p=2", "p=2")]
+
+
+def _rows(path):
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+@pytest.mark.parametrize("algorithm", ["fedsum_cr", "pushsum_tracking"])
+def test_run_with_every_rate_1_writes_todays_metrics_byte_for_byte(tmp_path, algorithm):
+    today = run_cli("run", "--algorithm", algorithm, *RUN, "--out", str(tmp_path / "today"))
+    assert today.returncode == 0, today.stderr
+    full = run_cli("run", "--algorithm", algorithm, *RUN, "--work", "rates:r=1", "--out", str(tmp_path / "full"))
+    assert full.returncode == 0, full.stderr
+    assert (tmp_path / "full" / "metrics.csv").read_bytes() == (tmp_path / "today" / "metrics.csv").read_bytes()
+    # ... and a process that cuts steps short changes them.
+    short = run_cli("run", "--algorithm", algorithm, *RUN, "--work", "rates:r=0.34", "--out", str(tmp_path / "short"))
+    assert short.returncode == 0, short.stderr
+    assert (tmp_path / "short" / "metrics.csv").read_bytes() != (tmp_path / "today" / "metrics.csv").read_bytes()
+
+
+def test_sweep_work_axis_and_override(tmp_path):
+    (tmp_path / "e.toml").write_text(
+        f'algorithms = ["focus", "fedavg"]\nproblems = ["{SMALL}"]\nparticipation = "bernoulli"\n'
+        'work = ["uniform", "fixed"]\nlocal_steps = 3\nlr = 1e-3\nrounds = 3\n')
+    proc = run_cli("sweep", str(tmp_path / "e.toml"), "--out", str(tmp_path / "axis"))
+    assert proc.returncode == 0, proc.stderr
+    rows = _rows(tmp_path / "axis" / "results.csv")
+    assert list(rows[0])[:4] == ["problem", "participation", "work", "algorithm"]
+    summary = _rows(tmp_path / "axis" / "summary.csv")
+    assert [(r["work"], r["algorithm"]) for r in summary] == [("uniform", "focus"), ("uniform", "fedavg"),
+                                                              ("fixed", "focus"), ("fixed", "fedavg")]
+    assert "uniform" in proc.stdout  # the printed summary has the work column
+    # focusfl plot reads the column back: configurations that differ in their work only stay apart.
+    proc = run_cli("plot", str(tmp_path / "axis"), "--out", str(tmp_path / "axis.png"))
+    assert proc.returncode == 0 and "4 runs in 4 configurations" in proc.stdout, proc.stdout + proc.stderr
+    # --work replaces the file's axis; the copied experiment.toml says so and reruns the same grid.
+    proc = run_cli("sweep", str(tmp_path / "e.toml"), "--work", "markov:slow=0.34", "--out", str(tmp_path / "over"))
+    assert proc.returncode == 0, proc.stderr
+    assert {r["work"] for r in _rows(tmp_path / "over" / "summary.csv")} == {"markov:slow=0.34"}
+    assert 'work = "markov:slow=0.34"' in (tmp_path / "over" / "experiment.toml").read_text()
+    again = run_cli("sweep", str(tmp_path / "over" / "experiment.toml"), "--out", str(tmp_path / "over"))
+    assert again.returncode == 0 and "2 finished earlier" in again.stdout, again.stdout + again.stderr
+    config = json.loads(next((tmp_path / "over" / "runs").glob("*/config.json")).read_text())
+    assert config["work"] == {"name": "markov", "p": 0.3, "rho": 0.8, "slow": 0.34}
+
+
+def test_sweep_without_work_has_no_work_column(tmp_path):
+    (tmp_path / "e.toml").write_text(f'algorithms = ["focus"]\nproblems = ["{SMALL}"]\nrounds = 2\n')
+    proc = run_cli("sweep", str(tmp_path / "e.toml"), "--out", str(tmp_path / "s"))
+    assert proc.returncode == 0, proc.stderr
+    assert "work" not in _rows(tmp_path / "s" / "results.csv")[0]
+
+
+def test_sweep_and_tune_refuse_bad_work_in_one_line_and_write_nothing(tmp_path):
+    (tmp_path / "e.toml").write_text(f'algorithms = ["focus"]\nproblems = ["{SMALL}"]\nrounds = 2\n')
+    for bad, says in BAD_SPECS[:3]:
+        assert_one_line_error(run_cli("sweep", str(tmp_path / "e.toml"), "--work", bad, "--out",
+                                      str(tmp_path / "bad")), contains=says)
+    (tmp_path / "list.toml").write_text(f'algorithms = ["focus"]\nproblems = ["{SMALL}"]\nwork = ["uniform", 3]\n')
+    assert_one_line_error(run_cli("sweep", str(tmp_path / "list.toml"), "--out", str(tmp_path / "bad")),
+                          contains="work[1]")
+    (tmp_path / "refuse.toml").write_text(
+        f'algorithms = ["proxskip:random_steps=true"]\nproblems = ["{SMALL}"]\nwork = "uniform"\n')
+    assert_one_line_error(run_cli("sweep", str(tmp_path / "refuse.toml"), "--out", str(tmp_path / "bad")),
+                          contains="random_steps")
+    assert_one_line_error(run_cli("tune", "--algorithm", "focus", "--problem", SMALL, "--work", "rates:r=2",
+                                  "--out", str(tmp_path / "bad")), contains="outside")
+    assert not (tmp_path / "bad").exists()
+
+
+def test_tune_runs_its_trials_under_the_work_asked(tmp_path):
+    proc = run_cli("tune", "--algorithm", "scaffold", "--problem", SMALL, "--participation", "bernoulli",
+                   "--work", "uniform", "--local-steps", "3", "--rounds", "4", "--points", "2", "--out",
+                   str(tmp_path / "t"))
+    assert proc.returncode == 0, proc.stderr
+    configs = [json.loads(p.read_text()) for p in (tmp_path / "t" / "runs").glob("*/config.json")]
+    assert len(configs) == 2 and all(c["work"] == {"name": "uniform"} for c in configs)
+    assert json.loads((tmp_path / "t" / "config.json").read_text())["tune"]["work"] == "uniform"
+
+
+def test_work_statistics_match_the_table():
+    table = make_work("markov:p=0.5,rho=0.5,slow=0.5", 5, 4, seed=2).table(300)
+    stats = summarize_work(table, 4)
+    assert stats.mean == pytest.approx(table.double().mean(0).tolist())
+    assert stats.short == pytest.approx((table == 2).double().mean(0).tolist())
+    assert set(stats.min) == {2} and set(stats.max) == {4}
+    assert stats.mean_steps == pytest.approx(table.double().mean().item())
+    assert abs(stats.mean_short - 0.5) < 0.08  # P(slow) = p in the long run
+    fixed = summarize_work(make_work("fixed", 3, 4).table(10), 4)
+    assert fixed.mean == [4.0] * 3 and fixed.short == [0.0] * 3
+
+
+def test_work_command_prints_statistics_and_plots(tmp_path):
+    plot = tmp_path / "steps.png"
+    proc = run_cli("work", "rates:r=0.25;1;0.5", "--clients", "3", "--local-steps", "4", "--rounds", "20",
+                   "--plot", str(plot))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "rates: 3 clients, tau 4, 20 rounds, seed 0"
+    assert lines[1] == "mean steps 2.333 of 4, short rounds 0.667"
+    assert lines[3].split() == ["0", "1.000", "1", "1", "1.000"]
+    assert lines[4].split() == ["1", "4.000", "4", "4", "0.000"]
+    assert lines[5].split() == ["2", "2.000", "2", "2", "1.000"]
+    assert lines[6].split() == ["mean", "2.333", "2.3", "2.3", "0.667"]
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # uniform: the statistics of the process as drawn.
+    proc = run_cli("work", "uniform", "--clients", "2", "--local-steps", "5", "--rounds", "50", "--seed", "3")
+    table = make_work("uniform", 2, 5, seed=3).table(50)
+    assert proc.stdout.splitlines()[3].split()[1] == f"{table[:, 0].double().mean().item():.3f}"
+
+
+@pytest.mark.parametrize("bad,says", BAD_SPECS[::-1][:4])
+def test_work_command_refuses_bad_specs_in_one_line(tmp_path, bad, says):
+    proc = run_cli("work", bad, "--clients", "3", "--plot", str(tmp_path / "p.png"))
+    assert_one_line_error(proc, contains=says)
+    assert not (tmp_path / "p.png").exists()
