@@ -274,9 +274,9 @@ def test_work_study_focus_exact_fedavg_on_its_predicted_plateau():
     assert outcome["focus"]["curve"][-1][1] < 1e-8
 
 
-def test_partial_work_algorithms_are_the_registered_ones():
+def test_the_work_study_takes_its_algorithms_when_registered():
     from focusfl.algorithms import ALGORITHMS
 
     names = studies.partial_work_algorithms()
-    assert {"focus", "fedavg", "fednova", "scaffold"} <= set(names)
-    assert all(ALGORITHMS[n].partial_work for n in names) and "sg_focus" not in names
+    assert names == studies.WORK_ALGORITHMS
+    assert all(ALGORITHMS[n].partial_work for n in names)

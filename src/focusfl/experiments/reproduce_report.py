@@ -501,7 +501,8 @@ def work_section(sizes: Sizes, images: Path) -> Section:
     algorithms = list(dict.fromkeys(r["algorithm"] for r in rows))
     exact = {a: all(r["verdict"] == "exact" for r in rows if r["algorithm"] == a) for a in algorithms}
     section.text.append(
-        f"Every algorithm whose clients may stop early (`partial_work`: {', '.join(algorithms)}) on ridge and "
+        f"One algorithm of each way of treating a short client ({', '.join(algorithms)}; docs/algorithms.md says what "
+        "every algorithm does) on ridge and "
         f"logistic regression (8 clients, τ = {studies.WORK_LOCAL_STEPS} local steps asked), under the work processes "
         "of `--work` (fixed: all τ; uniform: τ_i,r uniform on 1..τ; rates: clients 0-1 do 1 step, 2-3 do 2, the rest "
         "4; markov: a device is slow, 1 step, 30% of the time in spells, ρ = 0.8), with full participation and with "
