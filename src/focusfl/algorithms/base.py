@@ -85,6 +85,9 @@ class Algorithm(abc.ABC):
     # Algorithms derived here without a published analysis (push-sum); paper reproductions
     # leave them out.
     experimental: ClassVar[bool] = False
+    # False for a baseline that adds nothing to the paper's ridge figure (reproduce ridge), e.g.
+    # FedNova, which is FedAvg exactly when every client does its tau steps, as there.
+    in_paper_figure: ClassVar[bool] = True
     # The invariant its state keeps, if it tracks a sum of the clients' state (None: none).
     tracking: ClassVar[Tracking | None] = None
     # True when client_round honours RoundContext.steps (clients that stop early). Engines refuse

@@ -47,6 +47,7 @@ class FedNova(FedAvg):
     name = "fednova"
     summary = "normalized averaging: removes FedAvg's bias from unequal local steps (Wang et al. 2020)"
     partial_work = True
+    in_paper_figure = False  # FedAvg's line exactly: the paper's clients all do tau steps
 
     def init(self, x0, num_clients):
         return State(ModelServer(x=x0.clone()), no_client_state(x0, num_clients))

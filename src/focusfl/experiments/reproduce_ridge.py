@@ -86,10 +86,12 @@ def load_setting(setting: str):
 
 
 def figure_algorithms() -> list[str]:
-    """Every registered algorithm except naming aliases (SG-FOCUS is FOCUS on this problem) and
-    experimental ones (push-sum), which no paper's figure shows; the paper setting's file lists
-    exactly these (a test checks it)."""
-    return [name for name, cls in ALGORITHMS.items() if cls.alias_of is None and not cls.experimental]
+    """Every registered algorithm except naming aliases (SG-FOCUS is FOCUS on this problem),
+    experimental ones (push-sum), which no paper's figure shows, and those whose line would repeat
+    another's (``in_paper_figure`` False: FedNova is FedAvg when all clients do tau steps); the
+    paper setting's file lists exactly these (a test checks it)."""
+    return [name for name, cls in ALGORITHMS.items()
+            if cls.alias_of is None and not cls.experimental and cls.in_paper_figure]
 
 
 def configured(setting_name: str, *, rounds: int | None = None, seeds: int | None = None, seed: int = 0):
