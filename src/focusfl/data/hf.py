@@ -36,7 +36,7 @@ from ..errors import ConfigError, DataError
 from ..limits import check_allocation
 from .loaders import as_nchw, check_labels, check_pixels
 
-INSTALL_HINT = 'pip install "focusfl[hf]"'
+INSTALL_HINT = 'pip install ".[hf]" in a clone of focusfl (or "focusfl[hf]" from a package index)'
 FILE_READERS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}
 AUTO_INPUTS = ("input_ids", "image", "img", "text", "sentence")
 

@@ -160,7 +160,7 @@ FEDSUM_BIASED = Setup(
 # algorithms; the step sizes were lost in the extraction and rounds, sequence length and the
 # evaluation split are not given. GLUE's SST-2 test split has no labels (-1), so the labelled
 # validation split (872 sentences) is the test set here.
-SST2_MAX_LENGTH = 66  # SST-2's longest sentence is 66 bert-base-uncased tokens with [CLS] and [SEP]
+SST2_MAX_LENGTH = 66  # about SST-2's longest sentence in bert-base-uncased tokens; longer ones are truncated
 
 FEDSUM_SST2 = Setup(
     title="FedSUM appendix H.7: bert-base-uncased on SST-2, 8 iid clients, 2 sampled per round, K=3, batch 4",
