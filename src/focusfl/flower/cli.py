@@ -146,9 +146,9 @@ def _local(args) -> int:
     from .problems_nodes import check_nodes
 
     config = _config(args)
+    data_paths = _data_paths(args)  # before the problem is built (seconds for a text model)
     deadlines = _deadlines(args, _check(config))
     check_nodes(config, args.nodes)
-    data_paths = _data_paths(args)
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="focusfl-federation-"))
     print(f"federation: {args.nodes} SuperNodes on 127.0.0.1{' with TLS' if args.tls else ''}"
           f"{' and node authentication' if args.auth else ''}; logs in {workdir / 'logs'}")
