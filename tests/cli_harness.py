@@ -94,6 +94,24 @@ def run_cli(
     )
 
 
+def run_cli_together(commands: list[tuple[str, ...]], *, limit_gib: float | None = 4,
+                     timeout: float = 300) -> list[subprocess.CompletedProcess]:
+    """``run_cli`` of independent commands, all started before any is waited for: most of a short
+    focusfl run is importing torch and its kin, which the processes do side by side (a test's
+    wall time, not its result, changes). The results in the commands' order."""
+    def preexec() -> None:
+        default_signals()
+        if limit_gib:
+            _limit_memory(int(limit_gib * GIB))()
+
+    started = [popen_cli(*args, preexec_fn=preexec) for args in commands]
+    results = []
+    for args, proc in zip(commands, started):
+        stdout, stderr = proc.communicate(timeout=timeout)
+        results.append(subprocess.CompletedProcess([*focusfl_command(), *args], proc.returncode, stdout, stderr))
+    return results
+
+
 def assert_one_line_error(proc: subprocess.CompletedProcess, code: int = 2, contains: str = "") -> str:
     """Exit ``code``, no traceback, exactly one non-empty line on stderr; returns that line."""
     assert "Traceback" not in proc.stderr, proc.stderr

@@ -76,3 +76,31 @@ def tiny_bert(folder: Path, vocab: int = 100, labels: int | None = None, seed: i
         model = BertModel(config)
     model.save_pretrained(str(folder), safe_serialization=True)
     return folder
+
+
+def sst2_dataset(folder: Path, rows: int = 96, validation: int = 24, parquet: bool = False) -> Path:
+    """An SST-2-shaped dataset (GLUE's glue/sst2 layout): columns sentence, label (ClassLabel
+    negative/positive) and idx; splits train, validation and an unlabelled test (label -1).
+    ``parquet``: the Hub's parquet files (``train-00000-of-00001.parquet``, ...) instead of
+    a save_to_disk folder."""
+    import datasets
+
+    texts, labels, _ = sentences(rows + validation + 8, seed=1)
+    features = datasets.Features({"sentence": datasets.Value("string"),
+                                  "label": datasets.ClassLabel(names=["negative", "positive"]),
+                                  "idx": datasets.Value("int32")})
+
+    def split(start: int, stop: int, hidden: bool = False):
+        return datasets.Dataset.from_dict({"sentence": texts[start:stop],
+                                           "label": [-1 if hidden else y for y in labels[start:stop]],
+                                           "idx": list(range(stop - start))}, features=features)
+
+    splits = datasets.DatasetDict({"train": split(0, rows), "validation": split(rows, rows + validation),
+                                   "test": split(rows + validation, rows + validation + 8, hidden=True)})
+    if not parquet:
+        splits.save_to_disk(str(folder))
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, table in splits.items():
+        table.to_parquet(str(folder / f"{name}-00000-of-00001.parquet"))
+    return folder

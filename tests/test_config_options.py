@@ -36,7 +36,8 @@ def commands() -> dict[tuple[str, ...], tuple[tuple[str, ...], dict]]:
     for preset, setup in (("mnist-demo", reproduce_nn.MNIST_DEMO), ("fedsum-mnist", reproduce_nn.FEDSUM_MNIST),
                           ("focus-cifar10", reproduce_nn.FOCUS_CIFAR10),
                           ("fedsum-resnet18", reproduce_nn.FEDSUM_RESNET18["cifar10"]),
-                          ("fedsum-biased", reproduce_nn.FEDSUM_BIASED)):
+                          ("fedsum-biased", reproduce_nn.FEDSUM_BIASED),
+                          ("fedsum-sst2", reproduce_nn.FEDSUM_SST2)):
         found[("reproduce", preset)] = (reproduce_nn.RUN_OPTIONS,
                                         {"rounds": setup.rounds, "eval_every": setup.eval_every})
     try:

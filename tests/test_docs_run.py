@@ -72,6 +72,9 @@ SKIPPED = {
     "reproduce fedsum-mnist --data-dir DATA": "needs MNIST's IDX files (a download)",
     "reproduce fedsum-resnet18 --dataset cifar100 --data-dir DATA --device cuda":
         "needs CIFAR-100 and a GPU (50 clients of ResNet-18); tests/test_nn_fedsum_presets.py runs it shrunk",
+    "reproduce fedsum-sst2 --data sst2 --model bert-base-uncased --device cuda":
+        "needs SST-2 and bert-base-uncased in local folders (downloads) and a GPU; tests/test_hf_sst2.py runs it on "
+        "a tiny BERT and an SST-2-shaped dataset",
     "reproduce fedsum-biased --data-dir DATA": "needs MNIST's IDX files (a download); "
                                                "tests/test_nn_fedsum_presets.py runs it on files made from the fixture",
 }

@@ -21,7 +21,7 @@ pytest.importorskip("datasets")
 pytest.importorskip("flwr_datasets")
 pytest.importorskip("transformers")
 
-from cli_harness import assert_one_line_error, cli_env, run_cli  # noqa: E402
+from cli_harness import assert_one_line_error, cli_env, run_cli, run_cli_together  # noqa: E402
 from hf_fixtures import text_dataset, tiny_bert, tokenizer_folder  # noqa: E402
 
 from focusfl.algorithms import make_algorithm  # noqa: E402
@@ -53,10 +53,20 @@ def read_rows(path: Path) -> list[dict]:
         return list(csv.DictReader(handle))
 
 
-def cli_run(out: Path, algorithm: str, problem: str, engine: str, lr: float = 0.05):
-    return run_cli("run", "--algorithm", algorithm, "--problem", problem, "--participation", "bernoulli:p=0.5",
-                   "--rounds", "3", "--local-steps", "2", "--lr", str(lr), "--dtype", "float64",
-                   "--eval-every", "1", "--engine", engine, "--out", str(out), limit_gib=None)
+ENGINES = ("vectorized", "reference")
+
+
+def run_args(out: Path, algorithm: str, problem: str, engine: str, lr: float = 0.05) -> tuple[str, ...]:
+    return ("run", "--algorithm", algorithm, "--problem", problem, "--participation", "bernoulli:p=0.5",
+            "--rounds", "3", "--local-steps", "2", "--lr", str(lr), "--dtype", "float64",
+            "--eval-every", "1", "--engine", engine, "--out", str(out))
+
+
+def both_engines(folder: Path, algorithm: str, problem: str, lr: float = 0.05):
+    """``focusfl run`` in the vectorized and the reference engine (side by side), into folder/ENGINE."""
+    return run_cli_together([run_args(folder / engine, algorithm, problem, engine, lr) for engine in ENGINES],
+                            limit_gib=None)
+
 
 
 def assert_same_runs(a: Path, b: Path) -> None:
@@ -79,8 +89,7 @@ def assert_same_runs(a: Path, b: Path) -> None:
 def test_tiny_bert_trains_the_same_in_both_engines(files, tmp_path, algorithm):
     problem = text_spec(files)
     lr = 0.005 if algorithm == "sg_focus" else 0.05  # SG-FOCUS steps on the sum of N gradients
-    for engine in ("vectorized", "reference"):
-        proc = cli_run(tmp_path / engine, algorithm, problem, engine, lr)
+    for proc in both_engines(tmp_path, algorithm, problem, lr):
         assert proc.returncode == 0, proc.stderr
         assert "Traceback" not in proc.stderr and "Loading weights" not in proc.stderr
     assert_same_runs(tmp_path / "vectorized", tmp_path / "reference")
@@ -93,8 +102,7 @@ def test_tiny_bert_trains_the_same_in_both_engines(files, tmp_path, algorithm):
 @pytest.mark.slow
 def test_natural_id_partition_through_the_console_script(files, tmp_path):
     problem = text_spec(files, partition="natural", id_column="writer")
-    for engine in ("vectorized", "reference"):
-        proc = cli_run(tmp_path / engine, "fedsum", problem, engine)
+    for proc in both_engines(tmp_path, "fedsum", problem):
         assert proc.returncode == 0, proc.stderr
     assert_same_runs(tmp_path / "vectorized", tmp_path / "reference")
 
@@ -175,7 +183,7 @@ def test_builtin_text_model_trains_without_transformers(files, tmp_path, monkeyp
         assert torch.allclose(a, b, rtol=0, atol=1e-12)
     before = problem.metrics(problem.initial_point())["test_loss"]
     assert problem.metrics(vec.state.server[0])["test_loss"] < before
-    with pytest.raises(ConfigError, match=r'pip install "focusfl\[hf\]"'):
+    with pytest.raises(ConfigError, match=r'pip install "\.\[hf\]" in a clone of focusfl'):
         make_problem(text_spec(files))  # a tokenizer and a BERT need transformers
 
 
@@ -287,12 +295,13 @@ def bad_inputs(files: Path, tmp: Path) -> dict[str, tuple[str, str]]:
 
 @pytest.mark.slow
 def test_bad_inputs_get_one_line_and_exit_2_with_nothing_written(files, tmp_path):
-    for name, (spec, words) in bad_inputs(files, tmp_path).items():
-        out = tmp_path / "out"
-        proc = run_cli("run", "--algorithm", "fedavg", "--problem", spec, "--rounds", "1", "--lr", "0.1",
-                       "--out", str(out))
+    cases = bad_inputs(files, tmp_path)
+    outs = {name: tmp_path / f"out-{k}" for k, name in enumerate(cases)}
+    procs = run_cli_together([("run", "--algorithm", "fedavg", "--problem", spec, "--rounds", "1", "--lr", "0.1",
+                               "--out", str(outs[name])) for name, (spec, _) in cases.items()])
+    for (name, (_, words)), proc in zip(cases.items(), procs):
         assert_one_line_error(proc, 2, words)
-        assert not out.exists(), name
+        assert not outs[name].exists(), name
 
 
 def test_missing_packages_get_the_install_hint(files, tmp_path):
@@ -304,7 +313,7 @@ def test_missing_packages_get_the_install_hint(files, tmp_path):
     env["PYTHONPATH"] = f"{tmp_path / 'shim'}:{env['PYTHONPATH']}"
     proc = run_cli("run", "--algorithm", "fedavg", "--problem", text_spec(files), "--rounds", "1", "--lr", "0.1",
                    "--out", str(tmp_path / "out"), env=env)
-    assert_one_line_error(proc, 2, 'pip install "focusfl[hf]"')
+    assert_one_line_error(proc, 2, 'pip install ".[hf]" in a clone of focusfl')
     assert not (tmp_path / "out").exists()
 
 

@@ -524,6 +524,9 @@ def _command_texts() -> dict[str, tuple[str, str]]:
             "focusfl reproduce fedsum-resnet18 --data-dir DATA --download --device cuda",
             "focusfl reproduce fedsum-resnet18 --dataset cifar100 --data-dir DATA --device cuda")),
         "reproduce fedsum-biased": (None, _examples("focusfl reproduce fedsum-biased --data-dir DATA --download")),
+        "reproduce fedsum-sst2": (None, _examples(
+            "focusfl reproduce fedsum-sst2 --data sst2 --model bert-base-uncased --device cuda",
+            "focusfl reproduce fedsum-sst2 --data sst2 --model bert-base-uncased --steps fixed --rounds 300")),
         "participation": ("Draw a participation process and print its statistics: per-client rates p_i "
                           "(empirical and nominal), q_i = E[1{i in S}/|S|], delays tau. Participation "
                           f"processes: {', '.join(available_participation())} (docs/participation.md).",

@@ -1,4 +1,5 @@
-"""Hugging Face datasets as a data source: a ``save_to_disk`` folder or parquet/csv/json files.
+"""Hugging Face datasets as a data source: a ``save_to_disk`` folder, a folder of parquet files
+named by split (the Hub's layout), or one parquet/csv/json file.
 
 ``load_hf(path, input, label, ...)`` reads one dataset and returns :class:`HFSplits`: the
 training and test rows of the named input and label columns, as
@@ -35,7 +36,7 @@ from ..errors import ConfigError, DataError
 from ..limits import check_allocation
 from .loaders import as_nchw, check_labels, check_pixels
 
-INSTALL_HINT = 'pip install "focusfl[hf]"'
+INSTALL_HINT = 'pip install ".[hf]" in a clone of focusfl (or "focusfl[hf]" from a package index)'
 FILE_READERS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}
 AUTO_INPUTS = ("input_ids", "image", "img", "text", "sentence")
 
@@ -93,6 +94,8 @@ def read_tables(path: Path, test_split: str) -> tuple[Any, Any | None]:
     check_dataset_size(path)
     datasets = require("datasets", "data=hf:PATH")
     _quiet_datasets(datasets)
+    if path.is_dir() and parquet_splits(path):
+        return _split_tables(datasets, path, test_split)
     if path.is_dir():
         try:
             loaded = datasets.load_from_disk(str(path))
@@ -107,6 +110,36 @@ def read_tables(path: Path, test_split: str) -> tuple[Any, Any | None]:
     if reader is None:
         raise DataError(f"dataset file {path}: expected .parquet, .csv, .json or .jsonl (or a save_to_disk folder)")
     return datasets.Dataset(_arrow_table(path, reader)), None
+
+
+def parquet_splits(folder: Path) -> dict[str, list[Path]]:
+    """A folder of parquet files named by split, as the Hub stores datasets
+    (``train-00000-of-00001.parquet``, ``validation-....parquet``): split -> its files in name
+    order; empty when the folder is a ``save_to_disk`` folder or holds no parquet file."""
+    if (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file():
+        return {}
+    splits: dict[str, list[Path]] = {}
+    for file in sorted(folder.glob("*.parquet")):
+        splits.setdefault(file.name.split("-")[0].split(".")[0], []).append(file)
+    return splits
+
+
+def _split_tables(datasets, folder: Path, test_split: str):
+    """(train, test or None) from a folder of parquet files named by split (shards concatenated)."""
+    import pyarrow
+
+    splits = parquet_splits(folder)
+    if "train" not in splits:
+        raise DataError(f"dataset {folder} has parquet files of splits {', '.join(splits)}, none named train")
+
+    def table(split: str):
+        parts = [_arrow_table(file, "parquet") for file in splits[split]]
+        try:
+            return datasets.Dataset(pyarrow.concat_tables(parts))
+        except pyarrow.ArrowInvalid as exc:
+            raise DataError(f"dataset {folder}: the {split} files differ in columns ({_first_line(exc)})") from None
+
+    return table("train"), table(test_split) if test_split in splits else None
 
 
 def _arrow_table(path: Path, reader: str):

@@ -137,7 +137,8 @@ def flwr_partition(
         import datasets
         import flwr_datasets.partitioner as flwr
     except ImportError:
-        raise ConfigError(f'partition={name} needs flwr-datasets: pip install "focusfl[hf]"') from None
+        raise ConfigError(f'partition={name} needs flwr-datasets: pip install ".[hf]" in a clone of focusfl '
+                          '(or "focusfl[hf]" from a package index)') from None
     datasets.disable_progress_bars()
     table = datasets.Dataset.from_dict({"label": labels.astype(np.int64), "row": np.arange(len(labels))})
     kind = getattr(flwr, FLWR_PARTITIONERS[name])

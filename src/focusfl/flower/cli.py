@@ -19,6 +19,8 @@ EXAMPLES = """examples:
   focusfl run --algorithm fedavg --problem ridge:clients=3 --local-steps 5 --rounds 20 --engine reference \\
       --participation trace:path=runs/late/trace.csv --work trace:path=runs/late/work.csv --out runs/late-replay
   focusfl federation local --nodes 3 --problem ridge:clients=3 --tls --auth --participation bernoulli --out runs/fed-tls
+  focusfl federation local --nodes 2 --algorithm fedavg --data-path copies/node{k} --out runs/fed-text \\
+      --problem nn:data=hf:/srv/sst2,input=sentence,test_split=validation,tokenizer=/srv/bert,model=hf:/srv/bert,clients=2
   focusfl federation app flower-app --algorithm focus --problem ridge:clients=3 --rounds 50 --out /srv/runs/fed
 
 docs/federation.md: from one laptop to real machines, TLS, node authentication, the commit protocol."""
@@ -39,6 +41,12 @@ def add_parser(sub) -> None:
                             "for some (node k runs client k), e.g. 0.5 or 1=0.5,2=0; a node whose budget is spent "
                             "stops after the steps it finished (at least 1) and the server accepts that partial work; "
                             "work.csv records the steps taken (docs/federation.md)")
+    local.add_argument("--data-path", metavar="PATH",
+                       help="where node k reads its own copy of the data (its node config data-path): {k} in PATH "
+                            "is the node's number, e.g. copies/node{k}; a file (an .npz) or a folder (the data set "
+                            "and, for data=hf:..., the tokenizer and model folders, by their names); the server "
+                            "reads the problem's own paths and refuses a node whose copy differs "
+                            "(docs/federation.md)")
     local.set_defaults(handler=_local)
     app = kinds.add_parser("app", help="write the Flower app and run config for `flwr run`", epilog=EXAMPLES)
     app.add_argument("folder", help="folder to write (pyproject.toml, run.toml)")
@@ -68,7 +76,34 @@ def _config(args):
     from .server_app import FederationConfig
 
     out = str(Path(args.out).expanduser().resolve()) if args.out else None
-    return FederationConfig(**{name: getattr(args, name) for name in RUN_OPTIONS}, timeout=args.timeout, out=out)
+    given = {name: getattr(args, name) for name in RUN_OPTIONS}
+    given["problem"] = absolute_paths(given["problem"])
+    return FederationConfig(**given, timeout=args.timeout, out=out)
+
+
+# nn keys that name files or folders: (key, the prefixes a path may carry)
+PATH_KEYS = {"data": ("hf:", ""), "data_dir": ("",), "tokenizer": ("",), "model": ("hf:", "hf-config:")}
+
+
+def absolute_paths(problem):
+    """An nn problem's relative paths (an .npz or hf: dataset, data_dir, tokenizer, hf: model)
+    made absolute from this folder, where the user typed them: the ServerApp runs in another
+    one. Other problems, names (data=mnist) and paths not found here are left as given."""
+    from ..spec import parse_spec
+
+    name, params = parse_spec(problem)
+    if name != "nn":
+        return problem
+    changed = dict(params)
+    for key, prefixes in PATH_KEYS.items():
+        value = params.get(key)
+        prefix = next((p for p in prefixes if isinstance(value, str) and value.startswith(p)), None)
+        if prefix is None or (key == "data" and not prefix and not value.endswith(".npz")):
+            continue
+        path = Path(value[len(prefix):]).expanduser()
+        if str(path) and not path.is_absolute() and path.exists():
+            changed[key] = prefix + str(path.resolve())
+    return problem if changed == params else {"name": name, **changed}
 
 
 def _check(config):
@@ -92,18 +127,33 @@ def _deadlines(args, strategy) -> dict[int, float]:
     return deadlines
 
 
+def _data_paths(args) -> dict[int, str]:
+    """``--data-path`` as {node: its path}, every one checked to exist before any process starts."""
+    if args.data_path is None:
+        return {}
+    if "{k}" not in args.data_path and args.nodes > 1:
+        raise ConfigError("--data-path: put {k} (the node's number) in PATH, e.g. copies/node{k}, so that "
+                          "each node reads its own copy")
+    paths = {k: args.data_path.replace("{k}", str(k)) for k in range(args.nodes)}
+    for k, path in paths.items():
+        if not Path(path).expanduser().exists():
+            raise ConfigError(f"--data-path: node {k}'s copy {path} not found")
+    return paths
+
+
 def _local(args) -> int:
     from .local import LocalFederation, signals_interrupt
     from .problems_nodes import check_nodes
 
     config = _config(args)
+    data_paths = _data_paths(args)  # before the problem is built (seconds for a text model)
     deadlines = _deadlines(args, _check(config))
     check_nodes(config, args.nodes)
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="focusfl-federation-"))
     print(f"federation: {args.nodes} SuperNodes on 127.0.0.1{' with TLS' if args.tls else ''}"
           f"{' and node authentication' if args.auth else ''}; logs in {workdir / 'logs'}")
     with signals_interrupt(), LocalFederation(workdir, args.nodes, tls=args.tls, auth=args.auth,
-                                              deadlines=deadlines) as federation:
+                                              deadlines=deadlines, data_paths=data_paths) as federation:
         result = federation.run(config, timeout=max(600.0, args.rounds * (3 * args.timeout + 30)))
     print("\n".join(line for line in result.stdout.splitlines() if line.startswith(("focusfl", "audit", "done", "work:"))))
     if result.returncode != 0 or (config.out and not (Path(config.out) / "metrics.csv").is_file()):

@@ -62,14 +62,41 @@ def _build(run_key: str, data_path: str | None) -> Built:
 def node_problem(spec: dict, data_path: str | None) -> dict:
     """The run's problem SPEC with this node's copy of the data (``data-path`` in its node
     config; nn problems only): an .npz file replaces ``data``; a folder replaces ``data_dir``,
-    where a named data set (``data=mnist``) or a relative .npz name is then looked for."""
+    where a named data set (``data=mnist``) or a relative .npz name is then looked for.
+
+    Hugging Face problems (``data=hf:PATH``, problems/hf.py) name up to three folders: the
+    dataset, the tokenizer and the model. A folder ``data-path`` holds the node's copies of
+    them under their own names: ``data=hf:/srv/sst2``, ``tokenizer=/srv/bert`` and
+    ``model=hf:/srv/bert`` are read from DATA-PATH/sst2, DATA-PATH/bert and DATA-PATH/bert
+    (the last component of each path, absolute or relative); a file ``data-path`` replaces the
+    dataset alone (a .parquet, .csv or .json file)."""
     spec = dict(spec)
-    if data_path is not None and spec.get("name") == "nn":
-        path = Path(data_path).expanduser()
-        if path.is_dir():
-            spec["data_dir"] = str(path)
-        else:
-            spec["data"] = str(path)
+    if data_path is None or spec.get("name") != "nn":
+        return spec
+    path = Path(data_path).expanduser()
+    if str(spec.get("data", "")).startswith("hf:"):
+        return hf_node_problem(spec, path)
+    if path.is_dir():
+        spec["data_dir"] = str(path)
+    else:
+        spec["data"] = str(path)
+    return spec
+
+
+def hf_node_problem(spec: dict, path: Path) -> dict:
+    """``node_problem`` of a ``data=hf:...`` SPEC: its folders rebased into ``path``."""
+    if not path.is_dir():
+        return {**spec, "data": f"hf:{path}"}
+
+    def mine(name: str) -> str:
+        return str(path / Path(name).expanduser().name)
+
+    spec["data"] = "hf:" + mine(spec["data"][3:])
+    if spec.get("tokenizer"):
+        spec["tokenizer"] = mine(str(spec["tokenizer"]))
+    kind, _, folder = str(spec.get("model", "")).partition(":")
+    if kind in ("hf", "hf-config") and folder:
+        spec["model"] = f"{kind}:{mine(folder)}"
     return spec
 
 

@@ -139,6 +139,21 @@ class HuggingFaceNetwork(NeuralNetwork):
             return super().test_inputs()
         return self.test_images  # cut per evaluation batch
 
+    def data_fingerprint(self) -> str:
+        """nn's digest of the client data (training inputs, labels, partition) and of the initial
+        model: the token ids already depend on the tokenizer, and a node's copy of a pretrained
+        model that differs from the server's would compute other gradients (focusfl.flower)."""
+        cached = getattr(self, "_model_fingerprint", None)
+        if cached is None:
+            import hashlib
+
+            digest = hashlib.sha256(super().data_fingerprint().encode())
+            x0 = self.initial_point().detach().cpu().contiguous().numpy()
+            digest.update(f"{x0.dtype.str}{x0.shape}".encode())
+            digest.update(x0.reshape(-1).view(np.uint8))
+            cached = self._model_fingerprint = digest.hexdigest()[:32]
+        return cached
+
     def client_rows(self) -> list[np.ndarray]:
         """Each client's training rows (indices into the training split, sorted)."""
         sizes = self.sizes.cpu().numpy()
