@@ -29,7 +29,7 @@ from ..data.hf import HFSplits, load_hf
 from ..data.partition import FLWR_PARTITIONERS, PARTITIONERS, flwr_partition, natural_partition
 from ..errors import ConfigError, DataError
 from .models import default_model
-from .nn import EVAL_BATCH, EVAL_BATCH_ACCELERATOR, NeuralNetwork, _seeded_model, _validate, carve_validation
+from .nn import NeuralNetwork, _seeded_model, _validate, carve_validation
 from .text_models import TEXT_MODELS, MeanPoolText, SequenceClassifier, load_sequence_classifier
 
 
@@ -55,14 +55,7 @@ class HuggingFaceNetwork(NeuralNetwork):
         p = {**self.defaults, **params}
         _validate(p)
         _validate_hf(p)
-        self.dtype = dtype
-        self.device = torch.device(device)
-        self.batch = int(p["batch"])
-        self.num_clients = int(p["clients"])
-        self.eval_batch = (
-            int(p["eval_batch"]) if p["eval_batch"] != "auto" else EVAL_BATCH.get(self.device.type, EVAL_BATCH_ACCELERATOR)
-        )
-        self.augment = p["augment"] != "none"
+        self._set_run_basics(p, dtype, device)
         source = load_hf(
             _resolve(p["data"], p["data_dir"]), input=p["input"], label=p["label"], tokenizer=p["tokenizer"],
             max_length=int(p["max_length"]), test_split=p["test_split"], test_fraction=float(p["test_fraction"]),

@@ -127,14 +127,7 @@ class NeuralNetwork(Problem):
     ) -> None:
         p = {**self.defaults, **params}
         _validate(p)
-        self.dtype = dtype
-        self.device = torch.device(device)
-        self.batch = int(p["batch"])
-        self.num_clients = int(p["clients"])
-        self.eval_batch = (
-            int(p["eval_batch"]) if p["eval_batch"] != "auto" else EVAL_BATCH.get(self.device.type, EVAL_BATCH_ACCELERATOR)
-        )
-        self.augment = p["augment"] != "none"
+        self._set_run_basics(p, dtype, device)
         if dataset is None:
             dataset = load_dataset(p["data"], p["data_dir"] or None, bool(p["download"]))
         else:
@@ -169,6 +162,18 @@ class NeuralNetwork(Problem):
         self._probe()
 
     # -- data -----------------------------------------------------------------------------------
+    def _set_run_basics(self, p: dict[str, Any], dtype: torch.dtype, device: str | torch.device) -> None:
+        """dtype, device, batch, clients, evaluation batch and augmentation from validated params
+        (shared with the Hugging Face problem, problems/hf.py)."""
+        self.dtype = dtype
+        self.device = torch.device(device)
+        self.batch = int(p["batch"])
+        self.num_clients = int(p["clients"])
+        self.eval_batch = (
+            int(p["eval_batch"]) if p["eval_batch"] != "auto" else EVAL_BATCH.get(self.device.type, EVAL_BATCH_ACCELERATOR)
+        )
+        self.augment = p["augment"] != "none"
+
     def _store_data(self, train: ImageData, test: ImageData, parts: list[np.ndarray]) -> None:
         self._store_samples(train, test, parts)
         # Standardise every channel with the training set's mean and standard deviation.
