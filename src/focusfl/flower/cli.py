@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..runs.cli import add_run_options, run_config_of
 
 EXAMPLES = """examples:
   focusfl federation local --nodes 3 --algorithm focus --problem ridge:clients=3 --rounds 20 --out runs/fed
@@ -61,7 +62,6 @@ RUN_OPTIONS = ("algorithm", "problem", "participation", "work", "rounds", "local
 
 
 def _common(p) -> None:
-    from ..runs.config import add_run_options
     from .server_app import FEDERATION_DEFAULTS
 
     add_run_options(p, RUN_OPTIONS, defaults=FEDERATION_DEFAULTS, helps={
@@ -72,13 +72,12 @@ def _common(p) -> None:
 
 
 def _config(args):
-    """The CLI edge: the command line as a FederationConfig."""
+    """The CLI edge: the command line as a FederationConfig (its run fields as a RunConfig)."""
     from .server_app import FederationConfig
 
     out = str(Path(args.out).expanduser().resolve()) if args.out else None
-    given = {name: getattr(args, name) for name in RUN_OPTIONS}
-    given["problem"] = absolute_paths(given["problem"])
-    return FederationConfig(**given, timeout=args.timeout, out=out)
+    run = run_config_of(args, RUN_OPTIONS, problem=absolute_paths(args.problem))
+    return FederationConfig(run, timeout=args.timeout, out=out)
 
 
 # nn keys that name files or folders: (key, the prefixes a path may carry)
