@@ -55,7 +55,7 @@ from ..runs.folder import METRICS, read_config
 from ..spec import format_spec
 from .layout import RUNS
 from .preset import Preset
-from .sweep import make_experiment, run_sweep
+from .sweep import make_experiment, restart_note, run_sweep
 from .tune import choose, grid_rows, with_validation
 
 
@@ -291,6 +291,8 @@ def fixed_steps(setup: Setup, algorithms: list[str]) -> list[dict]:
 
 
 def _raise_failures(report, phase: str) -> None:
+    if report.restarted:
+        print(restart_note(report))
     if report.failed:
         first = report.failed[0]
         raise ConfigError(f"{len(report.failed)} {phase} run(s) failed (the first, {first['algorithm']} seed "
