@@ -316,10 +316,10 @@ def run_final(setup: Setup, run: RunConfig, steps: list[dict], args: PresetOptio
                            tables=lambda *a, **k: [])
         _raise_failures(report, "preset")
         by_label: dict[str, list[tuple[list[dict], int | None]]] = {}
-        for run in report.runs:
-            info = read_config(where / RUNS / run.key)
-            rows = [_typed(row) for row in read_csv(where / RUNS / run.key / METRICS)]
-            by_label.setdefault(run.axes["algorithm"], []).append((rows, info.get("diverged_at_round")))
+        for done in report.runs:
+            info = read_config(where / RUNS / done.key)
+            rows = [_typed(row) for row in read_csv(where / RUNS / done.key / METRICS)]
+            by_label.setdefault(done.axes["algorithm"], []).append((rows, info.get("diverged_at_round")))
         panels[scenario] = {}
         for row in chosen:
             name = row["algorithm"]
