@@ -43,8 +43,9 @@ from .checkpoint import (CHECKPOINT, MODEL, Checkpoint, load_checkpoint, resume_
                          take_checkpoint)
 from ..io.atomic import csv_cell, write_json
 from ..io.folders import MARKER, Output, open_output
-from .config import RunConfig, config_from_json
-from .driver import BuiltRun, build, execute
+from .config import RunConfig, config_from_json, state_budget
+from .driver import BuiltRun, build, execute, reference_of
+from .store import TABLE, copy_table
 
 METRICS = "metrics.csv"
 CONFIG = "config.json"
@@ -269,6 +270,8 @@ def resume_folder(
             for name in (CONFIG, METRICS, CHECKPOINT):
                 if (out / name).is_file():
                     shutil.copy2(out / name, work / name)
+            if (out / TABLE).is_file():  # a mapped client table: its written rows only
+                copy_table(out / TABLE, work / TABLE)
         data = _read_json(work / CONFIG)
         config = config_from_json(data, where=f"{out}/{CONFIG}")
         if not allow_model_import:  # a file's word alone never runs code
@@ -277,10 +280,8 @@ def resume_folder(
         if rounds is not None:
             config = config.replace(rounds=rounds)
         built = build(config, allow_model_import=allow_model_import)
-        reference = built.algorithm.prepare(built.problem, built.participation, seed=config.seed).init(
-            built.problem.initial_point(), built.problem.num_clients
-        )
-        checkpoint = load_checkpoint(work / CHECKPOINT, reference, built.problem.num_clients)
+        checkpoint = load_checkpoint(work / CHECKPOINT, reference_of(built), built.problem.num_clients,
+                                     budget=state_budget(built.config))
         if checkpoint.round >= config.rounds:
             raise ConfigError(
                 f"{out} has run {checkpoint.round} of {config.rounds} rounds already; "
@@ -353,7 +354,7 @@ def _drive(
     try:
         with _stop_on_signals(flag):
             result = execute(built, progress=progress, on_row=on_row, resume=resume, keep_rows=False,
-                             on_round=on_round)
+                             on_round=on_round, folder=work)
     except _StopRequested as stop:
         metrics.close()
         rounds = checkpointer.last_round
