@@ -133,6 +133,10 @@ class MappedClients(RowStore):
         offsets, self.size = _layout(self.template, self.num_clients)
         self._file = open(self.path, "r+b")
         self._map = mmap.mmap(self._file.fileno(), self.size)
+        # Rows are read where the active clients are, never in order: without this the kernel maps
+        # 64 KiB around every row it faults in (fault-around, readahead): measured at N = 10^6,
+        # d = 100, 65 MB resident for the 1.6 MB of one round's 1,000 rows, 8 MB with it.
+        self._map.madvise(mmap.MADV_RANDOM)
         self.fields = []
         for field, offset in zip(self.template, offsets):
             count = 2 * self.num_clients * field[0].numel()
