@@ -100,6 +100,14 @@ class RoundLog:
     steps: dict[int, int] = field(default_factory=dict)  # accepted client -> local steps it took
 
 
+class StopRounds(KeyboardInterrupt):
+    """A stop signal in the round loop (server_app's handler raises it): the rounds done are kept."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
 @dataclass
 class FederationResult:
     rows: list[dict]
@@ -115,6 +123,7 @@ class FederationResult:
     work: np.ndarray | None = None  # [rounds, N] int64: local steps of each accepted client (0: not accepted)
     partial: int = 0  # accepted client rounds with fewer steps than asked (deadlines)
     deadlines: dict[int, float] = field(default_factory=dict)  # client -> its node's deadline, seconds
+    interrupted: int | None = None  # the signal that stopped the rounds (mask: the rounds done before it)
 
 
 class AlgorithmStrategy(Strategy):
@@ -164,6 +173,7 @@ class AlgorithmStrategy(Strategy):
         self.floats = [0.0, 0.0]
         self.requested_total = 0
         self.refused: set[int] = set()  # nodes whose handshake was malformed: never asked again
+        self.refusals: dict[int, str] = {}  # refused node -> why (the audit reports them)
         self.told: set[tuple[int, str]] = set()  # (node, reason) of handshake failures logged
         self.data = data_fingerprint(problem)  # nn: every node must hold the same client data
         # A sustained blow-up stops a federation as it stops a simulation (engine/rows.py).
@@ -222,31 +232,48 @@ class AlgorithmStrategy(Strategy):
         work = np.zeros((rounds, self.problem.num_clients), dtype=np.int64)
         log: list[RoundLog] = []
         diverged_at = None
-        if not self._evaluate(0, 0, rows):
-            diverged_at = 0
-        for r in range(rounds if diverged_at is None else 0):
-            self._discover(grid)
-            entry = self._requested(r, grid)
-            replies = send_and_receive(grid, list(self._messages(entry, "train", self.train_fields)), timeout=self.timeout)
-            self._accept(entry, replies)
-            self._server_step(entry)
-            if self.finishes and entry.accepted:
-                self._finish(entry, grid)
-            mask[r, entry.accepted] = True
-            work[r, entry.accepted] = [entry.steps[c] for c in entry.accepted]
-            log.append(entry)
-            if self.on_round is not None:
-                self.on_round(self, entry)
-            if (r + 1) % self.eval_every == 0 or r + 1 == rounds:
-                if not self._evaluate(r + 1, len(entry.accepted), rows):
-                    diverged_at = r + 1
-                    mask, work = mask[: r + 1], work[: r + 1]
-                    break
+        interrupted = None
+        completed = self.server  # the server state of the last round done
+        try:
+            if not self._evaluate(0, 0, rows):
+                diverged_at = 0
+            for r in range(rounds if diverged_at is None else 0):
+                self._discover(grid)
+                entry = self._requested(r, grid)
+                replies = send_and_receive(grid, list(self._messages(entry, "train", self.train_fields)),
+                                           timeout=self.timeout)
+                self._accept(entry, replies)
+                self._server_step(entry)
+                if self.finishes and entry.accepted:
+                    self._finish(entry, grid)
+                mask[r, entry.accepted] = True
+                work[r, entry.accepted] = [entry.steps[c] for c in entry.accepted]
+                log.append(entry)
+                completed = self.server
+                if self.on_round is not None:
+                    self.on_round(self, entry)
+                if (r + 1) % self.eval_every == 0 or r + 1 == rounds:
+                    if not self._evaluate(r + 1, len(entry.accepted), rows):
+                        diverged_at = r + 1
+                        mask, work = mask[: r + 1], work[: r + 1]
+                        break
+        except StopRounds as stop:  # keep the rounds done: the round in progress is not one of them
+            interrupted, self.server = stop.signum, completed
+            mask, work, rows = self._rounds_done(log, mask, work, rows)
         if diverged_at is not None:
             self.log(f"diverged at round {diverged_at} ({self.blow_up.reason(rows[-1])})")
         return FederationResult(rows, self.server, mask, log, self.counts, sorted(self.lost), dict(self.node_client),
                                 diverged_at=diverged_at, blow_up=self.blow_up, work=work, partial=self.partial,
-                                deadlines=dict(sorted(self.deadlines.items())))
+                                deadlines=dict(sorted(self.deadlines.items())), interrupted=interrupted)
+
+    def _rounds_done(self, log: list[RoundLog], mask: np.ndarray, work: np.ndarray, rows: list[dict]):
+        """The traces and rows of the rounds in ``log``, the last of them evaluated (a stop
+        between a round and its row, or between two evaluations, leaves the run readable)."""
+        done = len(log)
+        rows = [row for row in rows if row["round"] <= done]
+        if done and rows[-1]["round"] != done:
+            self._evaluate(done, len(log[-1].accepted), rows)
+        return mask[:done], work[:done], rows
 
     # -- the round ---------------------------------------------------------------------------
     def _discover(self, grid: Grid) -> None:
@@ -272,8 +299,7 @@ class AlgorithmStrategy(Strategy):
                 self._count(reason)
                 detail = reply.error.reason if reply.has_error() else "no status"
                 if reason == "malformed":  # e.g. no usable partition-id: asking again will not help
-                    self.refused.add(node)
-                    self.log(f"node {node}: handshake refused ({detail})")
+                    self._refuse_node(node, str(detail))
                 elif (node, reason) not in self.told:  # e.g. a node that cannot read its data: asked again
                     self.told.add((node, reason))
                     self.log(f"node {node}: handshake failed, asked again next round ({detail})")
@@ -283,14 +309,12 @@ class AlgorithmStrategy(Strategy):
             if (isinstance(client, bool) or not isinstance(client, int) or not 0 <= client < self.problem.num_clients
                     or status.get("num_clients") != self.problem.num_clients or status.get("token") != self.run.token):
                 self._count("malformed")
-                self.refused.add(node)
-                self.log(f"node {node}: handshake refused (client {client!r})")
+                self._refuse_node(node, f"client {client!r}")
                 continue
             if status.get("data") != self.data:  # nn: the node's copy of the data set is another
                 self._count("malformed")
-                self.refused.add(node)
-                self.log(f"node {node}: handshake refused (client {client}: its data differs from the server's, "
-                         f"digest {status.get('data')!r} != {self.data!r}; check its data-path)")
+                self._refuse_node(node, f"client {client}: its data differs from the server's, "
+                                        f"digest {status.get('data')!r} != {self.data!r}; check its data-path")
                 continue
             holder = self.client_node.get(client)
             if holder is not None and holder in live:
@@ -303,6 +327,11 @@ class AlgorithmStrategy(Strategy):
                 self.log(f"client {client}: node {holder} replaced by node {node}")
             self.node_client[node] = client
             self.client_node[client] = node
+
+    def _refuse_node(self, node: int, why: str) -> None:
+        self.refused.add(node)
+        self.refusals[node] = why
+        self.log(f"node {node}: handshake refused ({why})")
 
     def _requested(self, r: int, grid: Grid) -> RoundLog:
         n = self.problem.num_clients
@@ -491,7 +520,9 @@ class AlgorithmStrategy(Strategy):
                 rows[client] = gather_rows(table, torch.tensor([client], device=self.problem.device))
         missing = sorted(set(range(n)) - set(rows))
         result: dict[str, Any] = {"verified_clients": len(rows), "unverified_clients": missing,
-                                  "mismatched_clients": sorted(mismatched), "rows": rows}
+                                  "mismatched_clients": sorted(mismatched), "rows": rows,
+                                  "refused_nodes": {str(node): why for node, why in sorted(self.refusals.items())},
+                                  "clients_without_node": sorted(set(range(n)) - set(self.client_node))}
         if not missing:
             result["clients"] = concat_rows([rows[c] for c in range(n)])
         invariant = self.algorithm.tracking

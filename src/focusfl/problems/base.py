@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, ClassVar
 
 import torch
@@ -105,6 +106,12 @@ class Problem(abc.ABC):
 
     def restore_metric_state(self, state: dict[str, float | int]) -> None:
         """Put back what :meth:`metric_state` returned (an empty dict: nothing accumulated)."""
+
+    def input_paths(self) -> dict[str, Path | tuple[Path, ...]]:
+        """The files and folders the problem was built from, by what they are (``data``,
+        ``tokenizer``, ``model``; an entry may be several files): a run records their digest and a resume refuses changed ones
+        (runs/inputs.py). Problems drawn from the seed alone read none."""
+        return {}
 
     @abc.abstractmethod
     def describe(self) -> dict[str, Any]:

@@ -137,9 +137,11 @@ def defaults_for(problem: str | dict) -> dict[str, Any]:
 
 # Keys of config.json: what a run needs, and what focusfl records beside it.
 _REQUIRED = tuple(name for name, opt in options().items() if opt.record == "required")
-# "tensorboard" is an output option (where `run --tensorboard` logs), never part of a run's identity.
+# "tensorboard" is an output option (where `run --tensorboard` logs), never part of a run's identity;
+# "inputs" and "inputs_changed" are the digests of what the run read (runs/inputs.py).
 _RECORDED = ("focusfl_version", *(name for name, opt in options().items() if opt.record == "optional"), "status",
-             "diverged_at_round", "interrupted_after_round", "rounds_done", "lr_auto", "tensorboard")
+             "diverged_at_round", "interrupted_after_round", "rounds_done", "lr_auto", "tensorboard",
+             "inputs", "inputs_changed")
 _KEYED = tuple(name for name, opt in options().items() if opt.in_key)
 _KEY_NEUTRAL = {name: opt.key_neutral for name, opt in options().items() if opt.key_neutral is not None}
 

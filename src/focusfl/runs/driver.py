@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..algorithms import make_algorithm
+from ..algorithms import check_state_size, make_algorithm
 from ..engine import Resume, RunResult, simulate
 from ..errors import ConfigError
 from ..metrics import progress_metrics
@@ -48,6 +48,7 @@ def build(config: RunConfig, *, allow_model_import: bool = False) -> BuiltRun:
         config.problem, dtype=DTYPES[config.dtype], device=str(device), allow_model_import=allow_model_import
     )
     algorithm = make_run_algorithm(config, problem)
+    check_state_size(algorithm, problem)  # its [N, d] tables, before anything allocates them
     # The problem is passed along for processes that depend on the clients' data (label).
     participation = make_participation(
         config.participation, problem.num_clients, seed=config.seed, problem=problem
