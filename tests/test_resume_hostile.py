@@ -63,6 +63,21 @@ def test_a_sparse_300_gib_checkpoint_is_refused_before_a_byte_is_written(finishe
     assert listing(finished.parent) == before  # no scratch folder, no lock, nothing grew
 
 
+def test_a_checkpoint_claiming_300_gib_of_rows_is_refused_before_they_are_copied(finished):
+    import torch
+
+    payload = torch.load(finished / "checkpoint.pt", weights_only=True)
+    payload["metrics_bytes"] = 300 << 30
+    torch.save(payload, finished / "checkpoint.pt")
+    with open(finished / "metrics.csv", "r+b") as handle:
+        handle.truncate(300 << 30)  # sparse: as long as the checkpoint says
+    before = listing(finished.parent)
+    proc = subprocess.run([*focusfl_command(), "run", "--resume", str(finished), "--rounds", "8"], env=cli_env(),
+                          capture_output=True, text=True, timeout=120, preexec_fn=_limit_file_size(1 << 20))
+    assert_one_line_error(proc, 2, contains="would need 300 GiB of disk")
+    assert listing(finished.parent) == before
+
+
 # -- a refused resume leaves nothing ---------------------------------------------------------------
 def _damage(out: Path, case: str, other: Path) -> tuple[str, str]:
     """Damage ``out`` as ``case`` says; the words the error must contain and the file it names."""

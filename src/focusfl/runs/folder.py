@@ -290,11 +290,13 @@ def resume_folder(
                 f"give --rounds R with R > {checkpoint.round} to run it further"
             )
         _check_metrics(source / METRICS, checkpoint.metrics_bytes, out)
-        output.create()
         work = output.work
         if source != work:
-            _clear(work)
-            _copy_prefix(source / METRICS, work / METRICS, checkpoint.metrics_bytes)
+            from ..limits import check_disk_space
+
+            check_disk_space(checkpoint.metrics_bytes, out.parent,
+                             f"the {checkpoint.metrics_bytes:,} bytes of {out}/metrics.csv to continue from")
+            _start_from(output, source / METRICS, checkpoint.metrics_bytes)
         if log_dir is None and root is not None:
             from .tensorboard import claim_log_dir
 
@@ -335,11 +337,21 @@ def _check_metrics(path: Path, length: int, out: Path) -> None:
                         "the run cannot be resumed")
 
 
-def _copy_prefix(source: Path, target: Path, length: int) -> None:
-    """The first ``length`` bytes of ``source`` into ``target``, once the disk has room for them."""
-    from ..limits import check_disk_space
+def _start_from(output: Output, metrics: Path, length: int) -> None:
+    """A fresh partial folder with the first ``length`` bytes of the published ``metrics``; on a
+    failure (a full disk) no partial folder is left."""
+    output.create()
+    try:
+        _clear(output.work)
+        _copy_prefix(metrics, output.work / METRICS, length)
+    except BaseException:
+        if not output.found_partial:
+            output.discard()
+        raise
 
-    check_disk_space(length, target.parent, f"the {length:,} bytes of metrics.csv to continue from")
+
+def _copy_prefix(source: Path, target: Path, length: int) -> None:
+    """The first ``length`` bytes of ``source`` into ``target``."""
     with open(source, "rb") as reader, open(target, "wb") as writer:
         left = length
         while left > 0:
