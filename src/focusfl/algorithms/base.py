@@ -123,10 +123,10 @@ class Algorithm(abc.ABC):
             raise ConfigError(f"{self.name}: {field} must be a positive number, got {value!r}")
 
     # -- protocol ----------------------------------------------------------------------------
-    def prepare(self, problem: Any, participation: Any) -> "Algorithm":
-        """Resolve hyperparameters that depend on the run (e.g. known participation rates).
-
-        Returns a new object; the default has nothing to resolve."""
+    def prepare(self, problem: Any, participation: Any, *, seed: int | None = None) -> "Algorithm":
+        """Resolve hyperparameters that depend on the run (known participation rates, the run's
+        ``seed`` for an algorithm's own randomness; ``participation`` None: a federation that takes
+        whoever answers). Returns a new object; the default has nothing to resolve."""
         return self
 
     @abc.abstractmethod
@@ -195,6 +195,18 @@ def check_state_size(algorithm: Algorithm, problem: Any) -> None:
     check_allocation(size.nbytes(float_bytes),
                      f"{algorithm.name}'s state for {n:,} clients x {d:,} parameters "
                      f"({size.floats:,} floats of {float_bytes} bytes)", error=ConfigError)
+
+
+def check_work_process(algorithm: Algorithm, work: Any) -> None:
+    """ConfigError unless ``algorithm`` can run the step counts of the work process ``work``
+    (None or fixed: every client does local_steps, which every algorithm can). The one check a
+    run makes before it starts; a round with counts checks them again (``check_work``)."""
+    if work is None or work.fixed:
+        return
+    if work.local_steps != algorithm.local_steps:
+        raise ConfigError(f"work draws up to {work.local_steps} steps, {algorithm.name} takes {algorithm.local_steps}")
+    none = torch.zeros(0, dtype=torch.int64)
+    algorithm.check_work(RoundContext(round=0, active=none, num_clients=work.num_clients, steps=none))
 
 
 def live_mask(steps: torch.Tensor, step: int, like: torch.Tensor) -> torch.Tensor:

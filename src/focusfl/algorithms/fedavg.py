@@ -93,7 +93,7 @@ class FedAvg(Algorithm):
                 raise ConfigError(f"fedavg: p must be rates in (0, 1], one per client separated by ';', got {self.p!r}")
             object.__setattr__(self, "p", tuple(float(v) for v in rates))
 
-    def prepare(self, problem, participation) -> "FedAvg":
+    def prepare(self, problem, participation, *, seed: int | None = None) -> "FedAvg":
         if self.weighting != "known_p":
             return self
         p = self.p

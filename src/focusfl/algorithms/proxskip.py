@@ -21,7 +21,7 @@ x_i = x_{r+1}. Absent clients do nothing and keep (x_i, h_i), as for every basel
   iterations, as the FOCUS authors' notebook runs it). With ``random_steps`` T_r is the
   geometric number of iterations until Scaffnew's coin says communicate (mean 1/p), drawn
   from focusfl.rng keyed by (coin seed, round), so every engine and client sees the same T_r.
-  The coin seed defaults to the run's seed (taken from the participation process).
+  The coin seed defaults to the run's seed.
 - ``pull``: active clients start from the current server model instead of their own copy
   (2 vectors down: the pull and the new average).
 
@@ -112,11 +112,17 @@ class ProxSkip(Algorithm):
         """Communication probability of Scaffnew's coin."""
         return 1.0 / self.local_steps
 
-    def prepare(self, problem, participation) -> "ProxSkip":
+    def prepare(self, problem, participation, *, seed: int | None = None) -> "ProxSkip":
+        """The coin's seed, unless the SPEC gives one, is the run's ``seed`` (else the
+        participation process's, which the run's seed made): every engine and every node of a
+        federation then draws the same T_r. Neither given is an error, never a silent 0."""
         if self.coin_seed is not None:
             return self
-        seed = int(getattr(participation, "seed", 0) or 0)
-        return dataclasses.replace(self, coin_seed=seed)
+        if seed is None:
+            seed = getattr(participation, "seed", None)
+        if seed is None:
+            raise ConfigError("proxskip: its coin needs the run's seed (prepare(..., seed=S)) or a coin_seed")
+        return dataclasses.replace(self, coin_seed=int(seed))
 
     def steps_this_round(self, round_: int) -> int:
         """T_r: local iterations until the coin says communicate (inclusive)."""

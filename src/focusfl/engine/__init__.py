@@ -1,4 +1,5 @@
-"""Engines: the vectorized simulator and the per-client reference loop."""
-from .simulate import ENGINES, Resume, RunResult, simulate
+"""Engines: the vectorized simulator and the per-client reference loop, and the round loop they share."""
+from .loop import Resume, RunResult, TrainLoss, run_rounds
+from .simulate import ENGINES, simulate
 
-__all__ = ["ENGINES", "Resume", "RunResult", "simulate"]
+__all__ = ["ENGINES", "Resume", "RunResult", "TrainLoss", "run_rounds", "simulate"]

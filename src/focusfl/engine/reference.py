@@ -10,50 +10,43 @@ from __future__ import annotations
 import torch
 
 from ..algorithms.base import Algorithm, RoundContext, State
-from ..problems.base import Problem
+from ..problems.base import Problem, live_losses
+from .round import Collected, Engine
 from .tree import concat_rows, gather_rows, scatter_rows
 
 
-def reference_round(
-    algorithm: Algorithm,
-    state: State,
-    problem: Problem,
-    active: torch.Tensor,
-    round_: int,
-    seed: int,
-    lr_scale: float = 1.0,
-    donate: bool = False,
-    steps: torch.Tensor | None = None,
-) -> State:
-    """One round, client by client; ``donate`` and ``steps`` as in the vectorized engine."""
-    ctx = RoundContext(round=round_, active=active, num_clients=problem.num_clients, lr_scale=lr_scale,
-                       steps=steps)
-    algorithm.check_work(ctx)
-    if active.numel() == 0:
-        # Nobody computes; the server still gets an (empty) message of the right shape.
-        _, message = algorithm.client_round(
-            state.server, gather_rows(state.clients, active), problem.oracle(active, seed=seed, round=round_), ctx
-        )
-        server = algorithm.server_round(state.server, message, ctx)
-        return State(server, state.clients)
+def one_client(ctx: RoundContext, k: int) -> RoundContext:
+    """The context of the k-th active client alone (its own step count)."""
+    return ctx._replace(active=ctx.active[k : k + 1], steps=None if ctx.steps is None else ctx.steps[k : k + 1])
 
-    client_rows, messages = [], []
-    for k, client in enumerate(active.tolist()):
-        one = torch.tensor([client], device=active.device)
-        one_ctx = RoundContext(round=round_, active=one, num_clients=problem.num_clients, lr_scale=lr_scale,
-                               steps=None if steps is None else steps[k : k + 1])
-        oracle = problem.oracle(one, seed=seed, round=round_)
-        rows, message = algorithm.client_round(state.server, gather_rows(state.clients, one), oracle, one_ctx)
+
+def reference_collect(algorithm: Algorithm, state: State, problem: Problem, ctx: RoundContext,
+                      seed: int) -> Collected:
+    """Each active client's client round on its own (no message when nobody is active: the
+    server step makes the empty one)."""
+    if ctx.active.numel() == 0:
+        return Collected(ctx.active, None, None, ctx.steps, [])
+    client_rows, messages, losses = [], [], []
+    for k in range(ctx.active.numel()):
+        one = one_client(ctx, k)
+        oracle = problem.oracle(one.active, seed=seed, round=ctx.round)
+        rows, message = algorithm.client_round(state.server, gather_rows(state.clients, one.active), oracle, one)
         client_rows.append(rows)
         messages.append(message)
-    server = algorithm.server_round(state.server, concat_rows(messages), ctx)
+        losses.extend(live_losses(oracle, one.steps))
+    return Collected(ctx.active, client_rows, concat_rows(messages), ctx.steps, losses)
 
-    finished = []
-    for k, (client, rows) in enumerate(zip(active.tolist(), client_rows)):
-        one = torch.tensor([client], device=active.device)
-        one_ctx = RoundContext(round=round_, active=one, num_clients=problem.num_clients, lr_scale=lr_scale,
-                               steps=None if steps is None else steps[k : k + 1])
-        finished.append(algorithm.client_finish(server, rows, one_ctx))
+
+def reference_commit(algorithm: Algorithm, state: State, server, collected: Collected, ctx: RoundContext,
+                     donate: bool) -> State:
+    """Each client finishes on its own; the rows go back in one write."""
+    if ctx.active.numel() == 0:
+        return State(server, state.clients)
+    finished = [algorithm.client_finish(server, rows, one_client(ctx, k)) for k, rows in enumerate(collected.rows)]
     # One write-back for the round: a per-client out-of-place scatter would copy all N rows
     # per client and make this baseline slower than a plain loop needs to be.
-    return State(server, scatter_rows(state.clients, active, concat_rows(finished), in_place=donate))
+    return State(server, scatter_rows(state.clients, ctx.active, concat_rows(finished), in_place=donate))
+
+
+REFERENCE = Engine("reference", reference_collect, reference_commit)
+reference_round = REFERENCE  # one round: reference_round(algorithm, state, problem, active, r, seed, ...)

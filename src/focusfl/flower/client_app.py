@@ -8,8 +8,8 @@ Message types (all carry the run's RunSpec, so a node needs nothing but its part
 - ``train``: one client round. The node applies the server's acknowledgement (node.py),
   runs ``algorithm.client_round`` on its row with the problem's oracle bound to its index,
   (exactly the reference engine's call for one client, with the step count the server asks
-  for, if any), keeps the new rows as pending and answers with the message and the number
-  of local steps it took: fewer than asked when its ``deadline`` (node config, seconds)
+  for, if any), keeps the new rows as pending and answers with the message, the number
+  of local steps it took and the minibatch losses of those steps (nn problems): fewer than asked when its ``deadline`` (node config, seconds)
   cut the round short (deadline.py).
 - ``train.finish``: ``client_finish`` on the pending rows, with the new server state
   (algorithms that have one: FedAWE, ProxSkip).
@@ -110,13 +110,15 @@ def _train(message, context, run, built, ctx, memory: Memory | None) -> Message:
     deadline = node_deadline(dict(context.node_config))
     server = decode_tree(message.content.get(SERVER), built.initial.server, _fields(message))
     one = round_context(ctx)
-    rows, out, steps = local_work(algorithm, problem, server, memory.committed, one, run.seed, deadline)
+    rows, out, steps, losses = local_work(algorithm, problem, server, memory.committed, one, run.seed, deadline)
     finished = not has_finish(algorithm)
     memory = memory._replace(pending_round=ctx.round, pending=_own(rows), pending_finished=finished)
     # Stored (and written to disk) before the reply leaves: a node killed after answering
     # still has the rows the server may accept.
     store(context.state, memory, run, dict(context.node_config))
     reply = {"round": ctx.round, "client": ctx.client, "steps": steps}
+    if losses:  # the minibatch losses of its steps: the server's rows report them as train_loss
+        reply["losses"] = losses
     if deadline is not None:
         reply["deadline"] = deadline
     content = RecordDict({MESSAGE: encode_tree(out), CTX: ConfigRecord(reply)})

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from ..errors import ConfigError
+from ..problems.base import live_losses
 from .codec import Malformed
 
 
@@ -60,23 +61,26 @@ def _with_deadline(oracle, end: float):
 
 
 def local_work(algorithm, problem, server: Any, rows: Any, ctx, seed: int,
-               deadline: float | None) -> tuple[Any, Any, int]:
-    """One client's round: ``(rows', message, steps done)``; cut short by ``deadline`` seconds.
+               deadline: float | None) -> tuple[Any, Any, int, list[float]]:
+    """One client's round: ``(rows', message, steps done, losses)``; cut short by ``deadline``
+    seconds. ``losses``: the minibatch losses of the steps done (problems/base.py live_losses;
+    empty for problems that measure none), which the server's rows report as ``train_loss``.
 
     ``ctx`` is the one-client RoundContext (``ctx.steps``: the count the server asked for, or
     None for the algorithm's local_steps)."""
     asked = algorithm.local_steps if ctx.steps is None else int(ctx.steps[0])
     oracle = problem.oracle(ctx.active, seed=seed, round=ctx.round)
     if deadline is None or not algorithm.partial_work:
-        return (*algorithm.client_round(server, rows, oracle, ctx), asked)
+        return (*algorithm.client_round(server, rows, oracle, ctx), asked, live_losses(oracle, ctx.steps))
     end = time.monotonic() + deadline
     try:
-        return (*algorithm.client_round(server, rows, _with_deadline(oracle, end), ctx), asked)
+        return (*algorithm.client_round(server, rows, _with_deadline(oracle, end), ctx), asked,
+                live_losses(oracle, ctx.steps))
     except DeadlineReached as stop:
         done = stop.step
     short = ctx._replace(steps=torch.tensor([done], device=ctx.active.device))
     fresh = problem.oracle(ctx.active, seed=seed, round=ctx.round)
-    return (*algorithm.client_round(server, rows, fresh, short), done)
+    return (*algorithm.client_round(server, rows, fresh, short), done, live_losses(fresh, short.steps))
 
 
 def parse_deadlines(text: str, nodes: int) -> dict[int, float]:

@@ -28,6 +28,10 @@ has a timeout, and a round with nobody in it still takes the server step, as in 
 """
 from __future__ import annotations
 
+import contextlib
+import math
+import signal
+import threading
 import time
 import uuid
 from collections import Counter
@@ -40,10 +44,12 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from ..algorithms.base import Algorithm, RoundContext, State
+from ..algorithms.base import Algorithm, RoundContext, State, check_work_process
 from ..engine.divergence import BlowUpDetector
-from ..engine.rows import diverged, evaluation_row
-from ..engine.simulate import SCHEDULES
+from ..engine.loop import Resume, RunResult, run_rounds
+from ..engine.rows import evaluation_row
+from ..engine.round import Collected
+from ..engine.simulate import schedule_of
 from ..engine.tree import concat_rows, gather_rows
 from .client_app import ERROR_CODE, has_finish
 from .codec import (CTX, MESSAGE, ROWS, RUN, SERVER, STATUS, Malformed, RunSpec, WireContext, decode_tree,
@@ -53,18 +59,6 @@ from .node import data_fingerprint, has_memory
 # Reasons a client's round is not accepted (metrics.csv has a cumulative column for each).
 REASONS = ("timeout", "error", "lost_state", "non_finite", "malformed", "duplicate", "stale",
            "unknown_node", "no_node", "client_failure")
-
-
-class _Available:
-    """The participation of ``participation=available``: whoever answers (no nominal rates)."""
-
-    name = "available"
-
-    def __init__(self, num_clients: int, seed: int) -> None:
-        self.num_clients, self.seed = num_clients, seed
-
-    def nominal_p(self) -> None:
-        return None
 
 
 class _Recorder:
@@ -145,16 +139,15 @@ class AlgorithmStrategy(Strategy):
             raise ValueError(f"participation has {participation.num_clients} clients, problem has {n}")
         self.problem, self.rounds, self.seed, self.timeout = problem, rounds, seed, float(timeout)
         self.participation, self.eval_every = participation, eval_every
-        self.schedule = SCHEDULES[schedule]
-        self.algorithm = algorithm.prepare(problem, participation if participation is not None else _Available(n, seed))
+        self.schedule = schedule_of(schedule)
+        self.algorithm = algorithm.prepare(problem, participation, seed=seed)
         self.tau = self.algorithm.local_steps
         self.work = None if work is None or work.fixed else work
         if self.work is not None:
             if self.work.num_clients != n or self.work.local_steps != self.tau:
                 raise ValueError(f"work is for {self.work.num_clients} clients and {self.work.local_steps} steps, "
                                  f"the run has {n} and {self.tau}")
-            self.algorithm.check_work(RoundContext(round=0, active=torch.zeros(0, dtype=torch.int64),
-                                                   num_clients=n, steps=torch.zeros(0, dtype=torch.int64)))
+            check_work_process(self.algorithm, self.work)
         self.partial = 0
         self.deadlines: dict[int, float] = {}
         self.initial: State = self.algorithm.init(problem.initial_point(), n)
@@ -169,15 +162,11 @@ class AlgorithmStrategy(Strategy):
         self.lost: set[int] = set()
         self.counts: Counter = Counter()
         self.on_row, self.on_round, self.log = on_row, on_round, log or (lambda text: None)
-        self.comm = self.algorithm.communication()
-        self.floats = [0.0, 0.0]
         self.requested_total = 0
         self.refused: set[int] = set()  # nodes whose handshake was malformed: never asked again
         self.refusals: dict[int, str] = {}  # refused node -> why (the audit reports them)
         self.told: set[tuple[int, str]] = set()  # (node, reason) of handshake failures logged
         self.data = data_fingerprint(problem)  # nn: every node must hold the same client data
-        # A sustained blow-up stops a federation as it stops a simulation (engine/rows.py).
-        self.blow_up = BlowUpDetector()
 
     # -- set-up ----------------------------------------------------------------------------
     def _probe(self) -> tuple[tuple[str, ...], tuple[str, ...], Any]:
@@ -193,20 +182,21 @@ class AlgorithmStrategy(Strategy):
             self.algorithm.client_finish(finish.server, rows, ctx)
         return train.fields(order), finish.fields(order), message
 
-    # -- Flower's Strategy interface --------------------------------------------------------
+    # -- Flower's Strategy interface: the exchange of a round ------------------------------
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
-        """Train messages of Flower round ``server_round`` (focusfl round server_round - 1)."""
-        entry = self._requested(server_round - 1, grid)
-        self._pending_entry = entry
+        """Train messages of Flower round ``server_round`` (focusfl round server_round - 1) to the
+        clients the round loop asks (:meth:`_requested`)."""
+        entry = self._entry
+        assert entry.round == server_round - 1
         return self._messages(entry, "train", self.train_fields)
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        entry = self._pending_entry
+        """Accept or reject each reply (the module docstring's rules). The server step itself is
+        the round loop's (engine/loop.py), so no arrays are aggregated here."""
+        entry = self._entry
         self._accept(entry, replies)
-        self._server_step(entry)
-        return (ArrayRecord([self.algorithm.model(State(self.server, None)).detach().cpu().numpy()]),
-                MetricRecord({"accepted": len(entry.accepted), "requested": len(entry.requested)}))
+        return None, MetricRecord({"accepted": len(entry.accepted), "requested": len(entry.requested)})
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
@@ -222,58 +212,51 @@ class AlgorithmStrategy(Strategy):
 
     def start(self, grid: Grid, initial_arrays: ArrayRecord | None = None, num_rounds: int | None = None,
               timeout: float | None = None, **unused: Any) -> FederationResult:
-        """Run the federation; ``initial_arrays`` is ignored (x_0 comes from the problem)."""
+        """Run the federation: the round loop every focusfl run has (engine/loop.py), with this
+        strategy as its exchange (:class:`_Exchange`). ``initial_arrays`` is ignored (x_0 comes
+        from the problem)."""
         if timeout is not None:
             self.timeout = float(timeout)
         rounds = self.rounds if num_rounds is None else num_rounds
         self.summary()
-        rows: list[dict] = []
-        mask = np.zeros((rounds, self.problem.num_clients), dtype=bool)
-        work = np.zeros((rounds, self.problem.num_clients), dtype=np.int64)
-        log: list[RoundLog] = []
-        diverged_at = None
-        interrupted = None
-        completed = self.server  # the server state of the last round done
-        try:
-            if not self._evaluate(0, 0, rows):
-                diverged_at = 0
-            for r in range(rounds if diverged_at is None else 0):
-                self._discover(grid)
-                entry = self._requested(r, grid)
-                replies = send_and_receive(grid, list(self._messages(entry, "train", self.train_fields)),
-                                           timeout=self.timeout)
-                self._accept(entry, replies)
-                self._server_step(entry)
-                if self.finishes and entry.accepted:
-                    self._finish(entry, grid)
-                mask[r, entry.accepted] = True
-                work[r, entry.accepted] = [entry.steps[c] for c in entry.accepted]
-                log.append(entry)
-                completed = self.server
-                if self.on_round is not None:
-                    self.on_round(self, entry)
-                if (r + 1) % self.eval_every == 0 or r + 1 == rounds:
-                    if not self._evaluate(r + 1, len(entry.accepted), rows):
-                        diverged_at = r + 1
-                        mask, work = mask[: r + 1], work[: r + 1]
-                        break
-        except StopRounds as stop:  # keep the rounds done: the round in progress is not one of them
-            interrupted, self.server = stop.signum, completed
-            mask, work, rows = self._rounds_done(log, mask, work, rows)
-        if diverged_at is not None:
-            self.log(f"diverged at round {diverged_at} ({self.blow_up.reason(rows[-1])})")
-        return FederationResult(rows, self.server, mask, log, self.counts, sorted(self.lost), dict(self.node_client),
-                                diverged_at=diverged_at, blow_up=self.blow_up, work=work, partial=self.partial,
-                                deadlines=dict(sorted(self.deadlines.items())), interrupted=interrupted)
+        exchange = _Exchange(self, grid, rounds)
+        rows: list[dict] = []  # as they come: a stop keeps those of the rounds done
 
-    def _rounds_done(self, log: list[RoundLog], mask: np.ndarray, work: np.ndarray, rows: list[dict]):
-        """The traces and rows of the rounds in ``log``, the last of them evaluated (a stop
-        between a round and its row, or between two evaluations, leaves the run readable)."""
-        done = len(log)
+        def keep(row: dict) -> None:
+            rows.append(row)
+            if self.on_row is not None:
+                self.on_row(row)
+
+        try:
+            result = run_rounds(self.algorithm, self.problem, self.participation, rounds, exchange, seed=self.seed,
+                                eval_every=self.eval_every, schedule=self.schedule, work=self.work,
+                                resume=Resume(self.initial, 0), on_row=keep)
+        except StopRounds as stop:  # server_app's signal handler: keep the rounds done
+            return self._stopped(exchange, rows, stop.signum)
+        if result.diverged_at is not None:
+            self.log(f"diverged at round {result.diverged_at} ({result.blow_up.reason(result.rows[-1])})")
+        done = result.rounds_done
+        return FederationResult(result.rows, result.state.server, exchange.mask[:done], exchange.log, self.counts,
+                                sorted(self.lost), dict(self.node_client), diverged_at=result.diverged_at,
+                                blow_up=result.blow_up, work=exchange.work[:done], partial=self.partial,
+                                deadlines=dict(sorted(self.deadlines.items())))
+
+    def _stopped(self, exchange: "_Exchange", rows: list[dict], signum: int) -> FederationResult:
+        """The result of the rounds a stop signal left done (the round in progress is not one of
+        them), its last row that of the last round done: a closing row (engine/loop.py) where the
+        cadence had none there (the minibatch losses since the previous row are not in it)."""
+        done, server = len(exchange.log), exchange.done_server
         rows = [row for row in rows if row["round"] <= done]
-        if done and rows[-1]["round"] != done:
-            self._evaluate(done, len(log[-1].accepted), rows)
-        return mask[:done], work[:done], rows
+        if rows and rows[-1]["round"] != done:
+            comm = self.algorithm.communication()
+            arrived = sum(len(entry.accepted) for entry in exchange.log)
+            rows.append(evaluation_row(self.algorithm.model(State(server, None)), self.problem, BlowUpDetector(),
+                                       done=done, active=len(exchange.log[-1].accepted),
+                                       comm=(arrived * comm.down * self.problem.dim, arrived * comm.up * self.problem.dim),
+                                       extra=self.counters()))
+        return FederationResult(rows, server, exchange.mask[:done], exchange.log, self.counts, sorted(self.lost),
+                                dict(self.node_client), work=exchange.work[:done], partial=self.partial,
+                                deadlines=dict(sorted(self.deadlines.items())), interrupted=signum)
 
     # -- the round ---------------------------------------------------------------------------
     def _discover(self, grid: Grid) -> None:
@@ -333,12 +316,10 @@ class AlgorithmStrategy(Strategy):
         self.refusals[node] = why
         self.log(f"node {node}: handshake refused ({why})")
 
-    def _requested(self, r: int, grid: Grid) -> RoundLog:
-        n = self.problem.num_clients
-        if self.participation is not None:
-            wanted = [int(c) for c in np.flatnonzero(self.participation.rows(r, r + 1)[0])]
-        else:
-            wanted = sorted(self.client_node)
+    def _requested(self, r: int, drawn: torch.Tensor | None, grid: Grid) -> RoundLog:
+        """Round r's log: the clients the participation process drew (None: every client with a
+        node), of which those without a live node, or whose state was lost, are rejected now."""
+        wanted = sorted(self.client_node) if drawn is None else [int(c) for c in drawn.tolist()]
         entry = RoundLog(r, wanted)
         self.requested_total += len(wanted)
         live = set(grid.get_node_ids())
@@ -350,10 +331,6 @@ class AlgorithmStrategy(Strategy):
                 self._reject(entry, client, "no_node", "no live node runs this client")
             else:
                 entry._send.append(client)
-        assert all(0 <= c < n for c in wanted)
-        if self.work is not None and entry._send:
-            counts = self.work.steps(r, torch.tensor(entry._send, dtype=torch.int64))
-            entry.asked = dict(zip(entry._send, (int(v) for v in counts)))
         return entry
 
     def _messages(self, entry: RoundLog, kind: str, fields: tuple[str, ...]) -> Iterable[Message]:
@@ -405,10 +382,11 @@ class AlgorithmStrategy(Strategy):
             self._reject(entry, client, "timeout", f"no reply within {self.timeout:g} s", kind)
 
     def _accept(self, entry: RoundLog, replies: Iterable[Message]) -> None:
-        accepted = {}
+        accepted, losses = {}, {}
         for client, reply in self._matched(entry, replies, "train"):
             try:
                 done = self._steps_done(entry, client, reply.content[CTX])
+                losses[client] = _losses(reply.content[CTX], done)
                 accepted[client] = decode_tree(reply.content.get(MESSAGE), self.message_template,
                                                device=self.problem.device)
             except Malformed as exc:
@@ -417,6 +395,7 @@ class AlgorithmStrategy(Strategy):
             entry.steps[client] = done
         entry.accepted = sorted(accepted)
         entry._messages = [accepted[c] for c in entry.accepted]
+        entry._losses = [value for c in entry.accepted for value in losses[c]]
         self.partial += sum(entry.steps[c] < entry.asked.get(c, self.tau) for c in entry.accepted)
 
     def _steps_done(self, entry: RoundLog, client: int, ctx: ConfigRecord) -> int:
@@ -432,28 +411,18 @@ class AlgorithmStrategy(Strategy):
             raise Malformed("malformed", f"{self.algorithm.name} cannot take partial work ({done} of {self.tau} steps)")
         return done
 
-    def _server_step(self, entry: RoundLog) -> None:
+    def _collected(self, entry: RoundLog) -> Collected:
+        """The accepted clients' work, as the reference engine replaying the recorded counts
+        would collect it: per-client steps whenever the run has a work process or a client of
+        this round stopped short, else none (tau each)."""
         device = self.problem.device
         active = torch.tensor(entry.accepted, dtype=torch.int64, device=device)
         done = [entry.steps[c] for c in entry.accepted]
-        # As the reference engine replaying the recorded counts: per-client steps whenever the
-        # run has a work process or a client of this round stopped short; else none (tau).
         counted = self.work is not None or any(d != self.tau for d in done)
-        ctx = RoundContext(round=entry.round, active=active, num_clients=self.problem.num_clients,
-                           lr_scale=float(self.schedule(entry.round)),
-                           steps=torch.tensor(done, dtype=torch.int64, device=device) if counted else None)
-        if entry.accepted:
-            message = concat_rows(entry._messages)
-        else:  # as the reference engine: the empty message of a client round over no clients
-            _, message = self.algorithm.client_round(
-                self.server, gather_rows(self.initial.clients, active),
-                self.problem.oracle(active, seed=self.seed, round=entry.round), ctx)
-        self.server = self.algorithm.server_round(self.server, message, ctx)
-        for client in entry.accepted:
-            self.committed[client] = entry.round
-        self.floats[0] += len(entry.accepted) * self.comm.down * self.problem.dim
-        self.floats[1] += len(entry.accepted) * self.comm.up * self.problem.dim
+        steps = torch.tensor(done, dtype=torch.int64, device=device) if counted else None
+        message = concat_rows(entry._messages) if entry.accepted else None
         del entry._messages
+        return Collected(active, None, message, steps, entry._losses)
 
     def _finish(self, entry: RoundLog, grid: Grid) -> None:
         messages = list(self._messages(entry, "train.finish", self.finish_fields))
@@ -472,18 +441,13 @@ class AlgorithmStrategy(Strategy):
     def _count(self, reason: str) -> None:
         self.counts[reason] += 1
 
-    def _evaluate(self, done: int, active: int, rows: list[dict]) -> bool:
-        """The simulator's row (engine/rows.py) with this federation's counters; False: diverged."""
-        counters = {"requested_total": self.requested_total,
-                    **{f"rejected_{reason}": self.counts.get(reason, 0) for reason in REASONS},
-                    "rejected_finish": sum(v for k, v in self.counts.items() if k.startswith("finish_")),
-                    "lost_clients": len(self.lost)}
-        row = evaluation_row(self.algorithm.model(State(self.server, None)), self.problem, self.blow_up, done=done,
-                             active=active, comm=(self.floats[0], self.floats[1]), extra=counters)
-        rows.append(row)
-        if self.on_row is not None:
-            self.on_row(row)
-        return not diverged(row)
+    def counters(self) -> dict[str, Any]:
+        """This federation's columns of metrics.csv: clients requested and rejected so far (by
+        reason) and clients whose state was lost."""
+        return {"requested_total": self.requested_total,
+                **{f"rejected_{reason}": self.counts.get(reason, 0) for reason in REASONS},
+                "rejected_finish": sum(v for k, v in self.counts.items() if k.startswith("finish_")),
+                "lost_clients": len(self.lost)}
 
     # -- after the run ----------------------------------------------------------------------
     def audit(self, grid: Grid) -> dict:
@@ -537,6 +501,82 @@ class AlgorithmStrategy(Strategy):
             result["tracking_gap"] = float(torch.linalg.vector_norm(tracked - total)) / scale
             result["tracking"] = f"{server_field} = sum_i {client_field}_i"
         return result
+
+
+class _Exchange:
+    """A federation as the round loop's exchange (engine/loop.py): handshakes and whom to ask,
+    the train messages and replies through the strategy's configure_train / aggregate_train, the
+    finish messages and acknowledgements; it records the realized trace (accepted clients and
+    their steps per round) and the round logs."""
+
+    def __init__(self, strategy: AlgorithmStrategy, grid: Grid, rounds: int) -> None:
+        self.strategy, self.grid = strategy, grid
+        self.mask = np.zeros((rounds, strategy.problem.num_clients), dtype=bool)
+        self.work = np.zeros((rounds, strategy.problem.num_clients), dtype=np.int64)
+        self.log: list[RoundLog] = []
+        self.done_server = strategy.initial.server  # the server state after the rounds in ``log``
+
+    def requested(self, r: int, drawn: torch.Tensor | None) -> torch.Tensor:
+        strategy = self.strategy
+        strategy._discover(self.grid)
+        strategy._entry = strategy._requested(r, drawn, self.grid)
+        return torch.tensor(strategy._entry._send, dtype=torch.int64, device=strategy.problem.device)
+
+    def collect(self, state: State, ctx: RoundContext) -> Collected:
+        strategy, entry = self.strategy, self.strategy._entry
+        if ctx.steps is not None:
+            entry.asked = dict(zip(entry._send, (int(v) for v in ctx.steps.tolist())))
+        messages = list(strategy.configure_train(ctx.round + 1, ArrayRecord(), ConfigRecord(), self.grid))
+        replies = send_and_receive(self.grid, messages, timeout=strategy.timeout)
+        strategy.aggregate_train(ctx.round + 1, replies)
+        return strategy._collected(entry)
+
+    def commit(self, state: State, server: Any, collected: Collected, ctx: RoundContext) -> State:
+        strategy, entry = self.strategy, self.strategy._entry
+        strategy.server = server
+        for client in entry.accepted:
+            strategy.committed[client] = entry.round
+        if strategy.finishes and entry.accepted:
+            strategy._finish(entry, self.grid)
+        with _signals_deferred():  # a stop signal sees the round recorded whole, or not at all
+            self.mask[entry.round, entry.accepted] = True
+            self.work[entry.round, entry.accepted] = [entry.steps[c] for c in entry.accepted]
+            self.log.append(entry)
+            self.done_server = server
+        if strategy.on_round is not None:
+            strategy.on_round(strategy, entry)
+        return State(server, state.clients)
+
+    def counters(self) -> dict[str, Any]:
+        return self.strategy.counters()
+
+
+@contextlib.contextmanager
+def _signals_deferred():
+    """SIGINT and SIGTERM held back inside (delivered, and their handler run, on leaving): the
+    main thread only, where the platform can block signals; elsewhere nothing is held."""
+    blockable = (signal.SIGINT, signal.SIGTERM)
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, blockable)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+MAX_LOSSES_PER_STEP = 16  # a bound on the losses a reply may report per local step (untrusted input)
+
+
+def _losses(ctx: ConfigRecord, done: int) -> list[float]:
+    """The minibatch losses a reply reports for its ``done`` steps (none for problems that
+    measure none): finite numbers, at most MAX_LOSSES_PER_STEP a step."""
+    values = ctx.get("losses", [])
+    if not isinstance(values, list) or len(values) > MAX_LOSSES_PER_STEP * done or not all(
+            isinstance(v, float) and math.isfinite(v) for v in values):
+        raise Malformed("malformed", "the reply's losses are not a short list of finite numbers")
+    return values
 
 
 def _reason(reply: Message) -> str:

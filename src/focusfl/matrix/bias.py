@@ -37,9 +37,7 @@ import torch
 from ..algorithms.fedavg import FedAvg
 from ..algorithms.fednova import FedNova
 from ..algorithms.focus import Focus
-from ..engine.reference import reference_round
-from ..engine.simulate import active_sets
-from ..engine.vectorized import vectorized_round
+from ..engine.simulate import RecordedParticipation, RecordedWork, simulate
 from ..errors import ConfigError
 from ..participation import (
     BandedParticipation,
@@ -351,17 +349,14 @@ def batch_standard_error(models: torch.Tensor, batches: int = BATCHES) -> float:
 def server_trajectory(
     algorithm, problem: Problem, mask: np.ndarray, seed: int = 0, steps=None, engine: str = "vectorized"
 ) -> torch.Tensor:
-    """Server models x_0..x_R [R+1, d] of the per-client algorithm (vectorized or reference
-    engine); ``steps`` [R, N]: per-client step counts (a work process's table), None: tau."""
-    round_ = {"vectorized": vectorized_round, "reference": reference_round}[engine]
-    algorithm = algorithm.prepare(problem, None)
-    state = algorithm.init(problem.initial_point(), problem.num_clients)
-    models = [algorithm.model(state)]
-    table = None if steps is None else torch.as_tensor(steps, dtype=torch.int64)
-    for r, active in enumerate(active_sets(mask, problem.device)):
-        counts = None if table is None else table[r].to(active.device).index_select(0, active)
-        state = round_(algorithm, state, problem, active, r, seed, steps=counts)
-        models.append(algorithm.model(state))
+    """Server models x_0..x_R [R+1, d] of the per-client algorithm on the recorded active sets
+    ``mask`` [R, N] (the round loop of every run, engine/loop.py, without evaluation rows);
+    ``steps`` [R, N]: per-client step counts (a work process's table), None: tau."""
+    algorithm = algorithm.prepare(problem, None, seed=seed)
+    models = [algorithm.model(algorithm.init(problem.initial_point(), problem.num_clients))]
+    work = None if steps is None else RecordedWork(steps, algorithm.local_steps)
+    simulate(algorithm, problem, RecordedParticipation(mask), len(mask), seed=seed, engine=engine, eval_every=None,
+             work=work, keep_rows=False, on_round=lambda result: models.append(algorithm.model(result.state)))
     return torch.stack(models)
 
 

@@ -21,6 +21,42 @@ GradientFn = Callable[[torch.Tensor, int], torch.Tensor]
 (seed, round, client, step), so the same call gives the same draw in every engine."""
 
 
+class Oracle:
+    """A :data:`GradientFn` bound to one round's clients that keeps what its calls measured.
+
+    ``compute(z, step) -> (gradients [n, d], losses [n] or None)``. The minibatch losses
+    (problems whose rows report a training loss: neural networks) are kept on this object, which
+    lives for one client round; the round that made it reads them back with :func:`live_losses`
+    and returns them. Nothing accumulates on the problem, so any engine and any chunking of the
+    clients computes the same rows (FedJAX's ``apply`` returning its diagnostics)."""
+
+    def __init__(self, compute: Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor | None]]) -> None:
+        self._compute = compute
+        self.calls: list[tuple[int, torch.Tensor]] = []  # (step, losses [n]) of every call that measured any
+
+    def __call__(self, z: torch.Tensor, step: int) -> torch.Tensor:
+        gradients, losses = self._compute(z, step)
+        if losses is not None:
+            self.calls.append((step, losses.detach()))
+        return gradients
+
+
+def live_losses(oracle: Any, steps: torch.Tensor | None) -> list[float]:
+    """The minibatch losses an oracle's calls measured at the steps its clients really took, as
+    float64 numbers: a client with ``steps[k]`` local steps counts the calls of steps
+    ``0..steps[k]-1`` only (a batched round runs max(tau_i) steps for everyone and masks the
+    finished clients, the reference loop runs each client's own tau_i). ``steps`` None: all.
+    An oracle that measured nothing (or a plain function) gives []."""
+    calls = getattr(oracle, "calls", None)
+    if not calls:
+        return []
+    losses = torch.stack([values for _, values in calls])  # [calls, n]
+    if steps is not None:
+        taken = torch.tensor([step for step, _ in calls], device=losses.device)
+        losses = losses[steps.to(losses.device)[None, :] > taken[:, None]]
+    return losses.to(torch.float64).reshape(-1).tolist()
+
+
 class Problem(abc.ABC):
     """A federated objective with per-client gradients for stacks of points."""
 
@@ -98,14 +134,10 @@ class Problem(abc.ABC):
             row["rel_error"] = relative_error(x, x_star)
         return row
 
-    def metric_state(self) -> dict[str, float | int]:
-        """What the next row's metrics have accumulated since the last row (numbers only), for
-        checkpoints: a run resumed between two rows then writes the row the uninterrupted run
-        writes. Problems whose metrics depend on the model alone keep nothing."""
-        return {}
-
-    def restore_metric_state(self, state: dict[str, float | int]) -> None:
-        """Put back what :meth:`metric_state` returned (an empty dict: nothing accumulated)."""
+    def settle(self) -> None:
+        """Make the choices a problem defers to run time now (a neural network's formulation,
+        when measured), so that :meth:`describe` records them before a run writes its record:
+        a run stopped at any point resumes computing the same way. Default: nothing deferred."""
 
     def input_paths(self) -> dict[str, Path | tuple[Path, ...]]:
         """The files and folders the problem was built from, by what they are (``data``,

@@ -15,7 +15,9 @@ the batch size uses all of them (its missing slots get weight 0).
 Objective: f_i = mean cross-entropy over client i's samples, F = (1/N) sum_i f_i. Metrics every
 E rounds: ``test_loss`` and ``test_accuracy`` of the server model on the held-out split, and
 ``train_loss``, the mean of the minibatch losses the participating clients computed during
-their local steps since the previous row (left empty when no client trained in between).
+their local steps since the previous row (left empty when no client trained in between): the
+oracle of a round keeps its calls' losses, the round returns them, and the round loop
+(engine/loop.py) builds the row from them; the problem itself keeps nothing between rows.
 
 Batch-norm running statistics are not supported (see models.prepare_for_clients); dropout
 layers use keyed masks, also drawn from (seed, round, client, step), and so does the optional
@@ -49,7 +51,7 @@ from ..data.partition import check_client_tables
 from ..errors import ConfigError
 from ..rng import hash_bits, uniform
 from ..spec import parse_spec
-from .base import Problem
+from .base import Oracle, Problem
 from . import client_batched
 from .models import KeyedDropout, default_model, make_model, prepare_for_clients
 
@@ -157,8 +159,6 @@ class NeuralNetwork(Problem):
         """Take the model and the parameters, then try one forward and one gradient call."""
         self.params = p
         self._setup_model(module)
-        self._loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
-        self._loss_count = 0
         self._test_inputs: torch.Tensor | None = None  # the standardised test set, made once
         self._tuned = False
         self._probe()
@@ -412,19 +412,18 @@ class NeuralNetwork(Problem):
     def client_gradients(self, x, clients, *, seed, round, step):
         return self.oracle(clients, seed=seed, round=round)(x, step)
 
-    def oracle(self, clients: torch.Tensor, *, seed: int, round: int):
+    def oracle(self, clients: torch.Tensor, *, seed: int, round: int) -> Oracle:
+        """Minibatch gradients of the clients; the oracle keeps each call's minibatch losses,
+        which the round returns for the rows' ``train_loss`` (nothing is kept here)."""
         channels_last = self.channels_last
         call = self._gradient_call(clients, seed=seed, round=round, channels_last=channels_last)
 
-        def gradients(z: torch.Tensor, step: int) -> torch.Tensor:
+        def compute(z: torch.Tensor, step: int) -> tuple[torch.Tensor, torch.Tensor | None]:
             if clients.numel() == 0:
-                return torch.zeros_like(z)
-            grads, losses = call(z, step)
-            self._loss_sum = self._loss_sum + losses.detach().sum().to(torch.float64)
-            self._loss_count += clients.numel()
-            return grads
+                return torch.zeros_like(z), None
+            return call(z, step)
 
-        return gradients
+        return Oracle(compute)
 
     def _gradient_call(self, clients: torch.Tensor, *, seed: int, round: int, channels_last: bool):
         """``call(z, step) -> (gradients [n, d], losses [n])`` for the clients' minibatches."""
@@ -520,21 +519,7 @@ class NeuralNetwork(Problem):
             row["test_loss"], row["test_accuracy"] = self.evaluate(x, self.test_inputs(), self.test_labels)
         if len(self.validation_labels):
             row["val_loss"], row["val_accuracy"] = self.evaluate(x, self.validation_images, self.validation_labels)
-        if self._loss_count:
-            row["train_loss"] = float(self._loss_sum) / self._loss_count
-        self._loss_sum = torch.zeros_like(self._loss_sum)
-        self._loss_count = 0
         return row
-
-    def metric_state(self) -> dict[str, float | int]:
-        """The training-loss accumulator of the rows to come (float64 sum, count): a checkpoint
-        keeps it so that a resumed run's next ``train_loss`` is the uninterrupted run's."""
-        return {"train_loss_sum": float(self._loss_sum), "train_loss_count": int(self._loss_count)}
-
-    def restore_metric_state(self, state: dict[str, float | int]) -> None:
-        self._loss_sum = torch.tensor(float(state.get("train_loss_sum", 0.0)), dtype=torch.float64,
-                                      device=self.device)
-        self._loss_count = int(state.get("train_loss_count", 0))
 
     def loss(self, x: torch.Tensor) -> torch.Tensor:
         """F(x) = (1/N) sum_i f_i(x) over all training data (dropout off); costs a full pass."""
@@ -581,6 +566,10 @@ class NeuralNetwork(Problem):
         """The dataset's files: ``data``, the file or the files it was read from."""
         files = tuple(Path(f).resolve() for f in getattr(self, "_dataset_files", ()))
         return {"data": files[0] if len(files) == 1 else files} if files else {}
+
+    def settle(self) -> None:
+        """Choose the formulation now (measured, if asked): describe() then records it."""
+        self.formulation()
 
     def describe(self) -> dict[str, Any]:
         """The parameters, with the measured formulation once a run has chosen it (so that a

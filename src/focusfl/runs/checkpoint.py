@@ -18,7 +18,8 @@ from typing import Any
 import torch
 
 from ..algorithms.base import State
-from ..engine.simulate import Resume, RunResult
+from ..engine.divergence import BlowUpDetector
+from ..engine.loop import Resume, RunResult, TrainLoss
 from ..errors import DataError
 from ..io.atomic import open_atomic
 
@@ -35,29 +36,29 @@ class Checkpoint:
     metrics_bytes: int  # length of metrics.csv that belongs to rounds 0..round
     stream: dict[str, Any]  # participation.stream_state()
     blow_up: dict[str, Any] = field(default_factory=dict)  # BlowUpDetector.state()
-    # Problem.metric_state(): what the next row accumulates (an nn run's training losses so far).
+    # TrainLoss.state(): the minibatch losses the rounds since the last row returned (an nn run's).
     metrics_state: dict[str, float | int] = field(default_factory=dict)
 
 
-def take_checkpoint(result: RunResult, participation: Any, problem: Any, metrics_bytes: int) -> Checkpoint:
+def take_checkpoint(result: RunResult, participation: Any, metrics_bytes: int) -> Checkpoint:
     """The checkpoint of a run after ``result.rounds_done`` rounds, whose metrics.csv is
-    ``metrics_bytes`` long: everything :func:`resume_from` needs to go on exactly."""
+    ``metrics_bytes`` long (without a closing row: engine/loop.py): everything
+    :func:`resume_from` needs to go on exactly."""
     return Checkpoint(
         state=result.state, round=result.rounds_done, comm=result.comm, metrics_bytes=metrics_bytes,
-        stream=participation.stream_state(), blow_up=result.blow_up.state(), metrics_state=problem.metric_state(),
+        stream=participation.stream_state(), blow_up=result.blow_up.state(), metrics_state=result.train_loss.state(),
     )
 
 
-def resume_from(checkpoint: Checkpoint, participation: Any, problem: Any) -> Resume:
-    """Put the checkpoint's participation stream and metric accumulator back into the run's
-    (fresh) ``participation`` and ``problem``; the Resume to execute it from. The row of the
-    checkpoint's round is in metrics.csv already, and rounds are evaluated as from round 0."""
-    from ..engine.divergence import BlowUpDetector
-
+def resume_from(checkpoint: Checkpoint, participation: Any) -> Resume:
+    """Put the checkpoint's participation stream back into the run's (fresh) ``participation``;
+    the Resume to execute it from. The row of the checkpoint's round is in metrics.csv already
+    (unless it was a closing row, which the checkpoint leaves out), and rounds are evaluated as
+    from round 0."""
     participation.restore_stream(checkpoint.stream)
-    problem.restore_metric_state(checkpoint.metrics_state)
     return Resume(state=checkpoint.state, start_round=checkpoint.round, comm_before=checkpoint.comm,
-                  evaluate_start=False, eval_origin=0, blow_up=BlowUpDetector().restore(checkpoint.blow_up))
+                  evaluate_start=False, eval_origin=0, blow_up=BlowUpDetector().restore(checkpoint.blow_up),
+                  train_loss=TrainLoss.restore(checkpoint.metrics_state))
 
 
 def _owned(tensor: torch.Tensor) -> torch.Tensor:
@@ -221,7 +222,7 @@ def load_checkpoint(path: Path, reference: State, num_clients: int) -> Checkpoin
 
 
 def _metrics_state(state: Any, path: Path) -> dict[str, float | int]:
-    """Problem.metric_state() as saved: a small dict of names to finite numbers."""
+    """TrainLoss.state() as saved: a small dict of names to finite numbers."""
     import math
 
     if not isinstance(state, dict) or len(state) > 16 or not all(
@@ -233,8 +234,6 @@ def _metrics_state(state: Any, path: Path) -> dict[str, float | int]:
 
 
 def _blow_up(state: Any, path: Path) -> dict[str, Any]:
-    from ..engine.divergence import BlowUpDetector
-
     try:
         BlowUpDetector().restore(state)
     except (ValueError, AttributeError):

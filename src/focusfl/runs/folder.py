@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import io
 import json
 import math
 import os
@@ -103,32 +104,48 @@ def _stop_on_signals(flag: _StopFlag) -> Iterator[None]:
 
 
 class _MetricsWriter:
-    """metrics.csv, appended row by row; ``sync`` returns the length a checkpoint records."""
+    """metrics.csv, appended row by row; ``sync`` makes it durable, and ``kept(result)`` is the
+    length a checkpoint of ``result`` records: all of it, or all but a closing row (a last row
+    off the evaluation cadence, which a run continued past its end leaves out: engine/loop.py)."""
 
     def __init__(self, path: Path, truncate_to: int | None = None, late_columns: tuple[str, ...] = ()) -> None:
         self.path = path
         self.late_columns = late_columns  # columns the first row may lack (Problem.late_metrics)
         self.columns: list[str] | None = None
+        self.size = 0  # bytes written so far (the file's length once flushed)
         if truncate_to is not None:  # resume: keep the rows of rounds up to the checkpoint
             with open(path, "r+b") as handle:
                 if handle.seek(0, os.SEEK_END) < truncate_to:
                     raise DataError(f"{path} is shorter than its checkpoint records; the run cannot be resumed")
                 handle.truncate(truncate_to)
-            with open(path, newline="") as handle:
+            with open(path, newline="", encoding="utf-8") as handle:
                 self.columns = next(csv.reader(handle), None)
-        self.handle = open(path, "a" if truncate_to is not None else "w", newline="")
+            self.size = truncate_to
+        self.row_start = self.size  # where the last row written begins
+        self.handle = open(path, "a" if truncate_to is not None else "w", newline="", encoding="utf-8")
+        self.buffer = io.StringIO()  # each row is formatted here first, so its length in bytes is known
         self.writer = None if self.columns is None else self._writer()
         self.flushed = time.monotonic()
 
     def _writer(self) -> csv.DictWriter:
-        return csv.DictWriter(self.handle, fieldnames=self.columns, extrasaction="ignore")
+        return csv.DictWriter(self.buffer, fieldnames=self.columns, extrasaction="ignore")
+
+    def _emit(self) -> None:
+        text = self.buffer.getvalue()
+        self.buffer.seek(0)
+        self.buffer.truncate()
+        self.handle.write(text)
+        self.size += len(text.encode("utf-8"))
 
     def write(self, row: dict) -> None:
         if self.writer is None:
             self.columns = list(row) + [k for k in self.late_columns if k not in row]
             self.writer = self._writer()
             self.writer.writeheader()
+            self._emit()
+        self.row_start = self.size
         self.writer.writerow({k: csv_cell(row.get(k)) for k in self.columns})
+        self._emit()
         if time.monotonic() - self.flushed > FLUSH_SECONDS:
             self.handle.flush()
             self.flushed = time.monotonic()
@@ -136,7 +153,12 @@ class _MetricsWriter:
     def sync(self) -> int:
         self.handle.flush()
         os.fsync(self.handle.fileno())
-        return self.handle.tell()
+        return self.size
+
+    def kept(self, result: RunResult) -> int:
+        """The durable length a checkpoint of ``result`` records (a closing row left out)."""
+        size = self.sync()
+        return self.row_start if result.closing else size
 
     def close(self) -> None:
         if not self.handle.closed:
@@ -161,7 +183,7 @@ class _Checkpointer:
     def save(self, result: RunResult) -> None:
         if self.logger is not None:
             self.logger.flush()
-        checkpoint = take_checkpoint(result, self.built.participation, self.built.problem, self.metrics.sync())
+        checkpoint = take_checkpoint(result, self.built.participation, self.metrics.kept(result))
         save_checkpoint(self.path, checkpoint)
         self.saved_at = time.monotonic()
         self.last_round = result.rounds_done
@@ -206,6 +228,9 @@ def run_to_folder(
                 "discard it and start over with --restart, or keep it and choose another --out"
             )
         _clear(output.work)
+        # Choices deferred to run time (a measured nn formulation) are made before config.json is
+        # first written, so a run killed at any point resumes computing the same way.
+        built.problem.settle()
         if root is not None:
             from .tensorboard import claim_log_dir
 
@@ -283,7 +308,7 @@ def resume_folder(
         built = build(unpinned(config), allow_model_import=allow_model_import)
         recorded = _inputs_record(built, expected_inputs_of(data, f"{source}/{CONFIG}"), accept_changed_inputs,
                                   f"the run in {out}", earlier=recorded_changes(data))
-        checkpoint = _read_checkpoint(built, source / CHECKPOINT)
+        checkpoint = _read_checkpoint(built, source / CHECKPOINT, config.seed)
         if checkpoint.round >= config.rounds:
             raise ConfigError(
                 f"{out} has run {checkpoint.round} of {config.rounds} rounds already; "
@@ -318,9 +343,9 @@ def _check_resumable(out: Path) -> None:
     raise ConfigError(f"nothing to resume in {str(out)!r}: it {what}")
 
 
-def _read_checkpoint(built: BuiltRun, path: Path) -> Checkpoint:
+def _read_checkpoint(built: BuiltRun, path: Path, seed: int) -> Checkpoint:
     """The checkpoint at ``path``, read in place and checked against a fresh state of ``built``."""
-    reference = built.algorithm.prepare(built.problem, built.participation).init(
+    reference = built.algorithm.prepare(built.problem, built.participation, seed=seed).init(
         built.problem.initial_point(), built.problem.num_clients
     )
     return load_checkpoint(path, reference, built.problem.num_clients)
@@ -411,7 +436,7 @@ def _drive(
         if checkpointer.due(result.rounds_done):
             checkpointer.save(result)
 
-    resume = None if start is None else resume_from(start, built.participation, built.problem)
+    resume = None if start is None else resume_from(start, built.participation)
     try:
         with _stop_on_signals(flag):
             result = execute(built, progress=progress, on_row=on_row, resume=resume, keep_rows=False,
@@ -442,10 +467,10 @@ def _drive(
         if isinstance(exc, (ConfigError, DataError)):
             raise type(exc)(f"{exc} ({kept})") from None
         raise
+    kept = metrics.kept(result)
     metrics.close()
     if result.diverged_at is None:
-        save_checkpoint(work / CHECKPOINT, take_checkpoint(result, built.participation, built.problem,
-                                                           (work / METRICS).stat().st_size))
+        save_checkpoint(work / CHECKPOINT, take_checkpoint(result, built.participation, kept))
         save_model(work / MODEL, built.algorithm.model(result.state))
         status = "complete"
     else:  # a non-finite state is nothing to resume from
@@ -474,7 +499,8 @@ def _open_log(recorded: dict, start: Checkpoint | None, metrics_path: Path):
 
     log_dir = Path(recorded[TENSORBOARD])
     if start is not None and has_events(log_dir):
-        return RunLogger(log_dir, purge_step=start.round + 1)
+        # Steps after the last row metrics.csv keeps: a closing row the resume dropped included.
+        return RunLogger(log_dir, purge_step=_last_round(metrics_path, start.round) + 1)
     logger = RunLogger(log_dir, purge_step=0)
     if start is not None:
         try:
@@ -484,6 +510,21 @@ def _open_log(recorded: dict, start: Checkpoint | None, metrics_path: Path):
             logger.close()
             raise
     return logger
+
+
+def _last_round(metrics_path: Path, default: int) -> int:
+    """The round of the last row of a metrics.csv (``default`` when it has none): its tail is
+    read, never the whole file."""
+    with open(metrics_path, "rb") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        handle.seek(max(0, size - 65536))
+        lines = [line for line in handle.read().decode("utf-8", "replace").splitlines() if line.strip()]
+    if len(lines) < 2 and size <= 65536:  # the header alone
+        return default
+    try:
+        return int(float(next(csv.reader([lines[-1]]))[0]))
+    except (ValueError, IndexError, StopIteration):
+        return default
 
 
 def _end_log(logger, info: dict, rounds_done: int | None) -> None:

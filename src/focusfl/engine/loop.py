@@ -1,0 +1,283 @@
+"""The round loop: one for simulations (engine/simulate.py), Flower federations
+(flower/strategy.py) and server trajectories (matrix/bias.py).
+
+Round r: the participation process draws S_r (chunks of rounds at a time: memory does not
+grow with the run's length); the exchange says whom it asks (a simulation: S_r; a federation:
+those of S_r with a live node); the work process draws their local step counts; the exchange
+**collects** their work (engine/round.py); the server steps (:func:`~focusfl.engine.round.
+server_step`, the empty round included); the exchange **commits** (rows written back, or finish
+messages and acknowledgements sent). The loop then counts the traffic of the clients whose work
+arrived, evaluates on its cadence (engine/rows.py: metrics, the minibatch losses the rounds
+returned as ``train_loss``, the blow-up rule), and calls ``on_round``. An exchange supplies the
+three verbs and its own row counters, nothing else (Flower's Strategy hooks, pfl-research's
+Backend).
+
+Evaluation cadence: rows at the start, every ``eval_every`` rounds counted from the run's
+origin, and after the last round. A last row off that cadence (a *closing* row) changes nothing
+the run carries on with (the blow-up rule's state, the training losses since the previous row),
+so a run continued past its end (``run --resume --rounds R``) drops it and goes on exactly as
+the uninterrupted R-round run, which never wrote it.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, NamedTuple, Protocol
+
+import numpy as np
+import torch
+
+from ..algorithms.base import Algorithm, RoundContext, State, check_work_process
+from ..errors import ConfigError
+from ..problems.base import Problem
+from .divergence import BlowUpDetector
+from .round import Collected, Engine, server_step
+from .rows import diverged, evaluation_row
+
+# Rounds whose active sets are drawn at once: memory stays independent of the run's length.
+ROUND_CHUNK = 4096
+
+
+class Exchange(Protocol):
+    """How a run reaches its clients (see the module docstring)."""
+
+    def requested(self, r: int, drawn: torch.Tensor | None) -> torch.Tensor:
+        """The clients asked in round r, given the participation process's draw (None: the
+        run has no process; a federation then asks whoever it knows)."""
+
+    def collect(self, state: State, ctx: RoundContext) -> Collected:
+        """The asked clients' work (``ctx.active``, ``ctx.steps``)."""
+
+    def commit(self, state: State, server: Any, collected: Collected, ctx: RoundContext) -> State:
+        """The state after the clients whose work arrived finished the round."""
+
+    def counters(self) -> dict[str, Any]:
+        """Columns of the exchange's own for the next row (a federation's rejections)."""
+
+
+class EngineExchange:
+    """A simulation's exchange: an engine's collect and commit on this process's client table.
+
+    From the second round of a run on, the table is the loop's own, so the commit may update it
+    in place; a state passed in by the caller (``start_round``'s) is never modified."""
+
+    def __init__(self, engine: Engine, algorithm: Algorithm, problem: Problem, seed: int, start_round: int) -> None:
+        self.engine, self.algorithm, self.problem, self.seed, self.start_round = \
+            engine, algorithm, problem, seed, start_round
+
+    def requested(self, r: int, drawn: torch.Tensor | None) -> torch.Tensor:
+        return drawn
+
+    def collect(self, state: State, ctx: RoundContext) -> Collected:
+        return self.engine.collect(self.algorithm, state, self.problem, ctx, self.seed)
+
+    def commit(self, state: State, server: Any, collected: Collected, ctx: RoundContext) -> State:
+        return self.engine.commit(self.algorithm, state, server, collected, ctx, ctx.round > self.start_round)
+
+    def counters(self) -> dict[str, Any]:
+        return {}
+
+
+@dataclass
+class TrainLoss:
+    """The minibatch losses returned since the last row (what its ``train_loss`` averages):
+    each round's losses are summed exactly (``math.fsum``, whatever order the clients came in),
+    then added in round order, so every engine and chunking gives the same bits."""
+
+    total: float = 0.0
+    count: int = 0
+
+    def add(self, losses: list[float]) -> None:
+        if losses:
+            self.total += math.fsum(losses)
+            self.count += len(losses)
+
+    def row(self) -> dict[str, float]:
+        return {"train_loss": self.total / self.count} if self.count else {}
+
+    def state(self) -> dict[str, float | int]:
+        return {"train_loss_sum": self.total, "train_loss_count": self.count}
+
+    @classmethod
+    def restore(cls, state: dict) -> "TrainLoss":
+        return cls(float(state.get("train_loss_sum", 0.0)), int(state.get("train_loss_count", 0)))
+
+
+@dataclass
+class RunResult:
+    """Evaluated rows (one dict per evaluated round), the final state, and how it ended."""
+
+    rows: list[dict] = field(default_factory=list)  # empty when keep_rows=False
+    state: State | None = None
+    rounds_done: int = 0
+    diverged_at: int | None = None  # round count at which the model stopped being finite
+    last_row: dict | None = None  # the latest evaluated row (kept even without rows)
+    comm: tuple[float, float] = (0.0, 0.0)  # cumulative floats sent (down, up) after rounds_done
+    blow_up: BlowUpDetector | None = None  # the run's detector (its state goes into checkpoints)
+    train_loss: TrainLoss = field(default_factory=TrainLoss)  # losses since the last row (checkpointed)
+    closing: bool = False  # the last row is a closing row (off the cadence: see the module docstring)
+
+
+class Resume(NamedTuple):
+    """Where a run continues from: its state after ``start_round`` rounds and what it had counted.
+
+    ``comm_before``: the traffic before ``start_round`` (None: recounted from the participation);
+    ``evaluate_start``: False when the row of ``start_round`` was already written;
+    ``eval_origin``: the round the run started from, so that it evaluates the rounds the
+    uninterrupted run evaluates; ``blow_up``: the run's detector as it was (None: a fresh one);
+    ``train_loss``: the losses returned since the last row (None: none)."""
+
+    state: State
+    start_round: int
+    comm_before: tuple[float, float] | None = None
+    evaluate_start: bool = True
+    eval_origin: int = 0
+    blow_up: BlowUpDetector | None = None
+    train_loss: TrainLoss | None = None
+
+
+def active_sets(mask: np.ndarray, device: torch.device) -> list[torch.Tensor]:
+    """Per-round sorted int64 index tensors of the active clients."""
+    return [torch.as_tensor(np.flatnonzero(row), dtype=torch.int64, device=device) for row in mask]
+
+
+def participants_before(participation, start_round: int) -> int:
+    """Client-rounds of rounds 0..start_round-1, counted chunk by chunk (bounded memory)."""
+    total = 0
+    for lo in range(0, start_round, ROUND_CHUNK):
+        total += int(participation.rows(lo, min(start_round, lo + ROUND_CHUNK)).sum())
+    return total
+
+
+def round_actives(participation, start: int, end: int, device: torch.device) -> Iterator[tuple[int, torch.Tensor]]:
+    """(r, active index tensor) for rounds start..end-1, drawn ROUND_CHUNK rounds at a time;
+    ``participation`` None: (r, None) (a federation that asks whoever answers)."""
+    if participation is None:
+        for r in range(start, end):
+            yield r, None
+        return
+    for lo in range(start, end, ROUND_CHUNK):
+        hi = min(end, lo + ROUND_CHUNK)
+        for offset, active in enumerate(active_sets(participation.rows(lo, hi), device)):
+            yield lo + offset, active
+
+
+class RecordedParticipation:
+    """A recorded active set per round (a bool mask [R, N]) as a participation process."""
+
+    name = "recorded"
+
+    def __init__(self, mask: np.ndarray) -> None:
+        self.mask_ = np.asarray(mask, dtype=bool)
+        self.num_clients = self.mask_.shape[1]
+
+    def rows(self, start: int, stop: int) -> np.ndarray:
+        return self.mask_[start:stop]
+
+
+class RecordedWork:
+    """A recorded step count per round and client (int [R, N]) as a work process."""
+
+    fixed = False
+
+    def __init__(self, table, local_steps: int) -> None:
+        self.table = torch.as_tensor(table, dtype=torch.int64)
+        self.num_clients, self.local_steps = self.table.shape[1], local_steps
+
+    def steps(self, r: int, active: torch.Tensor) -> torch.Tensor:
+        return self.table[r].to(active.device).index_select(0, active)
+
+
+def run_rounds(
+    algorithm: Algorithm,
+    problem: Problem,
+    participation,
+    rounds: int,
+    exchange: Exchange,
+    *,
+    seed: int = 0,
+    eval_every: int | None = 1,
+    schedule: Callable[[int], float] = lambda r: 1.0,
+    work=None,
+    resume: Resume | None = None,
+    on_row: Callable[[dict], None] | None = None,
+    on_round: Callable[[RunResult], None] | None = None,
+    keep_rows: bool = True,
+    progress=None,
+) -> RunResult:
+    """Run ``rounds`` rounds of ``algorithm`` through ``exchange`` (see the module docstring).
+
+    ``participation``: the process that draws S_r (None: the exchange decides whom it asks);
+    ``work``: the process of the clients' local step counts (None or fixed: local_steps each);
+    ``eval_every``: the row cadence (None: no rows at all, for trajectories); ``resume``: where
+    a continued run starts (None: from ``problem.initial_point()`` at round 0); ``keep_rows``
+    False hands rows to ``on_row`` only; ``on_round(result)`` is called after every round, at a
+    point where ``result.state`` is consistent (a checkpoint can be taken, or an exception
+    raised to stop); ``progress``: a bar whose ``update(1)`` is called per round. A non-finite
+    model or a blow-up (engine/divergence.py) stops the run: its last row has ``diverged``."""
+    n = problem.num_clients
+    if participation is not None and participation.num_clients != n:
+        raise ConfigError(f"participation has {participation.num_clients} clients, problem has {n}")
+    if rounds < 0 or (eval_every is not None and eval_every < 1):
+        raise ConfigError("rounds must be >= 0 and eval_every >= 1")
+    algorithm = algorithm.prepare(problem, participation, seed=seed)
+    if work is not None:
+        if work.num_clients != n:
+            raise ConfigError(f"work has {work.num_clients} clients, problem has {n}")
+        check_work_process(algorithm, work)
+        if work.fixed:
+            work = None  # everyone does local_steps: exactly the run without a work process
+    if resume is None:
+        resume = Resume(algorithm.init(problem.initial_point(), n), 0)
+    start_round, end = resume.start_round, resume.start_round + rounds
+    comm = algorithm.communication()
+    floats = resume.comm_before
+    if floats is None:  # the traffic before start_round, so resumed runs report the same totals
+        before = 0 if participation is None else participants_before(participation, start_round)
+        floats = (before * comm.down * problem.dim, before * comm.up * problem.dim)
+    result = RunResult(state=resume.state, rounds_done=start_round, comm=(float(floats[0]), float(floats[1])),
+                       blow_up=resume.blow_up if resume.blow_up is not None else BlowUpDetector(),
+                       train_loss=copy.copy(resume.train_loss) if resume.train_loss is not None else TrainLoss())
+
+    def evaluate(done: int, active_count: int, closing: bool = False) -> bool:
+        # A closing row leaves what the run carries untouched (see the module docstring).
+        detector = copy.deepcopy(result.blow_up) if closing else result.blow_up
+        row = evaluation_row(algorithm.model(result.state), problem, detector, done=done, active=active_count,
+                             comm=result.comm, extra={**result.train_loss.row(), **exchange.counters()})
+        if not closing:
+            result.train_loss = TrainLoss()
+        result.last_row, result.closing = row, closing
+        if keep_rows:
+            result.rows.append(row)
+        if on_row is not None:
+            on_row(row)
+        return not diverged(row)
+
+    if eval_every is not None and resume.evaluate_start and not evaluate(start_round, 0):
+        result.diverged_at = start_round
+        return result
+    for r, drawn in round_actives(participation, start_round, end, problem.device):
+        requested = exchange.requested(r, drawn)
+        ctx = RoundContext(round=r, active=requested, num_clients=n, lr_scale=schedule(r),
+                           steps=None if work is None else work.steps(r, requested))
+        algorithm.check_work(ctx)
+        collected = exchange.collect(result.state, ctx)
+        ctx = ctx._replace(active=collected.active, steps=collected.steps)
+        server = server_step(algorithm, result.state, collected, ctx, problem, seed)
+        result.state = exchange.commit(result.state, server, collected, ctx)
+        result.rounds_done = r + 1
+        result.train_loss.add(collected.losses)
+        arrived = collected.active.numel()
+        result.comm = (result.comm[0] + arrived * comm.down * problem.dim,
+                       result.comm[1] + arrived * comm.up * problem.dim)
+        if progress is not None:
+            progress.update(1)
+        if eval_every is not None:
+            on_cadence = (r + 1 - resume.eval_origin) % eval_every == 0
+            if (on_cadence or r + 1 == end) and not evaluate(r + 1, arrived, closing=not on_cadence):
+                result.diverged_at = r + 1
+                break
+        if on_round is not None:
+            on_round(result)
+    return result
