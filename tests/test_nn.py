@@ -574,8 +574,8 @@ def test_paper_preset_runs_every_scenario_on_local_files(tmp_path):
     # The paper's alpha = 0.05 cannot give 32 clients 10 samples each out of 320 images.
     setup = dataclasses.replace(paper, problem={**paper.problem, "alpha": 1.0, "min_size": 2, "batch": 8},
                                 rounds=2, eval_every=1)
-    args = argparse.Namespace(device="cpu", dtype="float32", seed=0, rounds=None, eval_every=None,
-                              data_dir=str(tmp_path), download=False, data=None, steps="fixed", seeds=1, workers=1)
+    args = reproduce_nn.PresetOptions(out=str(tmp_path / "out"), run=RunConfig(dtype="float32", rounds=2, eval_every=1),
+                                      data_dir=str(tmp_path), steps="fixed", seeds=1, workers=1)
     spec = reproduce_nn.problem_spec(setup, args)
     summary, steps = reproduce_nn.run_preset(setup, spec, ["sg_focus", "mifa"], args, tmp_path / "out")
     assert [row["scenario"] for row in steps] == [s for s in paper.scenarios for _ in range(2)] and len(summary) == 4

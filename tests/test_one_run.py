@@ -101,3 +101,101 @@ def test_a_killed_run_resumes_with_the_formulation_it_measured(tmp_path, kill_at
     assert resumed.returncode == 0, resumed.stderr
     assert _metrics(out) == _metrics(tmp_path / "whole")
     assert torch.equal(load_model(out / "model.pt"), load_model(tmp_path / "whole" / "model.pt"))
+
+
+# -- a federation and a run stop alike -------------------------------------------------------------
+def test_an_nn_federation_stops_on_a_blow_up_where_the_run_does(tmp_path):
+    """FedAvg at a step 10,000 times too large: the test loss climbs far above its start and stays
+    there (finite). The federation (every client on its own node) stops at the round `focusfl run`
+    stops at, with the same row: the blow-up rule watches the same loss in both."""
+    pytest.importorskip("flwr")
+    from focusfl.cli import main
+    from focusfl.flower.client_app import make_client_app
+    from focusfl.flower.server_app import FederationConfig, run_federation
+    from focusfl.flower.testing import FakeGrid
+    from focusfl.io.atomic import read_csv
+
+    problem = f"nn:data={MNIST},test_fraction=0.2,clients=4,alpha=0.5,batch=8,model=logreg"
+    settings = dict(algorithm="fedavg", problem=problem, participation="full", rounds=80, local_steps=2, lr=20.0,
+                    eval_every=5, dtype="float64")
+    config = FederationConfig(**settings, out=str(tmp_path / "fed"), audit=False)
+    result = run_federation(FakeGrid(make_client_app(), range(4)), config, log=lambda text: None)
+    assert main(["run", *(f"--{k.replace('_', '-')}={v}" for k, v in settings.items()), "--engine", "reference",
+                 "--out", str(tmp_path / "run")]) == 1  # diverged
+    alone = read_csv(tmp_path / "run" / "metrics.csv")
+    federated = read_csv(tmp_path / "fed" / "metrics.csv")
+    assert result.diverged_at is not None and alone[-1]["diverged"] == "True"
+    assert int(alone[-1]["round"]) == result.diverged_at < 80
+    assert all(float(row["test_loss"]) < 1e300 for row in alone)  # finite: the blow-up rule, not NaN, stopped it
+    for mine, theirs in zip(federated, alone, strict=True):
+        assert {k: mine[k] for k in theirs} == theirs
+
+
+# -- one record, one builder -----------------------------------------------------------------------
+RIDGE = "ridge:clients=4,dim=3,samples=5"
+
+
+def _record_of_command(argv: list[str]):
+    """The records a command line becomes (through the command line's own parser)."""
+    from focusfl.cli import build_parser
+
+    return build_parser().parse_args(argv)
+
+
+def test_run_sweep_tune_preset_and_federation_resolve_the_same_settings_alike(tmp_path):
+    """The same settings through each command's record and the one builder: the same resolved
+    record (config.json's run keys) and run key, for a convex problem and a neural network."""
+    from focusfl.cli import _run_config
+    from focusfl.experiments import reproduce_nn
+    from focusfl.experiments.cli import setup_from_args
+    from focusfl.experiments.sweep import expand, make_experiment
+    from focusfl.runs.config import RunConfig, config_from_json
+    from focusfl.runs.driver import build
+
+    nn = f"nn:data={MNIST},test_fraction=0.2,clients=4,alpha=0.5,batch=8,model=logreg"
+    for problem, lr in ((RIDGE, "0.01"), (nn, "0.05")):
+        args = _record_of_command(["run", "--algorithm", "fedavg", "--problem", problem, "--participation",
+                                   "bernoulli", "--rounds", "4", "--lr", lr, "--local-steps", "2", "--seed", "3",
+                                   "--engine", "reference"])
+        alone = build(_run_config(args, RunConfig, config_from_json))
+        tuned = setup_from_args(_record_of_command(["tune", "--algorithm", "fedavg", "--problem", problem,
+                                                    "--participation", "bernoulli", "--rounds", "4",
+                                                    "--local-steps", "2", "--seed", "3"]))
+        if problem.startswith("nn"):  # tune scores a neural network on its validation share: not this run
+            assert tuned.run.dtype == alone.config.dtype and tuned.run.eval_every == alone.config.eval_every
+        else:
+            trial = build(tuned.trial("fedavg", float(lr)).replace(engine="reference"))
+            assert (trial.resolved, trial.key) == (alone.resolved, alone.key)
+        swept = expand(make_experiment(algorithms=["fedavg"], problems=[problem], participation=["bernoulli"],
+                                       rounds=4, lr=float(lr), local_steps=2, seeds=[3], engine="reference"))
+        assert [(run.resolved, run.key) for run in swept] == [(alone.resolved, alone.key)]
+        preset = reproduce_nn.PresetOptions(out="x", run=RunConfig(rounds=4, seed=3, dtype=None, eval_every=None))
+        setup = reproduce_nn.MNIST_DEMO
+        preset_run = reproduce_nn.preset_run(setup, preset, problem).replace(
+            algorithm="fedavg", participation="bernoulli", lr=float(lr), local_steps=2, engine="reference",
+            schedule="constant", eval_every=alone.config.eval_every)
+        assert (build(preset_run).resolved, build(preset_run).key) == (alone.resolved, alone.key)
+        pytest.importorskip("flwr")
+        from focusfl.flower.cli import add_parser  # noqa: F401 (the federation command exists)
+        from focusfl.flower.server_app import build_strategy
+        from focusfl.flower import cli as flower_cli
+
+        fed_args = _record_of_command(["federation", "app", str(tmp_path / "app"), "--algorithm", "fedavg",
+                                       "--problem", problem, "--participation", "bernoulli", "--rounds", "4",
+                                       "--lr", lr, "--local-steps", "2", "--seed", "3"])
+        _strategy, federated = build_strategy(flower_cli._config(fed_args), log=lambda text: None)
+        assert (federated.resolved, federated.key) == (alone.resolved, alone.key)
+
+
+def test_threads_are_part_of_the_run_key_and_one_thread_keeps_the_old_keys():
+    """Two threads change an nn run's bytes (reductions split differently), so they are another
+    run: a sweep rerun with --threads 2 does not take the one-thread runs for its own."""
+    from focusfl.experiments.sweep import expand, make_experiment
+
+    experiment = make_experiment(algorithms=["focus"], problems=[RIDGE], rounds=3)
+    one, two = expand(experiment, threads=1), expand(experiment, threads=2)
+    assert one[0].key != two[0].key and two[0].resolved["threads"] == 2
+    before = {k: v for k, v in one[0].resolved.items() if k != "threads"}
+    from focusfl.runs.config import run_key
+
+    assert run_key(before) == one[0].key  # a record from before threads existed: the same key

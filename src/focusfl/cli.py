@@ -15,6 +15,7 @@ from pathlib import Path
 from . import __version__
 from .argtypes import non_negative_int, positive_int
 from .errors import DivergenceError, FocusflError
+from .runs.cli import add_run_options, given_options, options, run_config_of
 
 
 # -- run ---------------------------------------------------------------------------------------
@@ -36,8 +37,6 @@ run exits 1. docs/runs.md: outputs, checkpoints and resuming."""
 def _run_fields() -> tuple[str, ...]:
     """Options of `run` that a --config file also sets (every field of the run configuration):
     given on the command line they override it."""
-    from .runs.config import options
-
     return tuple(options())
 
 
@@ -53,8 +52,6 @@ def _add_run(sub) -> None:
         f"Participation processes: {', '.join(available_participation())}.",
         epilog=RUN_EXAMPLES,
     )
-    from .runs.config import add_run_options
-
     # Defaults are None here and filled in later (runs.config.defaults_for), so that a flag given
     # next to --config or --resume can be told apart from one left at its default.
     add_run_options(p, _run_fields(), deferred=True, helps={
@@ -86,8 +83,6 @@ def _add_run(sub) -> None:
 
 
 def _given(args) -> list[str]:
-    from .runs.config import given_options
-
     return list(given_options(args, _run_fields()))
 
 
@@ -171,7 +166,6 @@ def _run_config(args, RunConfig, config_from_json):
     """The RunConfig of `run`: from --config with the flags given beside it, or from the flags."""
     from .errors import ConfigError
     from .problems.nn import with_data_options
-    from .runs.config import defaults_for
 
     if args.config:
         from .problems.models import refuse_model_import
@@ -189,27 +183,26 @@ def _run_config(args, RunConfig, config_from_json):
                 if key in overrides:
                     params.pop(key, None)
             overrides.setdefault("algorithm", {"name": name, **params})
-        config = RunConfig(**{**config.__dict__, **overrides})
+        config = config.replace(**overrides)
         if args.data_dir or args.download:
-            config.problem = with_data_options(config.problem, args.data_dir, args.download)
+            config = config.replace(problem=with_data_options(config.problem, args.data_dir, args.download))
         return config
     if not args.algorithm:
         raise ConfigError("run needs --algorithm NAME (or --config FILE, or --resume DIR)")
-    given = {k: getattr(args, k) for k in _given(args)}
-    problem = with_data_options(given.get("problem", "ridge"), args.data_dir, args.download)
-    return RunConfig(**{**defaults_for(problem), **given, "problem": problem})
+    problem = with_data_options(args.problem or "ridge", args.data_dir, args.download)
+    return run_config_of(args, _run_fields(), problem=problem)
 
 
 # -- reproduce -----------------------------------------------------------------------------------
 def _add_reproduce(sub) -> None:
-    from .experiments.reproduce import load_presets
+    from .experiments.cli import add_preset_arguments, preset_command, presets
 
     p = sub.add_parser("reproduce", help="reproduce a figure of the papers")
-    presets = p.add_subparsers(dest="preset", metavar="PRESET", required=True)
-    for preset in load_presets().values():
-        pp = presets.add_parser(preset.name, help=preset.help, description=preset.help)
-        preset.add_arguments(pp)
-        pp.set_defaults(handler=preset.run)
+    chosen = p.add_subparsers(dest="preset", metavar="PRESET", required=True)
+    for preset in presets().values():
+        pp = chosen.add_parser(preset.name, help=preset.help, description=preset.help)
+        add_preset_arguments(pp, preset)
+        pp.set_defaults(handler=preset_command(preset))
 
 
 # -- participation -------------------------------------------------------------------------------
@@ -354,11 +347,11 @@ def _shown(value) -> str:
 
 # -- tune ----------------------------------------------------------------------------------------
 def _add_tune(sub) -> None:
-    from .experiments.tune import add_arguments, run
+    from .experiments.cli import add_tune_arguments, run_tune
 
     p = sub.add_parser("tune", help="grid-search the step size of one or more algorithms")
-    add_arguments(p)
-    p.set_defaults(handler=run)
+    add_tune_arguments(p)
+    p.set_defaults(handler=run_tune)
 
 
 # -- sweep and plot ------------------------------------------------------------------------------
@@ -369,8 +362,6 @@ def _add_sweep(sub) -> None:
     p.add_argument("--out", help="sweep folder (default runs/NAME, NAME the experiment file's stem); a rerun "
                    "skips the runs finished there")
     p.add_argument("--workers", type=positive_int, default=1, help="runs at a time on this machine")
-    from .runs.config import add_run_options
-
     # The run fields come from the experiment file (experiments/sweep.py's DEFAULTS); threads is
     # how each worker computes, recorded in every run's config.json.
     add_run_options(p, ("threads", "work"), defaults={"work": None}, helps={

@@ -25,7 +25,7 @@ import argparse
 import math
 from typing import Sequence
 
-from .tune import lr_grid, pick_best, summarize_trial
+from .tune import lr_grid, pick_best, run_trial, setup
 
 PROBLEMS = {
     "ridge": "ridge:dim=10,clients=8,samples=20",
@@ -130,17 +130,11 @@ TABLE: dict[tuple[str, str, str], tuple[float, int | float]] = {
 
 def run_cell(algorithm: str, problem: str, process: str, lr: float, rounds: int = ROUNDS) -> dict:
     """One cell: the run's summary plus its plateau level (min over the second half)."""
-    from ..runs.config import RunConfig
-    from ..runs.driver import build, execute
-
-    config = RunConfig(
-        algorithm=algorithm, problem=PROBLEMS[problem], participation=PROCESSES[process], rounds=rounds,
-        local_steps=LOCAL_STEPS, lr=lr, seed=SEED, eval_every=EVAL_EVERY,
-    )
-    result = execute(build(config))
-    row = summarize_trial(algorithm, lr, result.rows, result.diverged_at, TARGET)
-    second_half = [float(r["rel_error"]) for r in result.rows if r["round"] >= rounds // 2]
-    row["plateau"] = math.inf if result.diverged_at is not None else min(second_half)
+    cell = setup(problem=PROBLEMS[problem], participation=PROCESSES[process], rounds=rounds, local_steps=LOCAL_STEPS,
+                 seed=SEED, eval_every=EVAL_EVERY, target=TARGET)
+    row = run_trial(algorithm, lr, cell, rows=True)
+    second_half = [float(r["rel_error"]) for r in row.pop("rows") if r["round"] >= rounds // 2]
+    row["plateau"] = math.inf if row["diverged_at"] is not None else min(second_half)
     return row
 
 

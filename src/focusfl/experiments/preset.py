@@ -8,16 +8,26 @@ from __future__ import annotations
 
 import argparse
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 
 @dataclass(frozen=True)
 class Preset:
+    """A ``focusfl reproduce`` preset. ``options``: the record its command line becomes (a frozen
+    dataclass; a field named ``run`` is a RunConfig made of the run options ``run_fields``, with
+    ``run_defaults`` over the fields' own); ``add_arguments(parser)`` declares the preset's own
+    options (each named as a field of ``options``); ``run(record)`` does the work and returns the
+    exit status. The command line (experiments/cli.py) turns the parsed options into the record:
+    the preset never sees argparse's values."""
+
     name: str
     help: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[argparse.Namespace], int]
+    options: type
+    run: Callable[[Any], int]
+    run_fields: tuple[str, ...] = ()
+    run_defaults: dict[str, Any] = field(default_factory=dict)
 
 
 def cached_run(cache, key: dict[str, Any], run: Callable[[], Any]):

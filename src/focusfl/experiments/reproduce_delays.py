@@ -19,6 +19,7 @@ extraction; the parameters below are our choices, stated in every label:
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -148,7 +149,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
 
 
-def run(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class DelaysOptions:
+    """``focusfl reproduce delays``'s options."""
+
+    out: str = "runs/reproduce-delays"
+    clients: int = 100
+    rounds: int = 2000
+    seeds: int = 5
+    seed: int = 0
+
+
+def run(args: DelaysOptions) -> int:
     if args.rounds < 1 or args.seeds < 1 or args.seed < 0:
         raise ConfigError("rounds and seeds must be >= 1 and seed >= 0")
     pattern_specs(args.clients)  # validates the number of clients before anything is written
@@ -171,4 +183,5 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-PRESETS = (Preset("delays", "FedSUM paper: tau_max and tau_avg of its Cases 1-4 and patterns P1-P3", add_arguments, run),)
+PRESETS = (Preset("delays", "FedSUM paper: tau_max and tau_avg of its Cases 1-4 and patterns P1-P3", add_arguments,
+                  DelaysOptions, run),)

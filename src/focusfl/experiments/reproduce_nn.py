@@ -36,6 +36,7 @@ skipped with a note.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import re
@@ -46,10 +47,16 @@ from typing import Any
 from ..algorithms import ALGORITHMS, make_algorithm
 from ..errors import ConfigError
 from ..io.atomic import read_csv, write_csv
+from ..io.folders import open_store
 from ..problems import make_problem
-from ..runs.config import DTYPES
+from ..runs.config import DTYPES, RunConfig, WithRun
 from ..runs.driver import resolve_device
+from ..runs.folder import METRICS, read_config
+from ..spec import format_spec
+from .layout import RUNS
 from .preset import Preset
+from .sweep import make_experiment, run_sweep
+from .tune import choose, grid_rows, with_validation
 
 
 @dataclass(frozen=True)
@@ -223,33 +230,27 @@ def _entry(name: str, hyperparameters: dict, lr) -> dict:
 
 def _label(name: str, hyperparameters: dict) -> str:
     """How the sweep names the algorithm (its SPEC without lr and local_steps)."""
-    from ..spec import format_spec
-
     return format_spec(name, {k: v for k, v in hyperparameters.items() if k not in ("lr", "local_steps")})
 
 
-def _sweep(name: str, algorithms: list[dict], spec: dict, participation: str, seeds: list[int], rounds: int,
-           eval_every: int, setup: Setup, args: PresetOptions):
-    from .sweep import experiment_text, parse_experiment
+def _sweep(name: str, algorithms: list[dict], run: RunConfig, participation: str, seeds: list[int], rounds: int,
+           eval_every: int):
+    """The sweep of ``algorithms`` (tables with their steps) under ``participation``: the
+    preset's run record ``run`` (its problem, dtype, device, schedule) over ``seeds``."""
+    return make_experiment(name=name, algorithms=algorithms, problems=[run.problem], participation=[participation],
+                           seeds=seeds, rounds=rounds, eval_every=eval_every, schedule=run.schedule, dtype=run.dtype,
+                           device=run.device)
 
-    data = {"name": name, "algorithms": algorithms, "problems": [spec], "participation": [participation],
-            "seeds": seeds, "rounds": rounds, "eval_every": eval_every, "schedule": setup.schedule,
-            "dtype": args.dtype, "device": args.device}
-    return parse_experiment(data, experiment_text(data))
 
-
-def tune_steps(setup: Setup, spec: dict, algorithms: list[str], args: PresetOptions, folder: Path) -> list[dict]:
+def tune_steps(setup: Setup, run: RunConfig, algorithms: list[str], args: PresetOptions, folder: Path) -> list[dict]:
     """Each algorithm's step per scenario, chosen on the clients' validation share (never the
     test set): the preset's step times ``setup.factors``, ``--tune-rounds`` rounds, ``--seeds``
     seeds, ranked by the mean validation loss over the last third of the evaluations (a step whose
     runs diverge, or oscillate at the end, loses), one grid point below the edge of stability
     (:func:`focusfl.experiments.tune.pick_stable`). One row per (scenario, algorithm) with the
     chosen step and every grid point's score."""
-    from .sweep import run_sweep
-    from .tune import choose, grid_rows, with_validation
-
-    tuned = with_validation(spec, args.validation)
-    seeds = list(range(args.seed, args.seed + args.seeds))
+    tuned = run.replace(problem=with_validation(run.problem, args.validation))
+    seeds = list(range(run.seed, run.seed + args.seeds))
     rounds = args.tune_rounds or setup.tune_rounds
     eval_every = min(args.tune_eval_every or setup.tune_eval_every, rounds)
     choices = []
@@ -257,7 +258,7 @@ def tune_steps(setup: Setup, spec: dict, algorithms: list[str], args: PresetOpti
         entries = [_entry(name, setup.algorithms[name],
                           [float(f"{setup.algorithms[name]['lr'] * f:.3g}") for f in setup.factors])
                    for name in algorithms]
-        experiment = _sweep("tune steps", entries, tuned, participation, seeds, rounds, eval_every, setup, args)
+        experiment = _sweep("tune steps", entries, tuned, participation, seeds, rounds, eval_every)
         found: dict = {}
 
         def tables(experiment, runs, where, *, band, failures) -> list[str]:
@@ -266,7 +267,7 @@ def tune_steps(setup: Setup, spec: dict, algorithms: list[str], args: PresetOpti
             return ["grid.csv"]
 
         report = run_sweep(experiment, folder / f"tuning-{scenario_tag(participation)}", workers=args.workers,
-                           progress=True, kind="tune", tables=tables)
+                           threads=run.threads, progress=True, kind="tune", tables=tables)
         _raise_failures(report, "tuning")
         for name in algorithms:
             label = _label(name, setup.algorithms[name])
@@ -297,24 +298,19 @@ def _raise_failures(report, phase: str) -> None:
 
 
 # -- the runs -------------------------------------------------------------------------------------
-def run_final(setup: Setup, spec: dict, steps: list[dict], args: PresetOptions, folder: Path):
+def run_final(setup: Setup, run: RunConfig, steps: list[dict], args: PresetOptions, folder: Path):
     """The preset's runs at the chosen steps, ``--seeds`` seeds each, ``--workers`` at a time:
     (panels: scenario -> algorithm -> one row list per seed, summary rows)."""
-    from ..runs.folder import METRICS, read_config
-    from .layout import RUNS
-    from .sweep import run_sweep
-
-    seeds = list(range(args.seed, args.seed + args.seeds))
-    rounds = args.rounds or setup.rounds
-    eval_every = args.eval_every or setup.eval_every
+    seeds = list(range(run.seed, run.seed + args.seeds))
+    rounds, eval_every = run.rounds, run.eval_every
     panels: dict[str, dict[str, list[list[dict]]]] = {}
     summary = []
     for scenario, participation in setup.scenarios.items():
         chosen = [row for row in steps if row["scenario"] == scenario]
         entries = [_entry(row["algorithm"], setup.algorithms[row["algorithm"]], row["lr"]) for row in chosen]
-        experiment = _sweep(setup.title, entries, spec, participation, seeds, rounds, eval_every, setup, args)
+        experiment = _sweep(setup.title, entries, run, participation, seeds, rounds, eval_every)
         where = folder / f"runs-{scenario_tag(participation)}"
-        report = run_sweep(experiment, where, workers=args.workers, progress=True, kind="sweep",
+        report = run_sweep(experiment, where, workers=args.workers, threads=run.threads, progress=True, kind="sweep",
                            tables=lambda *a, **k: [])
         _raise_failures(report, "preset")
         by_label: dict[str, list[tuple[list[dict], int | None]]] = {}
@@ -422,55 +418,58 @@ def write_outputs(folder: Path, setup: Setup, panels, summary, steps, problem) -
 
 
 def run_preset(setup: Setup, spec: dict, algorithms: list[str], args: PresetOptions, folder: Path):
-    """The whole preset into the focusfl folder ``folder`` (a rerun skips finished runs): steps
-    (tuned unless ``--steps fixed``), the runs over the seeds, tables and figures.
-    Returns (summary rows, steps rows)."""
-    from ..io.folders import open_store
-
-    problem = make_problem(spec, dtype=DTYPES[args.dtype], device=str(resolve_device(args.device)))
+    """The whole preset on the user's data ``spec`` into the focusfl folder ``folder`` (a rerun
+    skips finished runs): steps (tuned unless ``--steps fixed``), the runs over the seeds, tables
+    and figures. Returns (summary rows, steps rows)."""
+    run = preset_run(setup, args, spec)
+    resolved = run.with_problem_defaults()
+    problem = make_problem(run.problem, dtype=DTYPES[resolved.dtype], device=str(resolve_device(run.device)))
     with open_store(folder, kind="reproduce-nn") as store:
-        steps = (tune_steps(setup, spec, algorithms, args, store.path) if args.steps == "tuned"
+        steps = (tune_steps(setup, run, algorithms, args, store.path) if args.steps == "tuned"
                  else fixed_steps(setup, algorithms))
-        panels, summary = run_final(setup, spec, steps, args, store.path)
+        panels, summary = run_final(setup, resolved, steps, args, store.path)
         written = write_outputs(store.path, setup, panels, summary, steps, problem)
         store.mark(written, folders=[p.name for p in store.path.iterdir() if p.is_dir() and not p.name.startswith(".")])
     return summary, steps
 
 
-@dataclass
-class PresetOptions:
-    """A preset's command line as a record (what run_preset and its steps take)."""
+@dataclass(frozen=True)
+class PresetOptions(WithRun):
+    """A preset's command line as a record: its run fields (rounds, eval_every, seed, dtype,
+    device: a RunConfig; None: the preset's own) and its own knobs."""
 
     out: str
+    run: RunConfig | None = None
     data: str | None = None
     model: str | None = None  # fedsum-sst2: the local transformers model (and tokenizer) folder
     data_dir: str | None = None
     download: bool = False
-    rounds: int | None = None  # None: the preset's
-    eval_every: int | None = None  # None: the preset's
     algorithms: str | None = None
-    seed: int = 0
     seeds: int = 2
     steps: str = "tuned"
     validation: float | None = None
     tune_rounds: int | None = None
     tune_eval_every: int | None = None
-    workers: int | None = None
-    dtype: str = "float32"
-    device: str = "cpu"
+    workers: int | None = None  # None: 2, or 1 on a one-core machine (speed only: each run has its threads)
 
 
 # The run fields a preset's command line takes.
 RUN_OPTIONS = ("rounds", "eval_every", "seed", "dtype", "device")
 
 
+def preset_run(setup: Setup, args: PresetOptions, spec: dict) -> RunConfig:
+    """The preset's run record on the user's data ``spec``: the command line's run fields (the
+    preset's rounds and evaluation cadence unless given), its problem and its schedule."""
+    run = args.run or RunConfig(rounds=setup.rounds, eval_every=setup.eval_every, dtype=None)
+    return run.replace(problem=spec, schedule=setup.schedule, eval_every=run.eval_every or setup.eval_every)
+
+
 def preset_arguments(setup: Setup, default_out: str | None, *, npz_required: bool = False,
                      out_help: str = "output folder", folders=None):
-    """The preset's options; ``folders(parser)``, when given, adds the data options in place of
-    ``--data-dir``/``--download`` (or ``--data`` for an .npz)."""
+    """The preset's own options (its run fields are generated by the command line from RUN_OPTIONS);
+    ``folders(parser)``, when given, adds the data options in place of ``--data-dir``/``--download``
+    (or ``--data`` for an .npz)."""
     def add_arguments(parser: argparse.ArgumentParser) -> None:
-        from ..runs.config import add_run_options
-
         if folders is not None:
             folders(parser)
         elif npz_required:
@@ -480,8 +479,6 @@ def preset_arguments(setup: Setup, default_out: str | None, *, npz_required: boo
                                 help="folder with the dataset files (default $FOCUSFL_DATA or ~/.cache/focusfl)")
             parser.add_argument("--download", action="store_true", help="fetch a missing dataset (checksum-verified)")
         parser.add_argument("--out", default=default_out, help=out_help)
-        add_run_options(parser, RUN_OPTIONS, defaults={"rounds": setup.rounds, "eval_every": setup.eval_every},
-                        helps={"rounds": "rounds per run", "seed": "the first seed"})
         parser.add_argument("--algorithms", default=None,
                             help=f"comma-separated subset of {','.join(setup.algorithms)}")
         parser.add_argument("--seeds", type=int, default=2,
@@ -502,28 +499,18 @@ def preset_arguments(setup: Setup, default_out: str | None, *, npz_required: boo
     return add_arguments
 
 
-def options_from_args(setup: Setup, args: argparse.Namespace) -> PresetOptions:
-    """The CLI edge: the parsed command line as a PresetOptions, defaults filled in."""
-    from dataclasses import fields as dataclass_fields
-
-    from ..runs.config import defaults_for
-
-    given = {f.name: getattr(args, f.name) for f in dataclass_fields(PresetOptions) if hasattr(args, f.name)}
-    options = PresetOptions(**given)
-    if options.dtype is None:
-        options.dtype = defaults_for(setup.problem)["dtype"]
-    if options.workers is None:  # speed only: every run computes with one thread whatever the count
-        options.workers = min(2, os.cpu_count() or 1)
-    return options
+def run_defaults(setup: Setup) -> dict:
+    """The preset's defaults of its run fields on the command line."""
+    return {"rounds": setup.rounds, "eval_every": setup.eval_every}
 
 
 def problem_spec(setup: Setup, args: PresetOptions) -> dict:
     spec = dict(setup.problem)
-    if getattr(args, "data", None):
+    if args.data:
         spec["data"] = str(Path(args.data).expanduser())
-    if getattr(args, "data_dir", None):
+    if args.data_dir:
         spec["data_dir"] = str(args.data_dir)
-    if getattr(args, "download", False):
+    if args.download:
         spec["download"] = True
     return spec
 
@@ -543,15 +530,17 @@ def sst2_spec(setup: Setup, args: PresetOptions) -> dict:
 
 
 def make_runner(setup: Setup, spec_of=problem_spec):
-    """The preset's command; ``spec_of(setup, options)`` is its problem on the user's data."""
-    def run(parsed: argparse.Namespace) -> int:
-        args = options_from_args(setup, parsed)
-        for key in ("rounds", "eval_every", "tune_rounds", "tune_eval_every", "seeds", "workers"):
+    """The preset's command, taking its PresetOptions; ``spec_of(setup, options)`` is its problem
+    on the user's data."""
+    def run(args: PresetOptions) -> int:
+        for key in ("tune_rounds", "tune_eval_every", "seeds", "workers"):
             value = getattr(args, key)
             if value is not None and value < 1:
                 raise ConfigError(f"--{key.replace('_', '-')} must be >= 1, got {value}")
         if args.validation is not None and not 0 < args.validation < 1:
             raise ConfigError(f"--validation must be in (0, 1), got {args.validation}")
+        if args.workers is None:  # speed only: every run computes with its own threads whatever the count
+            args = dataclasses.replace(args, workers=min(2, os.cpu_count() or 1))
         only = [a.strip() for a in args.algorithms.split(",")] if args.algorithms else None
         algorithms, notes = available(setup, only)
         for note in notes + [f"note: {n}" for n in setup.notes]:
@@ -587,37 +576,51 @@ def dataset_arguments(setups: dict[str, Setup], name: str):
     return add_arguments
 
 
+@dataclass(frozen=True)
+class DatasetPresetOptions(PresetOptions):
+    """A preset with one setting per data set: PresetOptions and the ``--dataset`` it runs."""
+
+    dataset: str | None = None
+
+
 def make_dataset_runner(setups: dict[str, Setup], name: str):
     runners = {dataset: make_runner(setup) for dataset, setup in setups.items()}
 
-    def run(parsed: argparse.Namespace) -> int:
-        if parsed.out is None:
-            parsed = argparse.Namespace(**{**vars(parsed), "out": f"runs/{name}-{parsed.dataset}"})
-        return runners[parsed.dataset](parsed)
+    def run(args: DatasetPresetOptions) -> int:
+        dataset = args.dataset or next(iter(setups))
+        if dataset not in setups:
+            raise ConfigError(f"--dataset must be one of {', '.join(setups)}, got {dataset!r}")
+        if args.out is None:
+            args = dataclasses.replace(args, out=f"runs/{name}-{dataset}")
+        return runners[dataset](args)
 
     return run
 
 
+def _preset(name: str, help_text: str, setup: Setup, add_arguments, run, options: type = PresetOptions) -> Preset:
+    return Preset(name, help_text, add_arguments, options, run, RUN_OPTIONS, run_defaults(setup))
+
+
 PRESETS = (
-    Preset("focus-cifar10", "FOCUS paper appendix G: SG-FOCUS and baselines on CIFAR-10 (32 clients, alpha=0.05)",
-           preset_arguments(FOCUS_CIFAR10, "runs/focus-cifar10"), make_runner(FOCUS_CIFAR10)),
-    Preset("fedsum-mnist", "FedSUM paper appendix H: MNIST CNN, 100 clients, patterns P1-P3",
-           preset_arguments(FEDSUM_MNIST, "runs/fedsum-mnist"), make_runner(FEDSUM_MNIST)),
-    Preset("fedsum-resnet18",
-           "FedSUM paper appendix H.6: ResNet-18 on CIFAR-10 or CIFAR-100 (--dataset), 50 clients, 10 per round; "
-           "FedSUM, FedAvg, SCAFFOLD",
-           dataset_arguments(FEDSUM_RESNET18, "fedsum-resnet18"),
-           make_dataset_runner(FEDSUM_RESNET18, "fedsum-resnet18")),
-    Preset("fedsum-biased",
-           "FedSUM paper appendix H.8: FedSUM vs FedAvg under biased sampling (p=0.5 for clients 1-11, "
-           "0.45 for 12-22, ...)",
-           preset_arguments(FEDSUM_BIASED, "runs/fedsum-biased"), make_runner(FEDSUM_BIASED)),
-    Preset("fedsum-sst2",
-           "FedSUM paper appendix H.7: bert-base-uncased on SST-2, 8 iid clients, 2 per round; FedSUM vs FedAvg "
-           "(--data DIR --model DIR, local folders)",
-           preset_arguments(FEDSUM_SST2, "runs/fedsum-sst2", folders=sst2_folders),
-           make_runner(FEDSUM_SST2, sst2_spec)),
-    Preset("mnist-demo",
-           "small MNIST run on CPU in minutes: SG-FOCUS vs FedAvg, FedAU, SCAFFOLD (--data PATH.npz)",
-           preset_arguments(MNIST_DEMO, "runs/mnist-demo", npz_required=True), make_runner(MNIST_DEMO)),
+    _preset("focus-cifar10", "FOCUS paper appendix G: SG-FOCUS and baselines on CIFAR-10 (32 clients, alpha=0.05)",
+            FOCUS_CIFAR10, preset_arguments(FOCUS_CIFAR10, "runs/focus-cifar10"), make_runner(FOCUS_CIFAR10)),
+    _preset("fedsum-mnist", "FedSUM paper appendix H: MNIST CNN, 100 clients, patterns P1-P3",
+            FEDSUM_MNIST, preset_arguments(FEDSUM_MNIST, "runs/fedsum-mnist"), make_runner(FEDSUM_MNIST)),
+    _preset("fedsum-resnet18",
+            "FedSUM paper appendix H.6: ResNet-18 on CIFAR-10 or CIFAR-100 (--dataset), 50 clients, 10 per round; "
+            "FedSUM, FedAvg, SCAFFOLD", FEDSUM_RESNET18["cifar10"],
+            dataset_arguments(FEDSUM_RESNET18, "fedsum-resnet18"),
+            make_dataset_runner(FEDSUM_RESNET18, "fedsum-resnet18"), DatasetPresetOptions),
+    _preset("fedsum-biased",
+            "FedSUM paper appendix H.8: FedSUM vs FedAvg under biased sampling (p=0.5 for clients 1-11, "
+            "0.45 for 12-22, ...)",
+            FEDSUM_BIASED, preset_arguments(FEDSUM_BIASED, "runs/fedsum-biased"), make_runner(FEDSUM_BIASED)),
+    _preset("fedsum-sst2",
+            "FedSUM paper appendix H.7: bert-base-uncased on SST-2, 8 iid clients, 2 per round; FedSUM vs FedAvg "
+            "(--data DIR --model DIR, local folders)",
+            FEDSUM_SST2, preset_arguments(FEDSUM_SST2, "runs/fedsum-sst2", folders=sst2_folders),
+            make_runner(FEDSUM_SST2, sst2_spec)),
+    _preset("mnist-demo",
+            "small MNIST run on CPU in minutes: SG-FOCUS vs FedAvg, FedAU, SCAFFOLD (--data PATH.npz)",
+            MNIST_DEMO, preset_arguments(MNIST_DEMO, "runs/mnist-demo", npz_required=True), make_runner(MNIST_DEMO)),
 )

@@ -27,6 +27,7 @@ import torch
 from ..errors import ConfigError, FocusflError
 from ..io.atomic import write_csv
 from ..io.folders import output_folder
+from ..runs.config import RunConfig
 from .preset import Preset
 
 FOCUS = "FOCUS paper (seed 002)"
@@ -627,8 +628,9 @@ def mnist_section(data: str | None, sizes: Sizes, images: Path, workers: int = 1
 
     quick = not sizes.exactness
     folder = images.parent.parent / "mnist-demo"
-    args = PresetOptions(out=str(folder), data=data, device="cpu", dtype="float32", seed=0, seeds=1 if quick else 2,
-                         rounds=2 if quick else None, eval_every=1 if quick else None, steps="tuned",
+    run = RunConfig(rounds=2 if quick else MNIST_DEMO.rounds, eval_every=1 if quick else MNIST_DEMO.eval_every,
+                    dtype="float32", device="cpu", seed=0)
+    args = PresetOptions(out=str(folder), run=run, data=data, seeds=1 if quick else 2, steps="tuned",
                          validation=None, tune_rounds=2 if quick else None, tune_eval_every=1 if quick else None,
                          workers=workers)
     summary, steps = run_preset(MNIST_DEMO, problem_spec(MNIST_DEMO, args), list(MNIST_DEMO.algorithms), args, folder)
@@ -705,7 +707,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="mnist-demo runs at a time (one thread each; the numbers do not depend on it)")
 
 
-def run(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class ReportOptions:
+    """``focusfl reproduce report``'s options."""
+
+    out: str = "runs/report"
+    data: str | None = None  # an .npz of MNIST digits for the mnist-demo part
+    quick: bool = False  # toy sizes
+    workers: int = 1
+
+
+def run(args: ReportOptions) -> int:
     if args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
     if args.data and not Path(args.data).expanduser().is_file():
@@ -737,5 +749,5 @@ def run(args: argparse.Namespace) -> int:
 
 PRESETS = (
     Preset("report", "every claim of the papers that fits a CPU in minutes, with verdicts (report.md)",
-           add_arguments, run),
+           add_arguments, ReportOptions, run),
 )

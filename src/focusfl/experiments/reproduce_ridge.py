@@ -36,6 +36,7 @@ import argparse
 import dataclasses
 import math
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -148,7 +149,7 @@ def run_figure4(rounds: int = 500, seed: int = 0, algorithms=None, progress: boo
         if algorithms is not None and name not in algorithms:
             continue
         config = run.config
-        key = {"preset": "ridge", "setting": chosen, **dataclasses.asdict(config)}
+        key = {"preset": "ridge", "setting": chosen, **config.to_dict()}
         result, _ = cached_run(cache, key, lambda: execute(build(config), progress=progress))
         panels.setdefault(titles.get(participation, participation), {})[name] = result.rows
         final = result.rows[-1]["rel_error"] if result.diverged_at is None else math.inf
@@ -229,7 +230,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "run it with focusfl sweep FILE")
 
 
-def run(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class RidgeOptions:
+    """``focusfl reproduce ridge``'s options (None: the setting's file decides)."""
+
+    out: str | None = None  # None: the setting's own folder (DEFAULT_OUT)
+    setting: str = "paper"
+    rounds: int | None = None
+    seeds: int | None = None
+    seed: int = 0
+    workers: int = 1
+    band: str | None = None
+    tensorboard: str | None = None
+    export: str | None = None  # write the experiment file there and stop
+
+
+def run(args: RidgeOptions) -> int:
     from ..io.atomic import read_csv
     from .sweep import run_sweep
 
@@ -237,7 +253,7 @@ def run(args: argparse.Namespace) -> int:
         return export(args)
     experiment = configured(args.setting, rounds=args.rounds, seeds=args.seeds, seed=args.seed)
     # Each setting has its own default folder: the notebook's must not replace the paper's runs.
-    args.out = args.out or DEFAULT_OUT[args.setting]
+    args = dataclasses.replace(args, out=args.out or DEFAULT_OUT[args.setting])
     # d <= 100, n <= 16: every tensor op is tiny, and intra-op threads only add synchronisation
     # (on a busy 2-core machine they made this preset ~20x slower); workers use one each.
     torch.set_num_threads(1)
@@ -256,7 +272,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def export(args: argparse.Namespace) -> int:
+def export(args: RidgeOptions) -> int:
     """``--export FILE``: the experiment file, never over an existing file."""
     from ..io.atomic import write_text
 
@@ -335,5 +351,5 @@ def plot_figures(panels: dict[str, dict[str, list[dict]]], folder: Path, setting
 
 PRESETS = (
     Preset("ridge", "FOCUS paper Figure 4: ridge regression, three participation scenarios (--setting paper|notebook)",
-           add_arguments, run),
+           add_arguments, RidgeOptions, run),
 )

@@ -28,7 +28,7 @@ from typing import Sequence
 import torch
 
 from ..metrics import first_below  # noqa: F401 (a study's rows are read with it)
-from .tune import TuneSetup, lr_grid, pick_best, run_trial
+from .tune import TuneSetup, lr_grid, pick_best, run_trial, setup as tune_setup
 
 # The exactness table's problem: small enough for hundreds of runs in seconds.
 SMALL_RIDGE = "ridge:dim=10,clients=8,samples=20"
@@ -79,7 +79,7 @@ def low_participation(
     and p_min, the tuned step size and the rounds to rel_error 1e-8 (or the final error)."""
     rows = []
     for p_min in p_mins:
-        setup = TuneSetup(problem=problem, participation=f"bernoulli:p={_rates(p_min)}", rounds=rounds,
+        setup = tune_setup(problem=problem, participation=f"bernoulli:p={_rates(p_min)}", rounds=rounds,
                           local_steps=local_steps, target=TARGET, eval_every=eval_every)
         for algorithm in algorithms:
             rows.append({"p_min": p_min, "algorithm": algorithm, **outcome_row(tuned(algorithm, setup, grid))})
@@ -106,7 +106,7 @@ def long_absences(
     for rho in rhos:
         spec = f"markov:p={MARKOV_RATES},rho={rho:g}"
         stats = summarize(make_participation(spec, 8, seed=0).mask(rounds))
-        setup = TuneSetup(problem=problem, participation=spec, rounds=rounds, local_steps=local_steps,
+        setup = tune_setup(problem=problem, participation=spec, rounds=rounds, local_steps=local_steps,
                           target=TARGET, eval_every=eval_every)
         for algorithm in algorithms:
             rows.append({"rho": rho, "tau_max": stats.tau_max, "tau_avg": stats.tau_avg, "algorithm": algorithm,
@@ -133,7 +133,7 @@ def proxskip_adaptations(
 ) -> list[dict]:
     rows = []
     for label, spec in processes.items():
-        setup = TuneSetup(problem=problem, participation=spec, rounds=rounds, local_steps=local_steps,
+        setup = tune_setup(problem=problem, participation=spec, rounds=rounds, local_steps=local_steps,
                           target=TARGET, eval_every=eval_every)
         for variant in variants:
             rows.append({"process": label, "algorithm": variant, **outcome_row(tuned(variant, setup, grid))})
@@ -152,7 +152,7 @@ def pushsum_against_focus(
     """tau = 1 (the framework page's setting): FOCUS, push-sum and push-sum with tracking."""
     rows = []
     for label, spec in processes.items():
-        setup = TuneSetup(problem=problem, participation=spec, rounds=rounds, local_steps=1, target=TARGET,
+        setup = tune_setup(problem=problem, participation=spec, rounds=rounds, local_steps=1, target=TARGET,
                           eval_every=eval_every)
         for algorithm in ("focus", "pushsum_tracking", "pushsum"):
             rows.append({"process": label, "algorithm": algorithm, **outcome_row(tuned(algorithm, setup, grid))})
@@ -206,7 +206,7 @@ def scaffold_against_focus(
 
     rows = []
     for algorithm in ("focus", "scaffold"):
-        setup = TuneSetup(problem=problem, participation=participation, rounds=rounds, local_steps=local_steps,
+        setup = tune_setup(problem=problem, participation=participation, rounds=rounds, local_steps=local_steps,
                           target=TARGET, eval_every=eval_every)
         best = outcome_row(tuned(algorithm, setup, grid))
         comm = make_algorithm(algorithm).communication()
@@ -284,18 +284,10 @@ def partial_work_algorithms() -> tuple[str, ...]:
 
 
 def work_trial(algorithm: str, lr: float, setup: TuneSetup, work: str) -> dict:
-    """:func:`focusfl.experiments.tune.run_trial` with a work process; the summary row keeps the
-    run's (round, rel_error) curve under ``curve``."""
-    from ..runs.config import RunConfig
-    from ..runs.driver import build, execute
-    from .tune import summarize_trial
-
-    config = RunConfig(algorithm=algorithm, problem=setup.problem, participation=setup.participation, work=work,
-                       rounds=setup.rounds, local_steps=setup.local_steps, lr=lr, seed=setup.seed,
-                       eval_every=setup.eval_every)
-    result = execute(build(config))
-    row = summarize_trial(algorithm, lr, result.rows, result.diverged_at, setup.target)
-    return {**row, "curve": [(r["round"], float(r["rel_error"])) for r in result.rows]}
+    """:func:`focusfl.experiments.tune.run_trial` under the work process ``work``; the summary
+    row keeps the run's (round, rel_error) curve under ``curve``."""
+    row = run_trial(algorithm, lr, TuneSetup(setup.run.replace(work=work), setup.target), rows=True)
+    return {**row, "curve": [(r["round"], float(r["rel_error"])) for r in row.pop("rows")]}
 
 
 def work_verdict(row: dict) -> str:
@@ -355,7 +347,7 @@ def exactness_under_work(
     for problem_label, problem in problems.items():
         for work_label, work in works.items():
             for part_label, participation in participations.items():
-                setup = TuneSetup(problem=problem, participation=participation, rounds=rounds,
+                setup = tune_setup(problem=problem, participation=participation, rounds=rounds,
                                   local_steps=local_steps, target=TARGET, eval_every=eval_every)
                 for algorithm in algorithms:
                     best = pick_best(work_trial(algorithm, lr, setup, work) for lr in grids[problem_label])

@@ -33,11 +33,16 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
+from ..algorithms import ALGORITHMS
+from ..engine.simulate import ENGINES, SCHEDULES
 from ..errors import ConfigError, FocusflError
-from ..runs.config import DTYPES, RunConfig, defaults_for, field_defaults, run_key
+from ..runs.config import DTYPES, RunConfig, field_defaults, run_key
+from ..runs.driver import build
 from ..runs.folder import run_state
+from ..spec import format_spec, parse_spec
+from ..threads import DEFAULT_THREADS
 from .layout import EXPERIMENT, RUNS
 
 MAX_RUNS = 100_000
@@ -156,7 +161,17 @@ def experiment_text(data: dict) -> str:
     return "".join(f"{key(k)} = {value(v)}\n" for k, v in data.items())
 
 
-def parse_experiment(data: dict, text: str = "") -> Experiment:
+def make_experiment(**data: Any) -> Experiment:
+    """An experiment from its keys as Python values (those of an experiment file: ``algorithms``,
+    ``problems``, ``participation``, ``work``, ``seeds``, ``lr``, ``rounds``, ...), checked as a file
+    is; its experiment.toml is written from them. The library's way to make one (tune and the
+    presets do): no TOML is written or parsed."""
+    return parse_experiment(data)
+
+
+def parse_experiment(data: dict, text: str | None = None) -> Experiment:
+    """An experiment from a parsed file's (or make_experiment's) keys; ``text``: the file as
+    given (None: written from ``data``, for the copy a sweep folder keeps)."""
     _unknown_keys(data, TOP_KEYS, "")
     if "algorithms" not in data:
         raise ConfigError("algorithms: missing; list at least one algorithm, e.g. algorithms = [\"focus\"]")
@@ -184,7 +199,7 @@ def parse_experiment(data: dict, text: str = "") -> Experiment:
     device = data.get("device", DEFAULTS["device"])
     if not isinstance(device, str):
         raise ConfigError(f"device: expected a string such as 'cpu' or 'cuda', got {_show(device)}")
-    engine = _choice(data, "engine", ("vectorized", "reference"))
+    engine = _choice(data, "engine", tuple(ENGINES))
     band = _choice(data, "band", ("std", "minmax"))
     metric = data.get("metric")
     if metric is not None and not (isinstance(metric, str) and metric):
@@ -195,6 +210,8 @@ def parse_experiment(data: dict, text: str = "") -> Experiment:
     for k, value in enumerate(targets):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
             raise ConfigError(f"targets[{k}]: expected a positive number, got {_show(value)}")
+    if text is None:
+        text = experiment_text(data)
     experiment = Experiment(name, algorithms, problems, participation, seeds, axes, dtype, device, engine,
                             metric, tuple(float(t) for t in targets), band, text, participation_overrides, work)
     check_size(experiment)
@@ -265,8 +282,9 @@ def _run_value(key: str, value: Any, where: str) -> Any:
             raise ConfigError(f"{where}: expected a positive number or \"auto\", got {_show(value)}")
         return float(value)
     if key == "schedule":
-        if value not in ("constant", "sqrt"):
-            raise ConfigError(f"{where}: expected \"constant\" or \"sqrt\", got {_show(value)}")
+        if value not in SCHEDULES:
+            raise ConfigError(f"{where}: expected one of {', '.join(json.dumps(k) for k in SCHEDULES)}, "
+                              f"got {_show(value)}")
         return value
     if key == "local_steps" and value is None:
         return None
@@ -302,9 +320,6 @@ def _choice(data: dict, key: str, choices: Sequence[str]) -> str:
 
 def _algorithm_entry(item: Any, where: str) -> AlgorithmEntry:
     """``"focus"``, ``"fedavg:weighting=p"`` or a table ``{name = "fedavg", lr = [...], ...}``."""
-    from ..algorithms import ALGORITHMS
-    from ..spec import parse_spec
-
     if isinstance(item, str):
         try:
             name, params = parse_spec(item)
@@ -375,125 +390,106 @@ def count_runs(experiment: Experiment) -> tuple[int, str]:
 
 
 # -- the grid ------------------------------------------------------------------------------------
-def expand(experiment: Experiment, *, allow_model_import: bool = False) -> list[SweepRun]:
-    """Every run of the grid, resolved (step sizes, defaults) and hashed; ConfigError naming the
-    key of the first run that cannot be built. Problems are built once each."""
-    from ..participation import make_participation
-    from ..problems import make_problem
-    from ..spec import format_spec
-    from ..runs.config import check_config
-    from ..runs.driver import BuiltRun, make_run_algorithm, resolve_device, resolved_config
+@dataclass(frozen=True)
+class PlannedRun:
+    """One run of the grid before it is built: its record, its column values (lr and
+    local_steps as given, eval_every as the file gives it) and where each part comes from."""
 
-    runs: list[SweepRun] = []
-    seen: dict[str, SweepRun] = {}
-    problems: dict[str, Any] = {}
-    metric_names: dict[str, set] = {}
+    config: RunConfig
+    axes: dict[str, Any]
+    label: str  # the algorithm's column: its SPEC without lr and local_steps
+    where: dict[str, str]  # part of a run (runs.driver.PARTS) -> the file's key it comes from
+
+
+def plan(experiment: Experiment, *, threads: int = DEFAULT_THREADS) -> Iterator[PlannedRun]:
+    """Every run of the grid as a RunConfig, in the order of the tables: problems, participation
+    processes and work processes, algorithms, their hyperparameter axes, the run axes, seeds.
+    ``threads``: each run's torch threads (the executor's; part of the run and of its key)."""
     for p_index, problem_spec in enumerate(experiment.problems):
-        problem_defaults = defaults_for(problem_spec)
-        dtype = experiment.dtype or problem_defaults["dtype"]
-        cache_key = json.dumps([problem_spec, dtype, experiment.device], sort_keys=True, default=str)
-        where = f"problems[{p_index}]"
-        if cache_key not in problems:
-            try:
-                device = resolve_device(experiment.device)
-                problems[cache_key] = make_problem(problem_spec, dtype=DTYPES[dtype], device=str(device),
-                                                   allow_model_import=allow_model_import)
-            except FocusflError as exc:
-                raise ConfigError(f"{where}: {exc}") from None
-        problem = problems[cache_key]
-        _check_metric(experiment, problem, where, metric_names)
         for (q_index, participation_spec), (w_index, work_spec) in itertools.product(
                 enumerate(experiment.participation), enumerate(experiment.work or [None])):
+            work_key = f"work[{w_index}]" if experiment.work and len(experiment.work) > 1 else "work"
             for entry in experiment.algorithms:
                 axes = _entry_axes(entry, experiment, q_index)
                 names = list(entry.param_axes)
+                where = {"config": entry.where, "problem": f"problems[{p_index}]", "algorithm": entry.where,
+                         "participation": f"participation[{q_index}]", "work": work_key,
+                         "work-algorithm": entry.where}
                 for values in itertools.product(*(entry.param_axes[k] for k in names)):
                     params = {**entry.params, **dict(zip(names, values))}
                     label = format_spec(entry.name, params)
                     for lr, local_steps, rounds, eval_every in itertools.product(*(axes[k] for k in RUN_AXES)):
-                        eval_every = eval_every or problem_defaults["eval_every"]
                         for seed in experiment.seeds:
-                            config = RunConfig(
-                                algorithm={"name": entry.name, **params}, problem=problem_spec,
-                                participation=participation_spec, rounds=rounds, local_steps=local_steps,
-                                lr=lr, seed=seed, dtype=dtype, device=experiment.device, engine=experiment.engine,
-                                eval_every=eval_every, schedule=axes["schedule"][0],
-                                **({} if work_spec is None else {"work": work_spec}),
-                            )
                             try:
-                                check_config(config)
-                                algorithm = make_run_algorithm(config, problem)
+                                config = RunConfig(
+                                    algorithm={"name": entry.name, **params}, problem=problem_spec,
+                                    participation=participation_spec, rounds=rounds, local_steps=local_steps, lr=lr,
+                                    seed=seed, dtype=experiment.dtype, device=experiment.device,
+                                    engine=experiment.engine, eval_every=eval_every, schedule=axes["schedule"][0],
+                                    threads=threads, **({} if work_spec is None else {"work": work_spec}))
                             except FocusflError as exc:
                                 raise ConfigError(f"{entry.where}: {exc}") from None
-                            try:
-                                process = make_participation(participation_spec, problem.num_clients, seed=seed,
-                                                             problem=problem)
-                            except FocusflError as exc:
-                                raise ConfigError(f"participation[{q_index}]: {exc}") from None
-                            work = _sweep_work(experiment, w_index, work_spec, problem, algorithm, seed,
-                                               entry.where)
-                            resolved = resolved_config(BuiltRun(config, algorithm, problem, process, work))
-                            described = resolved["algorithm"]
-                            run = SweepRun(
-                                config=RunConfig(**{**config.__dict__, "algorithm": described, "lr": None,
-                                                    "local_steps": None}),
-                                axes={
-                                    "problem": _label(problem_spec), "participation": _label(participation_spec),
-                                    **({} if work_spec is None else {"work": _label(work_spec)}),
-                                    "algorithm": label, "lr": described.get("lr", lr),
-                                    "local_steps": described.get("local_steps", local_steps),
-                                    "rounds": rounds, "eval_every": eval_every, "seed": seed,
-                                },
-                                resolved=resolved, key=run_key(resolved), where=entry.where,
-                            )
-                            if run.key in seen:
-                                other = seen[run.key]
-                                raise ConfigError(
-                                    f"{entry.where}: gives the same run as {other.where} ({label}, seed {seed}, "
-                                    f"lr {run.axes['lr']:g}); remove one of them"
-                                )
-                            seen[run.key] = run
-                            runs.append(run)
+                            yield PlannedRun(config, {
+                                "problem": _label(problem_spec), "participation": _label(participation_spec),
+                                **({} if work_spec is None else {"work": _label(work_spec)}),
+                                "algorithm": label, "lr": lr, "local_steps": local_steps, "rounds": rounds,
+                                "eval_every": eval_every, "seed": seed,
+                            }, label, where)
+
+
+def expand(experiment: Experiment, *, threads: int = DEFAULT_THREADS, allow_model_import: bool = False) -> list[SweepRun]:
+    """Every run of the grid, built (runs.driver.build: step sizes, defaults) and hashed;
+    ConfigError naming the key of the first run that cannot be built. Problems are built once each."""
+    runs: list[SweepRun] = []
+    seen: dict[str, SweepRun] = {}
+    problems: dict[str, Any] = {}
+    metric_checked: set[str] = set()
+    for planned in plan(experiment, threads=threads):
+        try:
+            built = build(planned.config, problems=problems, allow_model_import=allow_model_import)
+        except FocusflError as exc:
+            raise ConfigError(_where(planned, exc)) from None
+        problem_key = planned.where["problem"]
+        if problem_key not in metric_checked:
+            _check_metric(experiment, built.problem, problem_key)
+            metric_checked.add(problem_key)
+        resolved = built.resolved
+        described = resolved["algorithm"]
+        run = SweepRun(
+            config=built.config.replace(algorithm=described, lr=None, local_steps=None),
+            axes={**planned.axes, "lr": described.get("lr", planned.axes["lr"]),
+                  "local_steps": described.get("local_steps", planned.axes["local_steps"]),
+                  "eval_every": built.config.eval_every},
+            resolved=resolved, key=run_key(resolved), where=planned.where["algorithm"],
+        )
+        if run.key in seen:
+            other = seen[run.key]
+            raise ConfigError(
+                f"{run.where}: gives the same run as {other.where} ({planned.label}, seed {run.axes['seed']}, "
+                f"lr {run.axes['lr']:g}); remove one of them"
+            )
+        seen[run.key] = run
+        runs.append(run)
     return runs
 
 
-def _sweep_work(experiment: Experiment, w_index: int, spec, problem, algorithm, seed: int, where: str):
-    """The work process of one run (None when the file declares none), checked now: a bad SPEC
-    names ``work[k]``, an algorithm that refuses step counts names its entry."""
-    if spec is None:
-        return None
-    import torch
-
-    from ..algorithms import RoundContext
-    from ..work import make_work
-
-    name = f"work[{w_index}]" if len(experiment.work) > 1 else "work"
-    try:
-        work = make_work(spec, problem.num_clients, algorithm.local_steps, seed=seed)
-    except FocusflError as exc:
-        raise ConfigError(f"{name}: {exc}") from None
-    if not work.fixed:
-        none = torch.zeros(0, dtype=torch.int64)
-        try:
-            algorithm.check_work(RoundContext(round=0, active=none, num_clients=problem.num_clients, steps=none))
-        except FocusflError as exc:
-            raise ConfigError(f"{where}: {exc} ({name} = {_label(spec)!r})") from None
-    return work
+def _where(planned: PlannedRun, exc: FocusflError) -> str:
+    """The one-line error of a run that cannot be built, naming the file's key of the part at fault."""
+    part = getattr(exc, "part", "config")
+    if part == "work-algorithm":
+        work = planned.config.work
+        return f"{planned.where[part]}: {exc} ({planned.where['work']} = {_label(work)!r})"
+    return f"{planned.where.get(part, planned.where['config'])}: {exc}"
 
 
 def _label(spec: str | dict) -> str:
-    from ..spec import format_spec, parse_spec
-
     return spec if isinstance(spec, str) else format_spec(*parse_spec(spec))
 
 
-def _check_metric(experiment: Experiment, problem, where: str, cache: dict) -> None:
+def _check_metric(experiment: Experiment, problem, where: str) -> None:
     if experiment.metric is None:
         return
-    names = cache.get(problem.name)
-    if names is None:
-        names = set(problem.metrics(problem.initial_point())) | set(problem.late_metrics)
-        cache[problem.name] = names
+    names = set(problem.metrics(problem.initial_point())) | set(problem.late_metrics)
     if experiment.metric not in names:
         raise ConfigError(f"metric: {experiment.metric!r} is not reported by {where} "
                           f"(its metrics: {', '.join(sorted(names))})")
@@ -547,8 +543,13 @@ def run_sweep(
 
         require()
         root = check_root(tensorboard, out, what="the sweep folder")
-    runs = expand(experiment, allow_model_import=allow_model_import)
     pool = make_executor(executor, workers=workers, threads=threads, address=address)  # checks Ray is there
+    try:
+        # The executor's threads per worker are the runs' threads: part of each run and its key.
+        runs = expand(experiment, threads=pool.threads, allow_model_import=allow_model_import)
+    except BaseException:
+        pool.close()
+        raise
     try:
         pool.check()  # reaches a Ray cluster now: a wrong address must leave no folder behind
     except BaseException:
@@ -567,8 +568,7 @@ def run_sweep(
                 report.skipped += 1
                 report.logged += _log_run(root, run, folder)
                 continue
-            # The executor's threads per worker are the runs' threads, recorded in their config.json.
-            tasks.append(RunTask(key=run.key, config={**run.config.__dict__, "threads": pool.threads},
+            tasks.append(RunTask(key=run.key, config=run.config.to_dict(),
                                  out=str(folder / run.key),
                                  resume=state == "resume", checkpoint_every=checkpoint_every,
                                  allow_model_import=allow_model_import))

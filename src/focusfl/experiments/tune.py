@@ -27,14 +27,19 @@ beside the mean.
 """
 from __future__ import annotations
 
-import argparse
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from ..errors import ConfigError
+from ..algorithms import ALGORITHMS, make_algorithm
+from ..errors import ConfigError, DivergenceError, FocusflError
+from ..io.atomic import write_csv, write_json
 from ..metrics import selection_metric
+from ..runs.config import RunConfig, WithRun
+from ..runs.driver import build, execute
+from ..spec import format_spec, parse_spec
+from .sweep import make_experiment, run_sweep
 
 DEFAULT_TARGET = 1e-10
 DEFAULT_VALIDATION = 0.1  # the clients' share held out to tune neural networks on
@@ -55,20 +60,22 @@ def lr_grid(lo: float, hi: float, points: int) -> list[float]:
 
 
 @dataclass(frozen=True)
-class TuneSetup:
-    """What every trial shares: problem, participation, budget and the success target."""
+class TuneSetup(WithRun):
+    """What every trial shares: a RunConfig (problem, participation, budget, ...; its algorithm and
+    lr are each trial's) and the success target (None: no success level, neural networks)."""
 
-    problem: str | dict
-    participation: str | dict = "full"
-    rounds: int = 300
-    local_steps: int | None = None
-    seed: int = 0
-    target: float | None = DEFAULT_TARGET  # None: no success level (neural networks)
-    dtype: str = "float64"
-    device: str = "cpu"
-    eval_every: int = 1
-    schedule: str = "constant"
-    work: str | dict = "fixed"  # every trial's work process (focusfl.work)
+    run: RunConfig
+    target: float | None = DEFAULT_TARGET
+
+    def trial(self, algorithm: str | dict, lr: float) -> RunConfig:
+        """The record of one trial: ``algorithm`` at step ``lr``, the rest shared."""
+        return self.run.replace(algorithm=algorithm, lr=lr)
+
+
+def setup(*, target: float | None = DEFAULT_TARGET, **run_fields) -> TuneSetup:
+    """A TuneSetup from run fields (``problem=..., participation=..., rounds=...``) and a target;
+    the record's own defaults where a field is not given (rounds: TUNE_DEFAULTS')."""
+    return TuneSetup(RunConfig(**{**TUNE_DEFAULTS, **run_fields}), target)
 
 
 def tracked_metric(rows: Sequence[dict]) -> str:
@@ -108,26 +115,16 @@ def summarize_trial(algorithm: str, lr: float, rows: Sequence[dict], diverged_at
     }
 
 
-def run_trial(algorithm: str | dict, lr: float, setup: TuneSetup) -> dict:
-    """Run one (algorithm, lr) pair of the grid; returns its summary row."""
-    from ..runs.config import RunConfig
-    from ..runs.driver import build, execute
-
-    config = RunConfig(
-        algorithm=algorithm, problem=setup.problem, participation=setup.participation,
-        rounds=setup.rounds, local_steps=setup.local_steps, lr=lr, seed=setup.seed,
-        dtype=setup.dtype, device=setup.device, eval_every=setup.eval_every, schedule=setup.schedule,
-        work=setup.work,
-    )
-    built = build(config)
-    result = execute(built)
-    return summarize_trial(algorithm_label(algorithm), lr, result.rows, result.diverged_at, setup.target)
+def run_trial(algorithm: str | dict, lr: float, setup: TuneSetup, *, rows: bool = False) -> dict:
+    """Run one (algorithm, lr) pair of the grid through the one builder; returns its summary row
+    (with ``rows=True``, the run's evaluated rows too, under "rows")."""
+    result = execute(build(setup.trial(algorithm, lr)))
+    summary = summarize_trial(algorithm_label(algorithm), lr, result.rows, result.diverged_at, setup.target)
+    return {**summary, "rows": result.rows} if rows else summary
 
 
 def algorithm_label(algorithm: str | dict) -> str:
     if isinstance(algorithm, dict):
-        from ..spec import format_spec
-
         params = {k: v for k, v in algorithm.items() if k != "name"}
         return format_spec(str(algorithm["name"]), params)
     return algorithm
@@ -250,35 +247,11 @@ def grid_rows(runs, folder: Path, target: float | None) -> list[dict]:
     return out
 
 
-# -- command line ------------------------------------------------------------------------------
+# -- the search ---------------------------------------------------------------------------------
 # The run fields tune takes (its trials' configuration), and its own defaults for them.
 RUN_OPTIONS = ("problem", "participation", "work", "rounds", "local_steps", "seed", "dtype", "device",
                "eval_every", "schedule", "threads")
 TUNE_DEFAULTS = {"rounds": 300}
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..runs.config import add_run_options
-
-    parser.add_argument("--algorithm", action="append", required=True,
-                        help="algorithm NAME or NAME:key=value,...; several as a comma-separated list "
-                        "(focus,fedavg) or by repeating the option; 'all' = every non-alias")
-    add_run_options(parser, RUN_OPTIONS, defaults=TUNE_DEFAULTS, helps={
-        "rounds": "rounds per trial", "local_steps": "local steps tau for every algorithm",
-        "seed": "the first seed", "threads": "torch threads per worker (recorded in every trial's config.json)"})
-    parser.add_argument("--lr-min", type=float, default=1e-5, help="smallest step size")
-    parser.add_argument("--lr-max", type=float, default=1e-1, help="largest step size")
-    parser.add_argument("--points", type=int, default=9, help="grid points, log-spaced")
-    parser.add_argument("--target", type=float, default=None,
-                        help=f"success level of the tracked metric (default {DEFAULT_TARGET:g}; neural networks: none, "
-                        "they are ranked by their validation loss)")
-    parser.add_argument("--validation", type=float, default=None,
-                        help=f"neural networks: the share of each client's data held out to score the steps on "
-                        f"(default {DEFAULT_VALIDATION:g}, or the problem SPEC's validation=)")
-    parser.add_argument("--seeds", type=int, default=1,
-                        help="seeds per step size (--seed, --seed + 1, ...); the best step is the best on average")
-    parser.add_argument("--workers", type=int, default=1, help="trials at a time on this machine")
-    parser.add_argument("--out", default="runs/tune", help="output folder")
 
 
 def split_algorithms(text: str) -> list[str]:
@@ -297,8 +270,6 @@ def split_algorithms(text: str) -> list[str]:
 def expand_algorithms(names: Sequence[str]) -> list[str]:
     """'all' stands for every registered algorithm that is not a naming alias; each name may be
     a comma-separated list."""
-    from ..algorithms import ALGORITHMS, make_algorithm
-
     out: list[str] = []
     for name in (spec for text in names for spec in split_algorithms(text)):
         if name == "all":
@@ -310,8 +281,6 @@ def expand_algorithms(names: Sequence[str]) -> list[str]:
 
 
 def is_neural_network(problem: str | dict) -> bool:
-    from ..spec import parse_spec
-
     name = problem.get("name") if isinstance(problem, dict) else parse_spec(problem)[0]
     return name == "nn"
 
@@ -319,8 +288,6 @@ def is_neural_network(problem: str | dict) -> bool:
 def with_validation(problem: str | dict, fraction: float | None) -> dict:
     """The nn problem as a dict with a validation split: ``fraction``, else the SPEC's own, else
     DEFAULT_VALIDATION. A SPEC that holds out nothing cannot be tuned without the test set."""
-    from ..spec import parse_spec
-
     spec = dict(problem) if isinstance(problem, dict) else {"name": "nn", **parse_spec(problem)[1]}
     if fraction is not None:
         spec["validation"] = fraction
@@ -340,79 +307,46 @@ class TuneSearch:
     lr_max: float = 1e-1
     points: int = 9
     seeds: int = 1
-    workers: int = 1
-    threads: int | None = None
+    workers: int = 1  # trials at a time (each with the setup's threads)
     out: str = "runs/tune"
 
 
-def setup_from_args(args: argparse.Namespace) -> TuneSetup:
-    """The command line's TuneSetup (the CLI edge: library functions take the record)."""
-    from ..runs.config import defaults_for
-
-    return make_setup(problem=args.problem, participation=args.participation, rounds=args.rounds,
-                      local_steps=args.local_steps, seed=args.seed, target=args.target, validation=args.validation,
-                      dtype=args.dtype or defaults_for(args.problem)["dtype"], device=args.device,
-                      eval_every=args.eval_every or defaults_for(args.problem)["eval_every"], schedule=args.schedule,
-                      work=args.work)
-
-
-def make_setup(*, problem, target: float | None, validation: float | None, **shared) -> TuneSetup:
-    """A checked TuneSetup: a neural network gets its validation split and no target."""
-    if shared["rounds"] < 1 or shared["eval_every"] < 1:
-        raise ConfigError("rounds and eval-every must be >= 1")
-    if shared.get("local_steps") is not None and shared["local_steps"] < 1:
-        raise ConfigError(f"local-steps must be >= 1, got {shared['local_steps']}")
+def make_setup(run: RunConfig, *, target: float | None, validation: float | None) -> TuneSetup:
+    """A checked TuneSetup of the trials' shared ``run``: a neural network gets its validation
+    split and no target; other problems the default target unless one is given."""
     if target is not None and not target > 0:
         raise ConfigError(f"target must be positive, got {target}")
     chosen = DEFAULT_TARGET if target is None else target
-    if is_neural_network(problem):
-        problem = with_validation(problem, validation)
+    if is_neural_network(run.problem):
         if target is not None:
             raise ConfigError("--target does not apply to neural networks: they are ranked by their validation loss")
-        chosen = None
-    elif validation is not None:
+        return TuneSetup(run.replace(problem=with_validation(run.problem, validation)), None)
+    if validation is not None:
         raise ConfigError("--validation applies to neural networks (problem nn) only")
-    return TuneSetup(problem=problem, target=chosen, **shared)
-
-
-def search_from_args(args: argparse.Namespace) -> TuneSearch:
-    return TuneSearch(algorithms=tuple(args.algorithm), lr_min=args.lr_min, lr_max=args.lr_max, points=args.points,
-                      seeds=args.seeds, workers=args.workers, threads=args.threads, out=args.out)
+    return TuneSetup(run, chosen)
 
 
 def _is_work(spec: str | dict) -> bool:
     """Whether ``spec`` asks for a work process other than fixed (fixed: no work axis at all)."""
-    from ..spec import parse_spec
-
     return parse_spec(spec)[0] != "fixed"
-
-
-def run(args: argparse.Namespace) -> int:
-    """``focusfl tune``: the command line made into records, then :func:`tune`."""
-    return tune(setup_from_args(args), search_from_args(args))
 
 
 def tune(setup: TuneSetup, search: TuneSearch) -> int:
     """Run the grid as a sweep into ``search.out``, print the best step per algorithm; 0, or a
     FocusflError / DivergenceError when trials failed or every step diverged."""
-    from .sweep import experiment_text, parse_experiment, run_sweep
-    from ..io.atomic import write_csv, write_json
-
-    if search.seeds < 1 or search.workers < 1 or (search.threads is not None and search.threads < 1):
-        raise ConfigError("seeds, workers and threads must be >= 1")
+    if search.seeds < 1 or search.workers < 1:
+        raise ConfigError("seeds and workers must be >= 1")
     grid = lr_grid(search.lr_min, search.lr_max, search.points)
     algorithms = expand_algorithms(search.algorithms)
     seeds = list(range(setup.seed, setup.seed + search.seeds))
-    data = {
-        "name": "tune", "algorithms": algorithms, "problems": [setup.problem], "participation": [setup.participation],
-        "lr": grid, "seeds": seeds, "rounds": setup.rounds, "eval_every": setup.eval_every,
-        "schedule": setup.schedule, "dtype": setup.dtype, "device": setup.device,
-        "targets": [] if setup.target is None else [setup.target],
-        **({"local_steps": setup.local_steps} if setup.local_steps is not None else {}),
+    run = setup.run.with_problem_defaults()
+    experiment = make_experiment(
+        name="tune", algorithms=algorithms, problems=[run.problem], participation=[run.participation], lr=grid,
+        seeds=seeds, rounds=run.rounds, eval_every=run.eval_every, schedule=run.schedule, dtype=run.dtype,
+        device=run.device, engine=run.engine, targets=[] if setup.target is None else [setup.target],
+        **({"local_steps": run.local_steps} if run.local_steps is not None else {}),
         # A work axis only when asked: a tune under fixed work writes the tables it always did.
-        **({"work": [setup.work]} if _is_work(setup.work) else {}),
-    }
-    experiment = parse_experiment(data, experiment_text(data))
+        **({"work": [run.work]} if _is_work(run.work) else {}))
     found: dict = {}
 
     def tables(experiment, runs, folder, *, band, failures) -> list[str]:
@@ -421,13 +355,13 @@ def tune(setup: TuneSetup, search: TuneSearch) -> int:
                 for name in dict.fromkeys(t["algorithm"] for t in trials)]
         write_csv(folder / "grid.csv", trials)
         write_csv(folder / "summary.csv", best)
-        write_json(folder / "config.json", {"tune": asdict(setup), "grid": grid, "algorithms": algorithms,
+        write_json(folder / "config.json", {"tune": setup_record(setup), "grid": grid, "algorithms": algorithms,
                                             "seeds": seeds})
         found.update(trials=trials, best=best)
         return ["grid.csv", "summary.csv", "config.json"]
 
     # Every trial is a run folder under OUT/runs/: a rerun after a crash skips the finished ones.
-    report = run_sweep(experiment, search.out, workers=search.workers, threads=search.threads, progress=True,
+    report = run_sweep(experiment, search.out, workers=search.workers, threads=run.threads, progress=True,
                        kind="tune", tables=tables)
     if report.skipped:
         print(f"reused {report.skipped} trial(s) finished by an earlier run")
@@ -437,16 +371,24 @@ def tune(setup: TuneSetup, search: TuneSearch) -> int:
           f"{', over ' + str(len(seeds)) + ' seeds' if len(seeds) > 1 else ''}), config.json, and the trials "
           "as a sweep: experiment.toml, runs/")
     if report.failed:
-        from ..errors import FocusflError
-
         raise FocusflError(f"{len(report.failed)} trial(s) failed (the first: {report.failed[0]['error']}); "
                            "run the same command again to retry them")
     diverged = [row["algorithm"] for row in best if row["diverged_at"] is not None]
     if diverged:
-        from ..errors import DivergenceError
-
         raise DivergenceError(
             f"every step size in [{search.lr_min:g}, {search.lr_max:g}] diverged for {', '.join(diverged)}; "
             "lower --lr-min"
         )
     return 0
+
+
+# The keys of the tune folder's config.json "tune" object, in the order it has always had them:
+# the trials' shared run fields and the target.
+SETUP_KEYS = ("problem", "participation", "rounds", "local_steps", "seed", "target", "dtype", "device", "eval_every",
+              "schedule", "work")
+
+
+def setup_record(setup: TuneSetup) -> dict:
+    """The tune folder's record of its setup (config.json's "tune")."""
+    run = setup.run.with_problem_defaults()
+    return {key: setup.target if key == "target" else getattr(run, key) for key in SETUP_KEYS}

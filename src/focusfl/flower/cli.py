@@ -7,7 +7,6 @@
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import tempfile
 import uuid
@@ -15,6 +14,7 @@ from pathlib import Path
 
 from ..argtypes import positive_float
 from ..errors import ConfigError
+from ..runs.cli import add_run_options, run_config_of
 
 EXAMPLES = """examples:
   focusfl federation local --nodes 3 --algorithm focus --problem ridge:clients=3 --rounds 20 --out runs/fed
@@ -64,7 +64,6 @@ RUN_OPTIONS = ("algorithm", "problem", "participation", "work", "rounds", "local
 
 
 def _common(p) -> None:
-    from ..runs.config import add_run_options
     from .server_app import FEDERATION_DEFAULTS
 
     add_run_options(p, RUN_OPTIONS, defaults=FEDERATION_DEFAULTS, helps={
@@ -76,13 +75,12 @@ def _common(p) -> None:
 
 
 def _config(args):
-    """The CLI edge: the command line as a FederationConfig."""
+    """The CLI edge: the command line as a FederationConfig (its run fields as a RunConfig)."""
     from .server_app import FederationConfig
 
     out = str(Path(args.out).expanduser().resolve()) if args.out else None
-    given = {name: getattr(args, name) for name in RUN_OPTIONS}
-    given["problem"] = absolute_paths(given["problem"])
-    return FederationConfig(**given, timeout=args.timeout, out=out)
+    run = run_config_of(args, RUN_OPTIONS, problem=absolute_paths(args.problem))
+    return FederationConfig(run, timeout=args.timeout, out=out)
 
 
 # nn keys that name files or folders: (key, the prefixes a path may carry)
@@ -147,13 +145,16 @@ def _data_paths(args) -> dict[int, str]:
 
 def _local(args) -> int:
     from .local import LocalFederation, check_tools, signals_interrupt
+    from .server_app import FederationConfig
     from .problems_nodes import check_nodes
 
     # Every option is checked before anything starts or is written.
     if args.nodes < 1:
         raise ConfigError(f"--nodes must be at least 1, got {args.nodes}")
     # A token of its own: the interrupted run folder it may leave is told from an older one.
-    config = dataclasses.replace(_config(args), token=uuid.uuid4().hex)
+    given = _config(args)
+    config = FederationConfig(given.run, timeout=given.timeout, out=given.out, token=uuid.uuid4().hex,
+                              audit=given.audit)
     _check_out(config.out)
     data_paths = _data_paths(args)  # before the problem is built (seconds for a text model)
     strategy = _check(config)

@@ -24,7 +24,6 @@ Outputs (``out``):
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import math
 import signal
@@ -44,7 +43,7 @@ from ..errors import ConfigError
 from ..runs.checkpoint import MODEL, save_model
 from ..io.atomic import write_csv, write_json
 from ..io.folders import open_output
-from ..runs.config import RunConfig, defaults_for, record
+from ..runs.config import RunConfig, WithRun, record
 from ..runs.driver import build
 from ..runs.folder import COMPLETE, DIVERGED, INTERRUPTED, write_finished
 from ..threads import fixed_threads
@@ -57,30 +56,34 @@ RUN_CONFIG_KEY = "focusfl"
 # What a federation's run fields default to where they differ from a run's (runs.config): a
 # federation takes whoever answers, and a loopback one is a short demonstration.
 FEDERATION_DEFAULTS = {"algorithm": "focus", "participation": "available", "rounds": 20}
+# Its own knobs, with their defaults.
+KNOBS = {"timeout": 30.0, "out": None, "token": None, "audit": True}
 
 
-@dataclass
-class FederationConfig:
-    """A federation: the run fields it shares with ``focusfl run`` (runs.config.RunConfig) and
-    its own. ``dtype`` and ``eval_every`` None: the problem's (runs.config.defaults_for), as
-    ``focusfl federation`` leaves them unless given; in code they default to float64 and every
-    round, the setting in which a federation equals its reference replay bit for bit."""
+@dataclass(frozen=True, init=False)
+class FederationConfig(WithRun):
+    """A federation: a run (runs.config.RunConfig, its fields read through: ``config.rounds``)
+    and its own knobs: ``timeout`` (seconds an exchange waits for replies), ``out`` (the run
+    folder; None: results are only logged), ``token`` and ``audit`` (ask nodes for their
+    committed state at the end and check it). ``participation`` may also be "available": every
+    node that answers. Built as ``FederationConfig(run, timeout=...)`` or from the run's fields
+    themselves, ``FederationConfig(algorithm="focus", rounds=8, timeout=5.0)``, with
+    FEDERATION_DEFAULTS over the record's own."""
 
-    algorithm: str | dict = FEDERATION_DEFAULTS["algorithm"]
-    problem: str | dict = "ridge"
-    participation: str | dict = FEDERATION_DEFAULTS["participation"]  # or any focusfl participation SPEC
-    work: str | dict = "fixed"  # a focusfl work SPEC: the local steps asked of each client per round
-    rounds: int = FEDERATION_DEFAULTS["rounds"]
-    local_steps: int | None = None
-    lr: float | str | None = "auto"
-    seed: int = 0
-    dtype: str | None = "float64"
-    eval_every: int | None = 1
-    schedule: str = "constant"
-    timeout: float = 30.0  # seconds an exchange waits for replies
-    out: str | None = None  # run folder (None: results are only logged)
-    token: str | None = None
-    audit: bool = True  # ask nodes for their committed state at the end and check it
+    run: RunConfig
+    timeout: float
+    out: str | None
+    token: str | None
+    audit: bool
+
+    def __init__(self, run: RunConfig | None = None, *, timeout: float = KNOBS["timeout"], out: str | None = None,
+                 token: str | None = None, audit: bool = True, **run_fields: Any) -> None:
+        if run is None:
+            run = RunConfig(**{**FEDERATION_DEFAULTS, **run_fields})
+        elif run_fields:
+            raise ConfigError(f"a federation takes its run or its run's fields, not both ({sorted(run_fields)[0]!r})")
+        for name, value in (("run", run), ("timeout", timeout), ("out", out), ("token", token), ("audit", audit)):
+            object.__setattr__(self, name, value)
 
     @classmethod
     def from_json(cls, text: str) -> "FederationConfig":
@@ -88,20 +91,25 @@ class FederationConfig:
             data = json.loads(text)
         except ValueError as exc:
             raise ConfigError(f"run config {RUN_CONFIG_KEY!r} is not JSON: {exc}") from None
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known) if isinstance(data, dict) else ["(not an object)"]
-        if unknown:
-            raise ConfigError(f"run config {RUN_CONFIG_KEY!r}: unknown key {unknown[0]!r}")
-        return cls(**data)
+        if not isinstance(data, dict):
+            raise ConfigError(f"run config {RUN_CONFIG_KEY!r}: unknown key '(not an object)'")
+        knobs = {k: data[k] for k in KNOBS if k in data}
+        run = {**FEDERATION_DEFAULTS, **{k: v for k, v in data.items() if k not in KNOBS}}
+        return cls(RunConfig.from_dict(run, where=f"run config {RUN_CONFIG_KEY!r}"), **knobs)
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+        return json.dumps({**self.run.to_dict(), "timeout": self.timeout, "out": self.out, "token": self.token,
+                           "audit": self.audit}, sort_keys=True)
 
     def resolved(self) -> "FederationConfig":
         """With the problem's defaults for the fields left None (dtype, eval_every)."""
-        defaults = defaults_for(self.problem)
-        return dataclasses.replace(self, dtype=self.dtype or defaults["dtype"],
-                                   eval_every=self.eval_every or defaults["eval_every"])
+        return FederationConfig(self.run.with_problem_defaults(), timeout=self.timeout, out=self.out,
+                                token=self.token, audit=self.audit)
+
+
+def available(participation: str | dict) -> bool:
+    """Whether a federation's participation is "available" (whoever answers) rather than a process."""
+    return participation in ("available", {"name": "available"})
 
 
 def check_timeout(timeout: Any) -> None:
@@ -112,19 +120,16 @@ def check_timeout(timeout: Any) -> None:
 
 
 def build_strategy(config: FederationConfig, log=print) -> tuple[AlgorithmStrategy, Any]:
+    """The run built by the one builder (runs.driver.build), as the reference engine computes
+    it, and the strategy that runs it over a Grid."""
     check_timeout(config.timeout)
-    config = config.resolved()
-    available = config.participation in ("available", {"name": "available"})
-    run = RunConfig(algorithm=config.algorithm, problem=config.problem, work=config.work,
-                    participation="full" if available else config.participation, rounds=config.rounds,
-                    local_steps=config.local_steps, lr=config.lr, seed=config.seed, dtype=config.dtype,
-                    eval_every=config.eval_every, schedule=config.schedule, engine="reference")
-    built = build(run)
-    strategy = AlgorithmStrategy(built.algorithm, built.problem, rounds=config.rounds,
-                                 participation=None if available else built.participation, work=built.work,
-                                 seed=config.seed,
-                                 dtype=config.dtype, schedule=config.schedule, eval_every=config.eval_every,
-                                 timeout=config.timeout, token=config.token, log=log)
+    run = config.resolved().run
+    anyone = available(run.participation)
+    built = build(run.replace(participation="full" if anyone else run.participation, engine="reference"))
+    strategy = AlgorithmStrategy(built.algorithm, built.problem, rounds=run.rounds,
+                                 participation=None if anyone else built.participation, work=built.work,
+                                 seed=run.seed, dtype=built.config.dtype, schedule=run.schedule,
+                                 eval_every=built.config.eval_every, timeout=config.timeout, token=config.token, log=log)
     return strategy, built
 
 
@@ -201,9 +206,8 @@ def write_results(out: Path, strategy: AlgorithmStrategy, built, config: Federat
     mask = result.mask.astype(np.int8)
     every_client = bool(mask.any(axis=0).all()) and mask.shape[0] > 0
     rounds = int(mask.shape[0])
-    replay = RunConfig(algorithm=config.algorithm, problem=config.problem, rounds=rounds, seed=config.seed,
-                       dtype=config.dtype, device="cpu", engine="reference", eval_every=config.eval_every,
-                       schedule=config.schedule)
+    # The reference engine on the realized trace replays it (its participation and work below).
+    replay = built.config.replace(rounds=rounds, device="cpu", engine="reference", work="fixed")
     work_text = trace_text([(r, c, int(result.work[r, c])) for r, c in zip(*np.nonzero(result.work))])
     # The counts replay as a work trace when they are not all tau under a fixed work process.
     counted = strategy.work is not None or bool((result.work[mask.astype(bool)] != strategy.tau).any())

@@ -1,7 +1,15 @@
-"""One experiment run: a configuration built into objects, and executed."""
+"""One run: a RunConfig built into objects (:func:`build`, the only place a run's problem,
+algorithm, step size, participation and work process are made and checked), and executed
+(:func:`execute`: the round loop of engine/loop.py through ``simulate``).
+
+``focusfl run``, every run of a sweep, a tune trial, a study of the report, a preset's run and
+a federation's server build through here, so a setting means the same everywhere and a run's
+resolved record (config.json) and its key come from one place.
+"""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -9,23 +17,46 @@ from typing import Any, Callable
 import torch
 
 from ..algorithms import check_state_size, make_algorithm
+from ..algorithms.base import check_work_process
 from ..engine import Resume, RunResult, simulate
-from ..errors import ConfigError
+from ..errors import ConfigError, FocusflError
 from ..metrics import progress_metrics
 from ..participation import make_participation
 from ..problems import make_problem
 from ..spec import parse_spec
 from ..threads import fixed_threads
 from ..work import make_work
-from .config import DTYPES, RunConfig, check_config, record
+from .config import DTYPES, RunConfig, check_config, record, run_key
 
-@dataclass
+
+# The parts of a run, in the order build() makes them; an error raised while making one carries
+# its name as ``exc.part`` (a sweep names its file's key by it): "work-algorithm" is an algorithm
+# that cannot run the work process's step counts.
+PARTS = ("config", "problem", "algorithm", "participation", "work", "work-algorithm")
+
+
+@dataclass(frozen=True)
 class BuiltRun:
+    """A run made into objects: its record (with the problem's defaults filled in), the
+    algorithm with its step size, the problem, the participation and the work process."""
+
     config: RunConfig
     algorithm: Any
     problem: Any
     participation: Any
     work: Any = None  # a focusfl.work process; None: fixed (every client does local_steps)
+
+    @property
+    def resolved(self) -> dict[str, Any]:
+        """config.json's run keys: every part resolved (describe()), the seed and the version."""
+        return record(self.config, algorithm=self.algorithm.describe(), problem=self.problem.describe(),
+                      participation=self.participation.describe(),
+                      work=None if self.work is None else self.work.describe())
+
+    @property
+    def key(self) -> str:
+        """The run key of its resolved record (runs.config.run_key)."""
+        return run_key(self.resolved)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -37,23 +68,47 @@ def resolve_device(name: str) -> torch.device:
         raise ConfigError(f"unknown device {name!r} (use cpu or cuda)") from None
 
 
-def build(config: RunConfig, *, allow_model_import: bool = False) -> BuiltRun:
-    """Validate and construct everything before anything runs or is written.
+def _part(part: str, make: Callable[[], Any]) -> Any:
+    """``make()``; a FocusflError it raises leaves with ``part`` (one of PARTS) attached."""
+    try:
+        return make()
+    except FocusflError as exc:
+        if getattr(exc, "part", None) is None:
+            exc.part = part
+        raise
 
+
+def problem_of(config: RunConfig, *, problems: dict | None = None, allow_model_import: bool = False):
+    """The run's problem (``problems``: a cache by SPEC, dtype and device, so a sweep builds each
+    problem once)."""
+    key = json.dumps([config.problem, config.dtype, config.device, allow_model_import], sort_keys=True, default=str)
+    if problems is not None and key in problems:
+        return problems[key]
+    device = _part("problem", lambda: resolve_device(config.device))
+    problem = _part("problem", lambda: make_problem(config.problem, dtype=DTYPES[config.dtype], device=str(device),
+                                                    allow_model_import=allow_model_import))
+    if problems is not None:
+        problems[key] = problem
+    return problem
+
+
+def build(config: RunConfig, *, problems: dict | None = None, allow_model_import: bool = False) -> BuiltRun:
+    """Validate and construct everything before anything runs or is written; the first part
+    that cannot be made raises its one-line error with ``exc.part`` naming it (PARTS).
+
+    ``problems``: a cache of problems shared by the runs a caller builds (see problem_of);
     ``allow_model_import``: see make_problem; the caller's permission, never part of the config.
     """
-    check_config(config)
-    device = resolve_device(config.device)
-    problem = make_problem(
-        config.problem, dtype=DTYPES[config.dtype], device=str(device), allow_model_import=allow_model_import
-    )
-    algorithm = make_run_algorithm(config, problem)
-    check_state_size(algorithm, problem)  # its [N, d] tables, before anything allocates them
+    _part("config", lambda: check_config(config))
+    config = config.with_problem_defaults()
+    problem = problem_of(config, problems=problems, allow_model_import=allow_model_import)
+    algorithm = _part("algorithm", lambda: make_run_algorithm(config, problem))
+    _part("algorithm", lambda: check_state_size(algorithm, problem))  # its [N, d] tables, before init
     # The problem is passed along for processes that depend on the clients' data (label).
-    participation = make_participation(
-        config.participation, problem.num_clients, seed=config.seed, problem=problem
-    )
-    work = make_work(config.work, problem.num_clients, algorithm.local_steps, seed=config.seed)
+    participation = _part("participation", lambda: make_participation(
+        config.participation, problem.num_clients, seed=config.seed, problem=problem))
+    work = _part("work", lambda: make_work(config.work, problem.num_clients, algorithm.local_steps, seed=config.seed))
+    _part("work-algorithm", lambda: check_work_process(algorithm, work))
     return BuiltRun(config, algorithm, problem, participation, work)
 
 
@@ -93,10 +148,8 @@ def _with_step(config: RunConfig, problem) -> Any:
 
 
 def resolved_config(built: BuiltRun) -> dict[str, Any]:
-    """config.json: resolved defaults of every part, the seed and the version."""
-    return record(built.config, algorithm=built.algorithm.describe(), problem=built.problem.describe(),
-                  participation=built.participation.describe(),
-                  work=None if built.work is None else built.work.describe())
+    """config.json: resolved defaults of every part, the seed and the version (BuiltRun.resolved)."""
+    return built.resolved
 
 
 def execute(

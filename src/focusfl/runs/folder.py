@@ -304,7 +304,7 @@ def resume_folder(
             _refuse_import_on_resume(config.problem, out)
         log_dir = _stored_log_dir(data, out, root)
         if rounds is not None:
-            config = RunConfig(**{**config.__dict__, "rounds": rounds})
+            config = config.replace(rounds=rounds)
         built = build(unpinned(config), allow_model_import=allow_model_import)
         recorded = _inputs_record(built, expected_inputs_of(data, f"{source}/{CONFIG}"), accept_changed_inputs,
                                   f"the run in {out}", earlier=recorded_changes(data))
