@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cli_harness import assert_one_line_error, cli_env, focusfl_command, killer_script, run_cli, run_cli_together, snapshot
+from cli_harness import (assert_one_line_error, cli_env, focusfl_command, killer_script, run_cli, run_cli_together,
+                         snapshot)
 from focusfl.cli import main
 
 RIDGE = ["run", "--algorithm", "focus", "--problem", "ridge:clients=4,dim=3,samples=6", "--rounds", "5"]
@@ -150,9 +151,15 @@ def test_resume_copies_no_checkpoint(finished, monkeypatch):
     import shutil
 
     copied = []
+
+    def spy(real):
+        def copy(src, dst, *args, **kwargs):
+            copied.append(src)
+            return real(src, dst, *args, **kwargs)
+        return copy
+
     for name in ("copy", "copy2", "copyfile"):
-        real = getattr(shutil, name)
-        monkeypatch.setattr(shutil, name, lambda src, dst, *a, _real=real, **k: copied.append(src) or _real(src, dst, *a, **k))
+        monkeypatch.setattr(shutil, name, spy(getattr(shutil, name)))
     assert main(["run", "--resume", str(finished), "--rounds", "7"]) == 0
     assert not any(str(src).endswith("checkpoint.pt") for src in copied), copied
     assert json.loads((finished / "config.json").read_text())["rounds_done"] == 7

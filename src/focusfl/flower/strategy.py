@@ -249,11 +249,10 @@ class AlgorithmStrategy(Strategy):
         rows = [row for row in rows if row["round"] <= done]
         if rows and rows[-1]["round"] != done:
             comm = self.algorithm.communication()
-            arrived = sum(len(entry.accepted) for entry in exchange.log)
+            vectors = sum(len(entry.accepted) for entry in exchange.log) * self.problem.dim
             rows.append(evaluation_row(self.algorithm.model(State(server, None)), self.problem, BlowUpDetector(),
                                        done=done, active=len(exchange.log[-1].accepted),
-                                       comm=(arrived * comm.down * self.problem.dim, arrived * comm.up * self.problem.dim),
-                                       extra=self.counters()))
+                                       comm=(vectors * comm.down, vectors * comm.up), extra=self.counters()))
         return FederationResult(rows, server, exchange.mask[:done], exchange.log, self.counts, sorted(self.lost),
                                 dict(self.node_client), work=exchange.work[:done], partial=self.partial,
                                 deadlines=dict(sorted(self.deadlines.items())), interrupted=signum)

@@ -141,8 +141,8 @@ class Problem(abc.ABC):
 
     def input_paths(self) -> dict[str, Path | tuple[Path, ...]]:
         """The files and folders the problem was built from, by what they are (``data``,
-        ``tokenizer``, ``model``; an entry may be several files): a run records their digest and a resume refuses changed ones
-        (runs/inputs.py). Problems drawn from the seed alone read none."""
+        ``tokenizer``, ``model``; an entry may be several files): a run records their digest and a
+        resume refuses changed ones (runs/inputs.py). Problems drawn from the seed alone read none."""
         return {}
 
     @abc.abstractmethod
