@@ -416,7 +416,9 @@ def test_model_import_needs_the_flag_and_is_never_taken_from_a_config(tmp_path, 
     proc = run_cli("run", "--resume", str(out), "--rounds", "4", "--allow-model-import", env=env)
     assert proc.returncode == 0, proc.stderr
     resumed = read_csv(out / "metrics.csv")
-    assert marker.exists() and resumed[:len(rows)] == rows and resumed[-1]["round"] == "4"
+    # Round 2 was the 2-round run's closing row (off the every-50 cadence): the run continued to 4
+    # drops it, as the uninterrupted 4-round run never writes it (issue 27).
+    assert marker.exists() and resumed[:len(rows) - 1] == rows[:-1] and resumed[-1]["round"] == "4"
 
 
 def test_model_import_opt_in_is_a_library_keyword(tmp_path, monkeypatch):

@@ -165,16 +165,16 @@ def test_run_sweep_tune_preset_and_federation_resolve_the_same_settings_alike(tm
             assert tuned.run.dtype == alone.config.dtype and tuned.run.eval_every == alone.config.eval_every
         else:
             trial = build(tuned.trial("fedavg", float(lr)).replace(engine="reference"))
-            assert (trial.resolved, trial.key) == (alone.resolved, alone.key)
+            assert (trial.requested, trial.key) == (alone.requested, alone.key)
         swept = expand(make_experiment(algorithms=["fedavg"], problems=[problem], participation=["bernoulli"],
                                        rounds=4, lr=float(lr), local_steps=2, seeds=[3], engine="reference"))
-        assert [(run.resolved, run.key) for run in swept] == [(alone.resolved, alone.key)]
+        assert [(run.resolved, run.key) for run in swept] == [(alone.requested, alone.key)]
         preset = reproduce_nn.PresetOptions(out="x", run=RunConfig(rounds=4, seed=3, dtype=None, eval_every=None))
         setup = reproduce_nn.MNIST_DEMO
         preset_run = reproduce_nn.preset_run(setup, preset, problem).replace(
             algorithm="fedavg", participation="bernoulli", lr=float(lr), local_steps=2, engine="reference",
             schedule="constant", eval_every=alone.config.eval_every)
-        assert (build(preset_run).resolved, build(preset_run).key) == (alone.resolved, alone.key)
+        assert (build(preset_run).requested, build(preset_run).key) == (alone.requested, alone.key)
         pytest.importorskip("flwr")
         from focusfl.flower.cli import add_parser  # noqa: F401 (the federation command exists)
         from focusfl.flower.server_app import build_strategy
@@ -184,7 +184,7 @@ def test_run_sweep_tune_preset_and_federation_resolve_the_same_settings_alike(tm
                                        "--problem", problem, "--participation", "bernoulli", "--rounds", "4",
                                        "--lr", lr, "--local-steps", "2", "--seed", "3"])
         _strategy, federated = build_strategy(flower_cli._config(fed_args), log=lambda text: None)
-        assert (federated.resolved, federated.key) == (alone.resolved, alone.key)
+        assert (federated.requested, federated.key) == (alone.requested, alone.key)
 
 
 def test_threads_are_part_of_the_run_key_and_one_thread_keeps_the_old_keys():
@@ -199,3 +199,45 @@ def test_threads_are_part_of_the_run_key_and_one_thread_keeps_the_old_keys():
     from focusfl.runs.config import run_key
 
     assert run_key(before) == one[0].key  # a record from before threads existed: the same key
+
+
+def test_a_sweep_that_restarts_a_run_says_so(tmp_path):
+    """A run to be resumed whose checkpoint cannot be read runs again from round 0: the outcome,
+    the report and the command's summary say which and why (it used to happen without a word)."""
+    (tmp_path / "sweep.toml").write_text(f"algorithms = ['focus']\nproblems = ['{RIDGE}']\nrounds = 4\nseeds = 2\n")
+    first = run_cli("sweep", str(tmp_path / "sweep.toml"), "--out", str(tmp_path / "out"))
+    assert first.returncode == 0, first.stderr
+    run = sorted((tmp_path / "out" / "runs").iterdir())[0]
+    info = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**info, "status": "interrupted"}))
+    (run / "checkpoint.pt").write_bytes(b"not a checkpoint")
+    again = run_cli("sweep", str(tmp_path / "sweep.toml"), "--out", str(tmp_path / "out"))
+    assert again.returncode == 0, again.stderr
+    assert "1 run(s) restarted from round 0 instead of resumed" in again.stdout
+    assert "checkpoint" in again.stdout.split("restarted from round 0")[1]
+    assert json.loads((run / "config.json").read_text())["status"] == "complete"
+
+
+# -- one identity ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("first,second,telling", [
+    ("ridge:clients=4,dim=3,samples=5", "ridge:clients=4,dim=5,samples=5", "problem.dim="),
+    ("bernoulli:p=0.2;0.4;0.6;0.8", "bernoulli:p=0.3;0.5;0.7;0.9", "participation.p="),
+])
+def test_plot_draws_runs_of_different_experiments_as_different_curves(tmp_path, first, second, telling):
+    """Two run folders that differ only in a problem parameter, or only in per-client rates, are
+    two configurations with two labels, not two seeds of one (their records say so)."""
+    from focusfl.experiments.aggregate import curve_labels, iter_groups, read_folders
+
+    key = "problem" if first.startswith("ridge") else "participation"
+    base = {"problem": RIDGE, "participation": "bernoulli"}
+    commands = [("run", "--algorithm", "focus", "--rounds", "5", "--lr", "0.01", *(f"--{k}={v}" for k, v in
+                                                                   {**base, key: spec}.items()),
+                 "--out", str(tmp_path / name)) for name, spec in (("a", first), ("b", second))]
+    assert all(proc.returncode == 0 for proc in run_cli_together(commands))
+    plotted = run_cli("plot", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "plot.png"))
+    assert plotted.returncode == 0, plotted.stderr
+    assert "2 runs in 2 configurations" in plotted.stdout
+    series, _ = read_folders([tmp_path / "a", tmp_path / "b"], None)
+    labels = curve_labels(series)
+    assert len(iter_groups(series)) == 2 and len(set(labels.values())) == 2
+    assert all(telling in label for label in labels.values())

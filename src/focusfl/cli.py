@@ -15,7 +15,6 @@ from pathlib import Path
 from . import __version__
 from .argtypes import non_negative_int, positive_int
 from .errors import DivergenceError, FocusflError
-from .runs.cli import add_run_options, given_options, options, run_config_of
 
 
 # -- run ---------------------------------------------------------------------------------------
@@ -37,6 +36,8 @@ run exits 1. docs/runs.md: outputs, checkpoints and resuming."""
 def _run_fields() -> tuple[str, ...]:
     """Options of `run` that a --config file also sets (every field of the run configuration):
     given on the command line they override it."""
+    from .runs.cli import options
+
     return tuple(options())
 
 
@@ -52,6 +53,8 @@ def _add_run(sub) -> None:
         f"Participation processes: {', '.join(available_participation())}.",
         epilog=RUN_EXAMPLES,
     )
+    from .runs.cli import add_run_options
+
     # Defaults are None here and filled in later (runs.config.defaults_for), so that a flag given
     # next to --config or --resume can be told apart from one left at its default.
     add_run_options(p, _run_fields(), deferred=True, helps={
@@ -83,6 +86,8 @@ def _add_run(sub) -> None:
 
 
 def _given(args) -> list[str]:
+    from .runs.cli import given_options
+
     return list(given_options(args, _run_fields()))
 
 
@@ -166,6 +171,7 @@ def _run_config(args, RunConfig, config_from_json):
     """The RunConfig of `run`: from --config with the flags given beside it, or from the flags."""
     from .errors import ConfigError
     from .problems.nn import with_data_options
+    from .runs.cli import run_config_of
 
     if args.config:
         from .problems.models import refuse_model_import
@@ -362,6 +368,8 @@ def _add_sweep(sub) -> None:
     p.add_argument("--out", help="sweep folder (default runs/NAME, NAME the experiment file's stem); a rerun "
                    "skips the runs finished there")
     p.add_argument("--workers", type=positive_int, default=1, help="runs at a time on this machine")
+    from .runs.cli import add_run_options
+
     # The run fields come from the experiment file (experiments/sweep.py's DEFAULTS); threads is
     # how each worker computes, recorded in every run's config.json.
     add_run_options(p, ("threads", "work"), defaults={"work": None}, helps={
@@ -385,7 +393,7 @@ def _add_sweep(sub) -> None:
 
 
 def _cmd_sweep(args) -> int:
-    from .experiments.sweep import load_experiment, run_sweep
+    from .experiments.sweep import load_experiment, restart_note, run_sweep
 
     experiment = load_experiment(args.experiment, work=args.work)
     out = Path(args.out or f"runs/{Path(args.experiment).stem}")
@@ -396,6 +404,8 @@ def _cmd_sweep(args) -> int:
     print(f"{report.total} runs: {report.skipped} finished earlier, {report.ran} ran"
           f"{f' ({report.resumed} resumed)' if report.resumed else ''}, {len(report.failed)} failed; "
           f"{report.seconds:.1f} s")
+    if report.restarted:
+        print(restart_note(report))
     print(f"wrote {out}/results.csv, " + ", ".join(n for n in report.written if n != "results.csv"))
     if args.tensorboard:
         print(f"TensorBoard: logged {report.logged} run(s) in {args.tensorboard} (tensorboard --logdir {args.tensorboard})")
@@ -452,19 +462,21 @@ def _cmd_plot(args) -> int:
 
 # -- bias and matrices (focusfl.matrix) ----------------------------------------------------------
 def _add_bias(sub) -> None:
-    from .experiments.matrix_commands import add_bias_arguments, run_bias
+    from .experiments.matrix_commands import BiasOptions, add_bias_arguments, run_bias
+    from .runs.cli import record_of
 
     p = sub.add_parser("bias", help="participation bias: q_i, delta_q^2, FedAvg's and FOCUS's limit points")
     add_bias_arguments(p)
-    p.set_defaults(handler=run_bias)
+    p.set_defaults(handler=lambda args: run_bias(record_of(BiasOptions, args)))
 
 
 def _add_matrices(sub) -> None:
-    from .experiments.matrix_commands import add_matrices_arguments, run_matrices
+    from .experiments.matrix_commands import MatricesOptions, add_matrices_arguments, run_matrices
+    from .runs.cli import record_of
 
     p = sub.add_parser("matrices", help="draw the paper's Figures 1-3: stochastic matrices and round patterns")
     add_matrices_arguments(p)
-    p.set_defaults(handler=run_matrices)
+    p.set_defaults(handler=lambda args: run_matrices(record_of(MatricesOptions, args)))
 
 
 class _Parser(argparse.ArgumentParser):

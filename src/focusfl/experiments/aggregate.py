@@ -27,6 +27,7 @@ from typing import Any, Iterable, Sequence
 from ..errors import ConfigError
 from ..io.atomic import open_atomic, write_csv
 from ..metrics import higher_is_better, primary_metric
+from ..runs.config import configuration_key
 
 PLOT_POINTS = 600  # points per curve in a sweep's figures (a long run is thinned evenly)
 X_AXES = {"round": "round", "comm_up": "floats sent up (clients to server)",
@@ -35,7 +36,10 @@ X_AXES = {"round": "round", "comm_up": "floats sent up (clients to server)",
 
 @dataclass
 class Series:
-    """One run reduced to what tables and figures need."""
+    """One run reduced to what tables and figures need. ``group``: the configuration it belongs
+    to (runs.config.configuration_key of its record: runs that differ only in their seed share
+    it); ``details``: its record's fields and SPEC parameters as text, which a label adds where
+    two configurations would otherwise read alike."""
 
     axes: dict[str, Any]
     status: str
@@ -43,6 +47,13 @@ class Series:
     final: float = math.nan
     best: float = math.nan
     reached: dict[float, tuple[float, float]] = field(default_factory=dict)  # target -> (round, floats)
+    group: str = ""
+    details: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> Any:
+        """What groups it with its seeds: its configuration (from the record), else its axes."""
+        return self.group or tuple((k, v) for k, v in self.axes.items() if k != "seed")
 
 
 def default_metric(columns: Sequence[str]) -> str:
@@ -114,6 +125,7 @@ def aggregate(experiment, runs, folder: Path, *, band: str, failures: Sequence[d
     from .layout import FAILURES, RESULTS, RUNS, SUMMARY, WORK_COLUMN, axis_columns
 
     axis_names = axis_columns(any(WORK_COLUMN in run.axes for run in runs))
+    configuration = {run.key: configuration_key(run.resolved) for run in runs}
     finished = [run for run in runs if run_state(folder / RUNS / run.key, run.key, run.resolved) == "done"]
     columns: list[str] = []
     for run in finished:
@@ -127,8 +139,8 @@ def aggregate(experiment, runs, folder: Path, *, band: str, failures: Sequence[d
         writer.writerow([*axis_names, "run", "status", *columns])
         for run in finished:
             status = read_config(folder / RUNS / run.key).get("status")
-            reducer = _Reducer(Series(dict(run.axes), status), metric, experiment.targets,
-                               _stride(run.axes["rounds"], run.axes["eval_every"])) if metric else None
+            reducer = _Reducer(Series(dict(run.axes), status, group=configuration[run.key]), metric,
+                               experiment.targets, _stride(run.axes["rounds"], run.axes["eval_every"])) if metric else None
             head = [_cell(run.axes[c]) for c in axis_names] + [run.key, status]
             with open(folder / RUNS / run.key / METRICS, newline="") as metrics:
                 for row in csv.DictReader(metrics):
@@ -138,9 +150,9 @@ def aggregate(experiment, runs, folder: Path, *, band: str, failures: Sequence[d
             if reducer is not None:
                 series.append(reducer.finish())
     written.append(RESULTS)
-    failed_keys = {}
+    failed_keys: dict[str, list] = {}
     for failure in failures:
-        failed_keys.setdefault(_group({c: failure[c] for c in axis_names}), []).append(failure)
+        failed_keys.setdefault(configuration[failure["run"]], []).append(failure)
     if metric is not None:
         write_csv(folder / SUMMARY, summarize(series, metric, experiment.targets, failed_keys))
         written.append(SUMMARY)
@@ -181,9 +193,7 @@ def _target_name(target: float) -> str:
 def summarize(series: Sequence[Series], metric: str, targets: Sequence[float],
               failed: dict[tuple, list] | None = None) -> list[dict]:
     """One row per configuration (axes but the seed), in the order the configurations come."""
-    groups: dict[tuple, list[Series]] = {}
-    for item in series:
-        groups.setdefault(_group(item.axes), []).append(item)
+    groups = iter_groups(series)
     rows = []
     for key, members in groups.items():
         row = {k: v for k, v in members[0].axes.items() if k != "seed"}
@@ -201,10 +211,6 @@ def summarize(series: Sequence[Series], metric: str, targets: Sequence[float],
             row.update(_stats([h[1] for h in hits], f"floats_to_{name}"))
         rows.append(row)
     return rows
-
-
-def _group(axes: dict) -> tuple:
-    return tuple((k, v) for k, v in axes.items() if k != "seed")
 
 
 # -- bands ---------------------------------------------------------------------------------------
@@ -259,7 +265,9 @@ def curve_labels(series: Sequence[Series],
                  keys: Sequence[str] = ("work", "lr", "local_steps", "rounds", "eval_every")) -> dict:
     """A legend label per configuration: the algorithm and the axes that vary within a panel (an
     axis that changes only from panel to panel, such as a step size per participation process,
-    is left out, so an algorithm keeps one label, colour and marker in every panel)."""
+    is left out, so an algorithm keeps one label, colour and marker in every panel). Where two
+    configurations of a panel would still read alike (runs that differ in a problem parameter or
+    in per-client rates), each adds the fields of its record that tell them apart."""
     panels: dict[tuple, list[Series]] = {}
     for s in series:
         panels.setdefault((s.axes.get("problem"), s.axes.get("participation")), []).append(s)
@@ -269,7 +277,18 @@ def curve_labels(series: Sequence[Series],
         parts = [str(s.axes.get("algorithm"))] + [f"{k}={_fmt(s.axes.get(k))}" for k in varying]
         if s.axes.get("source"):
             parts.insert(0, f"{s.axes['source']}:")
-        labels[_group(s.axes)] = " ".join(parts)
+        labels[s.key] = " ".join(parts)
+    for members in panels.values():
+        alike: dict[str, dict[Any, Series]] = {}
+        for s in members:
+            alike.setdefault(labels[s.key], {}).setdefault(s.key, s)
+        for label, groups in alike.items():
+            if len(groups) < 2:
+                continue
+            names = sorted({name for s in groups.values() for name in s.details})
+            telling = [n for n in names if len({s.details.get(n, "-") for s in groups.values()}) > 1]
+            for key, s in groups.items():
+                labels[key] = " ".join([label, *(f"{n}={s.details.get(n, '-')}" for n in telling)])
     return labels
 
 
@@ -294,7 +313,7 @@ def plot_series(series: Sequence[Series], folder: Path, *, metric: str, band: st
     log = use_log(series)
     seeds = max(len(members) for members in iter_groups(series).values())
     labels = curve_labels(series)
-    families = {labels[_group(s.axes)]: f"{s.axes.get('source', '')}{s.axes.get('algorithm')}" for s in series}
+    families = {labels[s.key]: f"{s.axes.get('source', '')}{s.axes.get('algorithm')}" for s in series}
     problems = list(dict.fromkeys(s.axes.get("problem") for s in series))
     panels: dict[str, dict[tuple, list[Series]]] = {}
     for s in series:
@@ -302,7 +321,7 @@ def plot_series(series: Sequence[Series], folder: Path, *, metric: str, band: st
         title_of = (panel_titles or {}).get(title_of, title_of)
         if len(problems) > 1:
             title_of = f"{s.axes.get('problem')}\n{title_of}"
-        panels.setdefault(title_of, {}).setdefault(_group(s.axes), []).append(s)
+        panels.setdefault(title_of, {}).setdefault(s.key, []).append(s)
     band_name = "min-max over seeds" if band == "minmax" else (
         "±1 geometric std over seeds" if log else "±1 std over seeds")
     if seeds > 1:
@@ -365,7 +384,8 @@ def read_folders(paths: Sequence[str | Path], metric: str | None) -> tuple[list[
                         axes = {k: _axis_value(row[k]) for k in axis_names}
                         if source:
                             axes["source"] = source
-                        reducer = _Reducer(Series(axes, row["status"]), chosen, (),
+                        group, details = _identity(_sweep_run_record(path, current), source)
+                        reducer = _Reducer(Series(axes, row["status"], group=group, details=details), chosen, (),
                                            _stride(axes["rounds"], axes["eval_every"]))
                     reducer.add(row)
                 if reducer is not None:
@@ -377,14 +397,64 @@ def read_folders(paths: Sequence[str | Path], metric: str | None) -> tuple[list[
                 chosen = chosen or default_metric(reader.fieldnames or [])
                 _require(chosen, reader.fieldnames or [], path / METRICS)
                 axes = _run_axes(info, path)
-                reducer = _Reducer(Series(axes, str(info.get("status", "complete"))), chosen, (),
-                                   _stride(axes["rounds"], axes["eval_every"]))
+                group, details = _identity(info, source)
+                reducer = _Reducer(Series(axes, str(info.get("status", "complete")), group=group, details=details),
+                                   chosen, (), _stride(axes["rounds"], axes["eval_every"]))
                 for row in reader:
                     reducer.add(row)
                 series.append(reducer.finish())
     if not series:
         raise ConfigError("no finished runs to plot in " + ", ".join(map(str, paths)))
     return series, chosen
+
+
+def _sweep_run_record(sweep: Path, run: str) -> dict | None:
+    """The config.json of a sweep's run (None where the sweep folder no longer has it: the run
+    is then told apart by its axes alone)."""
+    from ..runs.folder import CONFIG, read_config
+    from .layout import RUNS
+
+    path = sweep / RUNS / run / CONFIG
+    if not run or "/" in run or not path.is_file():
+        return None
+    return read_config(path)
+
+
+def _identity(info: dict | None, source: str | None) -> tuple[str, dict[str, str]]:
+    """(the configuration a run belongs to, its record as label text) from its config.json: the
+    one run identity of runs/config.py, never one re-derived from the columns of a table."""
+    if info is None:
+        return "", {}
+    group = configuration_key(info)
+    return (f"{source}:{group}" if source else group), _details(info)
+
+
+def _details(info: dict) -> dict[str, str]:
+    """A run record's fields and SPEC parameters as short text: ``problem.dim`` -> "50"."""
+    shown = {}
+    for part in ("problem", "participation", "work", "algorithm"):
+        value = info.get(part)
+        if isinstance(value, dict):
+            shown[part] = str(value.get("name"))
+            shown.update({f"{part}.{k}": _text(v) for k, v in value.items() if k != "name"})
+        elif value is not None:
+            shown[part] = _text(value)
+    for name in ("rounds", "eval_every", "dtype", "device", "engine", "schedule", "threads"):
+        if name in info:
+            shown[name] = _text(info[name])
+    return shown
+
+
+def _text(value: Any, width: int = 28) -> str:
+    """A value as a label shows it: lists as a;b;c (cut with ... past ``width`` characters)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        text = ";".join(_text(v) for v in value)
+        return text if len(text) <= width else text[: width - 3] + "..."
+    if isinstance(value, float):
+        return format(value, ".4g")
+    return str(value)
 
 
 def _require(metric: str, columns: Sequence[str], where: Path) -> None:
@@ -481,8 +551,9 @@ def write_plot(paths: Sequence[str | Path], out: Path, *, x: str, metric: str | 
     return targets, series
 
 
-def iter_groups(series: Iterable[Series]) -> dict[tuple, list[Series]]:
-    groups: dict[tuple, list[Series]] = {}
+def iter_groups(series: Iterable[Series]) -> dict[Any, list[Series]]:
+    """The series by configuration (Series.key), in the order the configurations come."""
+    groups: dict[Any, list[Series]] = {}
     for item in series:
-        groups.setdefault(_group(item.axes), []).append(item)
+        groups.setdefault(item.key, []).append(item)
     return groups

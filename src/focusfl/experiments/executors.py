@@ -50,12 +50,13 @@ class RunTask:
 
 def run_task(task: RunTask) -> dict:
     """Execute one run; never raises for the run's own failure: the outcome says what happened
-    (``status`` complete / diverged / interrupted / failed, ``error``, ``seconds``)."""
+    (``status`` complete / diverged / interrupted / failed, ``error``, ``seconds``; ``restarted``:
+    why a run that was to be resumed ran again from its start)."""
     from ..runs.folder import Interrupted, resume_folder, run_to_folder
     from ..runs.config import RunConfig
 
     started = time.perf_counter()
-    config = RunConfig(**task.config)
+    config = RunConfig.from_dict(task.config, where=f"run {task.key}")
     try:
         if task.ship:
             with tempfile.TemporaryDirectory(prefix="focusfl-run-") as tmp:
@@ -69,9 +70,10 @@ def run_task(task: RunTask) -> dict:
             try:
                 result = resume_folder(task.out, checkpoint_every=task.checkpoint_every, curve=False,
                                        allow_model_import=task.allow_model_import)
-            except DataError:  # an unreadable checkpoint: run it again from the start
+            except DataError as exc:  # an unreadable checkpoint: run it again from the start, and say so
                 result = run_to_folder(config, task.out, checkpoint_every=task.checkpoint_every, restart=True,
                                        curve=False, allow_model_import=task.allow_model_import)
+                return _outcome(result, started, restarted=str(exc).splitlines()[0] if str(exc) else "DataError")
         else:
             # run_state found no checkpoint to lose: clear whatever partial folder is there.
             result = run_to_folder(config, task.out, checkpoint_every=task.checkpoint_every, restart=True,

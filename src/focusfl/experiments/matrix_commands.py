@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +42,23 @@ def add_bias_arguments(p: argparse.ArgumentParser) -> None:
                    help="rounds of the Monte Carlo estimate of q where no closed form exists")
 
 
-def run_bias(args) -> int:
+@dataclass(frozen=True)
+class BiasOptions:
+    """``focusfl bias``'s options (None: the default the help says)."""
+
+    problem: str = DEFAULT_BIAS_PROBLEM
+    participation: str = "bernoulli"
+    rounds: int | None = None
+    average_from: int | None = None
+    fedavg_lr: float | None = None
+    focus_lr: float | None = None
+    local_steps: int = 1
+    work: str = "fixed"
+    seed: int = 0
+    mc_rounds: int = 20_000
+
+
+def run_bias(args: BiasOptions) -> int:
     from ..participation import make_participation
     from ..problems import make_problem
     from ..matrix import bias
@@ -201,7 +218,17 @@ def parse_steps(text: str) -> list[int]:
         raise ConfigError(f"--steps must be comma-separated step counts like 3,1, got {text!r}") from None
 
 
-def run_matrices(args) -> int:
+@dataclass(frozen=True)
+class MatricesOptions:
+    """``focusfl matrices``' options."""
+
+    clients: int = 4
+    active: str = "1,3"  # node labels 1..N, comma separated
+    steps: str | None = None  # the active clients' local step counts, comma separated
+    out: str = "runs/matrices"
+
+
+def run_matrices(args: MatricesOptions) -> int:
     from ..io.atomic import write_json
     from ..io.folders import output_folder
     from ..matrix.pictures import figure1_panels, render_all, render_work, work_panels

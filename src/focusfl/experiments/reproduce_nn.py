@@ -55,7 +55,7 @@ from ..runs.folder import METRICS, read_config
 from ..spec import format_spec
 from .layout import RUNS
 from .preset import Preset
-from .sweep import make_experiment, run_sweep
+from .sweep import make_experiment, restart_note, run_sweep
 from .tune import choose, grid_rows, with_validation
 
 
@@ -291,6 +291,8 @@ def fixed_steps(setup: Setup, algorithms: list[str]) -> list[dict]:
 
 
 def _raise_failures(report, phase: str) -> None:
+    if report.restarted:
+        print(restart_note(report))
     if report.failed:
         first = report.failed[0]
         raise ConfigError(f"{len(report.failed)} {phase} run(s) failed (the first, {first['algorithm']} seed "
@@ -314,10 +316,10 @@ def run_final(setup: Setup, run: RunConfig, steps: list[dict], args: PresetOptio
                            tables=lambda *a, **k: [])
         _raise_failures(report, "preset")
         by_label: dict[str, list[tuple[list[dict], int | None]]] = {}
-        for run in report.runs:
-            info = read_config(where / RUNS / run.key)
-            rows = [_typed(row) for row in read_csv(where / RUNS / run.key / METRICS)]
-            by_label.setdefault(run.axes["algorithm"], []).append((rows, info.get("diverged_at_round")))
+        for done in report.runs:
+            info = read_config(where / RUNS / done.key)
+            rows = [_typed(row) for row in read_csv(where / RUNS / done.key / METRICS)]
+            by_label.setdefault(done.axes["algorithm"], []).append((rows, info.get("diverged_at_round")))
         panels[scenario] = {}
         for row in chosen:
             name = row["algorithm"]

@@ -247,7 +247,7 @@ class RidgeOptions:
 
 def run(args: RidgeOptions) -> int:
     from ..io.atomic import read_csv
-    from .sweep import run_sweep
+    from .sweep import restart_note, run_sweep
 
     if args.export is not None:
         return export(args)
@@ -264,6 +264,8 @@ def run(args: RidgeOptions) -> int:
     print(format_summary(read_csv(out / "summary.csv")))
     print(f"\n{report.total} runs: {report.skipped} finished earlier, {report.ran} ran, {len(report.failed)} failed; "
           f"{report.seconds:.1f} s")
+    if report.restarted:
+        print(restart_note(report))
     print(f"wrote {out / 'summary.csv'}, " + ", ".join(n for n in report.written if n != "summary.csv"))
     if report.failed:
         first = report.failed[0]

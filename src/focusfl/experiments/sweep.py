@@ -158,7 +158,8 @@ def experiment_text(data: dict) -> str:
             return "{" + ", ".join(f"{key(k)} = {value(v)}" for k, v in item.items()) + "}"
         raise ConfigError(f"cannot write {item!r} in an experiment file")
 
-    return "".join(f"{key(k)} = {value(v)}\n" for k, v in data.items())
+    # None is a key left out (its default: a dtype of None is the problem's).
+    return "".join(f"{key(k)} = {value(v)}\n" for k, v in data.items() if v is not None)
 
 
 def make_experiment(**data: Any) -> Experiment:
@@ -453,14 +454,14 @@ def expand(experiment: Experiment, *, threads: int = DEFAULT_THREADS, allow_mode
         if problem_key not in metric_checked:
             _check_metric(experiment, built.problem, problem_key)
             metric_checked.add(problem_key)
-        resolved = built.resolved
+        resolved = built.requested
         described = resolved["algorithm"]
         run = SweepRun(
-            config=built.config.replace(algorithm=described, lr=None, local_steps=None),
+            config=built.config,
             axes={**planned.axes, "lr": described.get("lr", planned.axes["lr"]),
                   "local_steps": described.get("local_steps", planned.axes["local_steps"]),
                   "eval_every": built.config.eval_every},
-            resolved=resolved, key=run_key(resolved), where=planned.where["algorithm"],
+            resolved=resolved, key=built.key, where=planned.where["algorithm"],
         )
         if run.key in seen:
             other = seen[run.key]
@@ -509,6 +510,9 @@ class SweepReport:
     written: list[str] = field(default_factory=list)
     runs: list[SweepRun] = field(default_factory=list)
     logged: int = 0  # runs logged to TensorBoard by this call
+    # Runs that were to be resumed but ran again from their start (their checkpoint could not be
+    # read): {"run": key, **axes, "reason": ...}.
+    restarted: list[dict] = field(default_factory=list)
 
 
 def run_sweep(
@@ -581,6 +585,8 @@ def run_sweep(
         exit_code = None
         try:
             for task, outcome in _with_progress(pool.run(tasks), len(tasks), progress, pool.slots):
+                if outcome.get("restarted"):
+                    report.restarted.append({"run": task.key, **by_key[task.key].axes, "reason": outcome["restarted"]})
                 if outcome["status"] in ("complete", "diverged"):
                     report.ran += 1
                     report.logged += _log_run(root, by_key[task.key], folder)
@@ -601,6 +607,14 @@ def run_sweep(
         store.mark([EXPERIMENT, *report.written], folders=[RUNS])
     report.seconds = time.monotonic() - started
     return report
+
+
+def restart_note(report: SweepReport) -> str:
+    """The line that says which runs a sweep ran again from their start instead of resuming them,
+    and why (their checkpoint could not be read)."""
+    first = report.restarted[0]
+    return (f"{len(report.restarted)} run(s) restarted from round 0 instead of resumed (the first, "
+            f"{first['algorithm']} seed {first['seed']}: {first['reason']})")
 
 
 def log_name(run: SweepRun) -> str:

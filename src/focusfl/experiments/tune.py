@@ -39,7 +39,7 @@ from ..metrics import selection_metric
 from ..runs.config import RunConfig, WithRun
 from ..runs.driver import build, execute
 from ..spec import format_spec, parse_spec
-from .sweep import make_experiment, run_sweep
+from .sweep import make_experiment, restart_note, run_sweep
 
 DEFAULT_TARGET = 1e-10
 DEFAULT_VALIDATION = 0.1  # the clients' share held out to tune neural networks on
@@ -365,6 +365,8 @@ def tune(setup: TuneSetup, search: TuneSearch) -> int:
                        kind="tune", tables=tables)
     if report.skipped:
         print(f"reused {report.skipped} trial(s) finished by an earlier run")
+    if report.restarted:
+        print(restart_note(report))
     best = found["best"]
     print(format_best(best, setup.target))
     print(f"\nwrote {Path(search.out) / 'summary.csv'} (best per algorithm), grid.csv (every step size"

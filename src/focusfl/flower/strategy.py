@@ -1,7 +1,9 @@
 """AlgorithmStrategy: any focusfl algorithm as one Flower strategy, exact under faults.
 
-The strategy is a thin engine in the sense of engine/reference.py: it moves state and
-messages, it never re-implements an update rule. Round r:
+The strategy is the exchange of the round loop every focusfl run has (engine/loop.py): it
+moves state and messages, it never re-implements an update rule, and the loop (not the
+strategy) steps the server, counts traffic, evaluates and applies the blow-up rule, as it does
+for a simulation. Round r:
 
 1. Who is asked: the participation process's S_r (a replayable experiment) or, with
    ``participation=None`` ("available"), every known node that is online. Clients without a
@@ -11,13 +13,16 @@ messages, it never re-implements an update rule. Round r:
    node.py), and ``steps`` = tau_i,r drawn by the run's work process (none: local_steps). Each
    node runs ``client_round`` on its own row, exactly as the reference loop does, and says how
    many steps it took: a node whose deadline passed stops early (deadline.py), and its reply is
-   accepted as partial work, 1 <= tau_i,r <= asked (a count outside is malformed).
+   accepted as partial work, 1 <= tau_i,r <= asked (a count outside is malformed). It also
+   sends the minibatch losses of those steps (nn problems), which the rows report as
+   ``train_loss``, as the reference engine's rounds return them.
 3. Replies are matched to requests by ``reply_to_message_id``. Rejected, and counted as
    non-participation: timeouts (no reply), error replies (from the node or from the SuperLink
    for a lost node), lost state, NaN/inf, wrong fields, dtype or shape, duplicates, replies
    for another round or request (stale, late), replies from an unexpected node.
-4. The accepted messages are stacked in client order and ``server_round`` runs on them with
-   RoundContext(active = accepted). Accepted clients' ``ack`` becomes r.
+4. The accepted messages are stacked in client order (``aggregate_train``) and the loop's
+   server step runs ``server_round`` on them with RoundContext(active = accepted). Accepted
+   clients' ``ack`` becomes r.
 5. Algorithms with ``client_finish`` (FedAWE, ProxSkip) send ``train.finish`` with the new
    server state. A finish that does not arrive leaves the node unable to commit round r; it
    says so (lost state) at its next contact and is excluded from then on.

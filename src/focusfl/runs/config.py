@@ -133,10 +133,13 @@ def _meta(name: str) -> dict:
 
 _FIELDS = tuple(f.name for f in fields(RunConfig))
 _REQUIRED = tuple(name for name in _FIELDS if _meta(name)["record"] == "required")
+# config.json's record of the run as it was asked for (RunConfig.to_dict(): SPECs as given, lr
+# "auto" or a number): what tells a run's configuration apart from its seed (configuration_key).
+ASKED = "asked"
 # "tensorboard" is an output option (where `run --tensorboard` logs), never part of a run's identity;
 # "inputs" and "inputs_changed" are the digests of what the run read (runs/inputs.py).
 _RECORDED = ("focusfl_version", *(name for name in _FIELDS if _meta(name)["record"] == "optional"), "status",
-             "diverged_at_round", "interrupted_after_round", "rounds_done", "lr_auto", "tensorboard",
+             "diverged_at_round", "interrupted_after_round", "rounds_done", "lr_auto", "tensorboard", ASKED,
              "inputs", "inputs_changed")
 _KEYED = tuple(name for name in _FIELDS if _meta(name)["key"])
 _KEY_NEUTRAL = {name: _meta(name)["key_neutral"] for name in _FIELDS if _meta(name)["key_neutral"] is not None}
@@ -151,7 +154,20 @@ def record(config: RunConfig, *, algorithm: dict, problem: dict, participation: 
     if work is not None:
         parts["work"] = work
     recorded = {name: parts.get(name, getattr(config, name)) for name in _FIELDS if _meta(name)["record"] is not None}
-    return {"focusfl_version": __version__, **recorded}
+    return {"focusfl_version": __version__, **recorded, ASKED: asked(config)}
+
+
+SPECS = ("algorithm", "problem", "participation", "work")
+
+
+def asked(config: RunConfig) -> dict[str, Any]:
+    """The record as it was asked for, in one form whichever way it was written (a SPEC string
+    or a table, 'fedavg' or {"name": "fedavg"}): config.json's ASKED."""
+    fields_ = config.to_dict()
+    for name in SPECS:
+        spec_name, params = parse_spec(fields_[name])
+        fields_[name] = {"name": spec_name, **params}
+    return fields_
 
 
 def _key_neutral(name: str, value: Any) -> bool:
@@ -175,10 +191,31 @@ def run_key(resolved: dict) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
+def as_requested(info: dict, expected: dict | None) -> dict:
+    """A run's record with the problem parameters asked to be chosen at run time (``"auto"`` or
+    ``"measure"``: an nn problem's client_chunk and layout are chosen when the run starts, and
+    config.json records the choice) put back as ``expected`` asked for them, so that its key is
+    the one asked for (the same command gives the same key on any machine, under any timer)."""
+    if not expected or not isinstance(expected.get("problem"), dict) or not isinstance(info.get("problem"), dict):
+        return info
+    autos = {k for k, v in expected["problem"].items() if v in ("auto", "measure")}
+    if not autos:
+        return info
+    asked = expected["problem"]
+    return {**info, "problem": {k: (asked[k] if k in autos else v) for k, v in info["problem"].items()}}
+
+
 def configuration_key(resolved: dict) -> str:
-    """The identity of a run's configuration: its run key without the seed. Runs that differ
-    only in their seed share it; aggregation and plots draw them as one curve with a band."""
-    return run_key({k: v for k, v in resolved.items() if k != "seed"})
+    """The identity of a run's configuration: what it was asked to run (its ASKED record), the
+    seed aside. Runs that differ only in their seed share it, also where the seed drew some of
+    their parameters (the participation rate preset, the data); runs that differ in anything
+    asked (a problem parameter, per-client rates) do not. Aggregation and plots draw one curve
+    with a band per configuration. A record written before ASKED existed: its keyed fields."""
+    asked = resolved.get(ASKED)
+    source = asked if isinstance(asked, dict) else {k: resolved[k] for k in _KEYED if k in resolved}
+    kept = {k: v for k, v in source.items() if k != "seed" and not _key_neutral(k, v)}
+    canonical = json.dumps(kept, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
 # -- validation and config.json ------------------------------------------------------------------

@@ -26,7 +26,7 @@ from ..problems import make_problem
 from ..spec import parse_spec
 from ..threads import fixed_threads
 from ..work import make_work
-from .config import DTYPES, RunConfig, check_config, record, run_key
+from .config import DTYPES, RunConfig, as_requested, check_config, record, run_key
 
 
 # The parts of a run, in the order build() makes them; an error raised while making one carries
@@ -45,18 +45,26 @@ class BuiltRun:
     problem: Any
     participation: Any
     work: Any = None  # a focusfl.work process; None: fixed (every client does local_steps)
+    asked: dict | None = None  # the problem as it was asked for, before any choice deferred to run time
 
     @property
     def resolved(self) -> dict[str, Any]:
-        """config.json's run keys: every part resolved (describe()), the seed and the version."""
+        """config.json's run keys: every part resolved (describe()), the seed and the version; an
+        nn problem's formulation once the run has chosen it (Problem.settle)."""
         return record(self.config, algorithm=self.algorithm.describe(), problem=self.problem.describe(),
                       participation=self.participation.describe(),
                       work=None if self.work is None else self.work.describe())
 
     @property
+    def requested(self) -> dict[str, Any]:
+        """The resolved record with the choices deferred to run time as they were asked for
+        (runs.config.as_requested): what the run is, whenever one looks."""
+        return as_requested(self.resolved, {"problem": self.asked})
+
+    @property
     def key(self) -> str:
-        """The run key of its resolved record (runs.config.run_key)."""
-        return run_key(self.resolved)
+        """The run's identity: runs.config.run_key of its requested record."""
+        return run_key(self.requested)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -78,18 +86,21 @@ def _part(part: str, make: Callable[[], Any]) -> Any:
         raise
 
 
-def problem_of(config: RunConfig, *, problems: dict | None = None, allow_model_import: bool = False):
-    """The run's problem (``problems``: a cache by SPEC, dtype and device, so a sweep builds each
-    problem once)."""
+def problem_of(config: RunConfig, *, problems: dict | None = None,
+               allow_model_import: bool = False) -> tuple[Any, dict]:
+    """The run's problem and its description as asked for (before any choice deferred to run
+    time is made); ``problems``: a cache by SPEC, dtype and device, so a sweep builds each
+    problem once."""
     key = json.dumps([config.problem, config.dtype, config.device, allow_model_import], sort_keys=True, default=str)
     if problems is not None and key in problems:
         return problems[key]
     device = _part("problem", lambda: resolve_device(config.device))
     problem = _part("problem", lambda: make_problem(config.problem, dtype=DTYPES[config.dtype], device=str(device),
                                                     allow_model_import=allow_model_import))
+    made = (problem, problem.describe())
     if problems is not None:
-        problems[key] = problem
-    return problem
+        problems[key] = made
+    return made
 
 
 def build(config: RunConfig, *, problems: dict | None = None, allow_model_import: bool = False) -> BuiltRun:
@@ -101,7 +112,7 @@ def build(config: RunConfig, *, problems: dict | None = None, allow_model_import
     """
     _part("config", lambda: check_config(config))
     config = config.with_problem_defaults()
-    problem = problem_of(config, problems=problems, allow_model_import=allow_model_import)
+    problem, asked = problem_of(config, problems=problems, allow_model_import=allow_model_import)
     algorithm = _part("algorithm", lambda: make_run_algorithm(config, problem))
     _part("algorithm", lambda: check_state_size(algorithm, problem))  # its [N, d] tables, before init
     # The problem is passed along for processes that depend on the clients' data (label).
@@ -109,7 +120,7 @@ def build(config: RunConfig, *, problems: dict | None = None, allow_model_import
         config.participation, problem.num_clients, seed=config.seed, problem=problem))
     work = _part("work", lambda: make_work(config.work, problem.num_clients, algorithm.local_steps, seed=config.seed))
     _part("work-algorithm", lambda: check_work_process(algorithm, work))
-    return BuiltRun(config, algorithm, problem, participation, work)
+    return BuiltRun(config, algorithm, problem, participation, work, asked)
 
 
 def make_run_algorithm(config: RunConfig, problem) -> Any:

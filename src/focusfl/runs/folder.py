@@ -44,7 +44,7 @@ from .checkpoint import (CHECKPOINT, MODEL, Checkpoint, load_checkpoint, resume_
 from ..io.atomic import csv_cell, write_json
 from ..io.folders import MARKER, PARTIAL_SUFFIX, Output, open_output, read_marker
 from .config import RunConfig, config_from_json
-from .driver import BuiltRun, build, execute, resolved_config
+from .driver import BuiltRun, build, execute
 from .inputs import CHANGED, INPUTS, check_inputs, input_digests, recorded_changes, recorded_inputs, unpinned
 
 METRICS = "metrics.csv"
@@ -235,7 +235,7 @@ def run_to_folder(
             from .tensorboard import claim_log_dir
 
             recorded[TENSORBOARD] = str(claim_log_dir(root, output.target.name, avoid=[output.target]))
-        write_json(output.work / CONFIG, {**resolved_config(built), "status": "running", **recorded})
+        write_json(output.work / CONFIG, {**built.resolved, "status": "running", **recorded})
         return _drive(built, output, None, progress=progress, checkpoint_every=checkpoint_every, curve=curve,
                       recorded=recorded)
 
@@ -328,7 +328,7 @@ def resume_folder(
             log_dir = claim_log_dir(root, output.target.name, avoid=[output.target])
         if log_dir is not None:
             recorded[TENSORBOARD] = str(log_dir)
-        write_json(work / CONFIG, {**resolved_config(built), "status": "running", **recorded})
+        write_json(work / CONFIG, {**built.resolved, "status": "running", **recorded})
         return _drive(built, output, checkpoint, progress=progress, checkpoint_every=checkpoint_every, curve=curve,
                       recorded=recorded)
 
@@ -536,7 +536,7 @@ def _end_log(logger, info: dict, rounds_done: int | None) -> None:
 def _finish(built: BuiltRun, work: Path, *, status: str, rounds_done: int | None, diverged_at: int | None = None,
             curve: bool = True, recorded: dict | None = None) -> dict:
     """config.json's final content (returned) and the figures."""
-    info = {**resolved_config(built), "status": status, "rounds_done": rounds_done, **(recorded or {})}
+    info = {**built.resolved, "status": status, "rounds_done": rounds_done, **(recorded or {})}
     if diverged_at is not None:
         info["diverged_at_round"] = diverged_at
     if status == "interrupted":
@@ -635,7 +635,7 @@ def run_state(folder: Path, key: str, expected: dict | None = None) -> str:
     config as it was asked for (see ``as_requested``). A config.json that is there but cannot be
     read (too large, not JSON) is a ConfigError: a published run folder always has a good one."""
     from ..io.folders import waiting_output
-    from .config import run_key
+    from .config import as_requested, run_key
 
     partial = folder.parent / f".{folder.name}{PARTIAL_SUFFIX}"
     waiting = waiting_output(folder)
@@ -653,19 +653,6 @@ def run_state(folder: Path, key: str, expected: dict | None = None) -> str:
     if info.get("status") == INTERRUPTED and (folder / CHECKPOINT).is_file():
         return "resume"
     return "new"
-
-
-def as_requested(info: dict, expected: dict | None) -> dict:
-    """A run's config.json with the problem parameters asked to be chosen at run time
-    (``"auto"`` or ``"measure"``: an nn problem's client_chunk and layout are chosen when the run
-    starts, and config.json records the choice) put back as asked, so that its key is the one asked for."""
-    if not expected or not isinstance(expected.get("problem"), dict) or not isinstance(info.get("problem"), dict):
-        return info
-    autos = {k for k, v in expected["problem"].items() if v in ("auto", "measure")}
-    if not autos:
-        return info
-    asked = expected["problem"]
-    return {**info, "problem": {k: (asked[k] if k in autos else v) for k, v in info["problem"].items()}}
 
 
 def write_finished(work: Path, config: dict, rows: list[dict], *, status: str, rounds_done: int,
