@@ -74,6 +74,10 @@ def _add_run(sub) -> None:
                    help="save a checkpoint every R rounds (default: once a minute; 0: only when stopped and at the end)")
     p.add_argument("--resume", metavar="DIR", help="continue the stopped or killed run in DIR")
     p.add_argument("--restart", action="store_true", help="discard an interrupted run in --out and start over")
+    p.add_argument("--accept-changed-inputs", action="store_true",
+                   help="with --resume or --config: go on although a file the run read (its dataset, tokenizer, "
+                   "model folder, a trace) has changed since it was recorded; config.json records the change "
+                   "(docs/runs.md)")
     p.add_argument("--tensorboard", metavar="DIR",
                    help="also log every evaluated round to TensorBoard, in DIR/NAME (NAME: the --out folder's "
                    "name, NAME-2... if taken), and the config as hparams when the run ends; --resume keeps "
@@ -103,14 +107,17 @@ def _cmd_run(args) -> int:
         # --allow-model-import: this command line's permission to import the model the run's
         # config.json names (the run of a user's own model can then be resumed).
         result = resume_folder(out, rounds=args.rounds, progress=True, checkpoint_every=args.checkpoint_every,
-                               tensorboard=args.tensorboard, allow_model_import=args.allow_model_import)
+                               tensorboard=args.tensorboard, allow_model_import=args.allow_model_import,
+                               accept_changed_inputs=args.accept_changed_inputs)
     else:
         config = _run_config(args, RunConfig, config_from_json)
         out = args.out or f"runs/{_algorithm_name(config.algorithm)}"
         # Importing a user's model runs their code: only on this command line's say-so.
         allow_import = args.allow_model_import and not args.config
         result = run_to_folder(config, out, progress=True, checkpoint_every=args.checkpoint_every,
-                               restart=args.restart, allow_model_import=allow_import, tensorboard=args.tensorboard)
+                               restart=args.restart, allow_model_import=allow_import, tensorboard=args.tensorboard,
+                               expected_inputs=_replayed_inputs(args),
+                               accept_changed_inputs=args.accept_changed_inputs)
     last = result.last_row
     shown = ", ".join(f"{k}={v:.6g}" for k, v in last.items() if k not in ("round", "active"))
     print(f"round {last['round']}: {shown}")
@@ -124,6 +131,22 @@ def _cmd_run(args) -> int:
             f"diverged at round {result.diverged_at} ({detector.reason(last)}); what was computed is in {out}"
         )
     return 0
+
+
+def _replayed_inputs(args):
+    """The inputs a ``--config`` replay expects (runs/inputs.py), the parts given anew left out."""
+    from .errors import ConfigError
+
+    if not args.config:
+        if args.accept_changed_inputs:
+            raise ConfigError("--accept-changed-inputs goes with --resume DIR or --config FILE: "
+                              "a new run has no recorded inputs")
+        return None
+    from .runs.folder import expected_inputs_of, read_config
+
+    given = set(_given(args))
+    return expected_inputs_of(read_config(Path(args.config)), f"config {args.config!r}",
+                              skip=tuple(part for part in ("problem", "participation", "work") if part in given))
 
 
 def _print_log_dir(out: Path) -> None:
@@ -660,6 +683,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except MemoryError:
         return _fail("focusfl: error: out of memory (try fewer clients, rounds or a smaller problem)", 2)
+    except RuntimeError as exc:  # torch's allocators raise RuntimeError (OutOfMemoryError on a GPU)
+        from .limits import allocation_failure
+
+        reason = allocation_failure(exc)
+        if reason is None:
+            raise
+        return _fail(f"focusfl: error: out of memory: {reason} (try fewer clients, rounds or a smaller problem)", 2)
     except OSError as exc:
         where = f" {exc.filename!r}" if getattr(exc, "filename", None) else ""
         return _fail(f"focusfl: error: cannot access{where}: {exc.strerror or exc}", 2)

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..spec import parse_spec
-from .base import Algorithm, Communication, RoundContext, State
+from .base import Algorithm, Communication, RoundContext, State, StateSize, check_state_size
 from .fedau import FedAU
 from .fedavg import FedAvg
 from .fedavg_variants import FedAvgAll, FedAvgKnownP
@@ -83,6 +83,8 @@ __all__ = [
     "Communication",
     "RoundContext",
     "State",
+    "StateSize",
+    "check_state_size",
     "available_algorithms",
     "make_algorithm",
 ]

@@ -29,7 +29,7 @@ from typing import NamedTuple
 import torch
 
 from ..errors import ConfigError
-from .base import Algorithm, Communication, RoundContext, State
+from .base import Algorithm, Communication, RoundContext, State, StateSize
 from .fedavg import ModelDelta, local_sgd, no_client_state
 
 
@@ -60,9 +60,12 @@ class FedAU(Algorithm):
         if not isinstance(self.cutoff, int) or isinstance(self.cutoff, bool) or self.cutoff < 1:
             raise ConfigError(f"fedau: cutoff must be an integer >= 1, got {self.cutoff!r}")
 
+    def state_size(self, num_clients: int, dim: int) -> StateSize:
+        return StateSize(floats=dim + 3 * num_clients)  # x, and three counters per client
+
     def init(self, x0: torch.Tensor, num_clients: int) -> State:
-        zeros = x0.new_zeros(num_clients)
-        server = FedAUServer(x=x0.clone(), interval_sum=zeros, interval_count=zeros, absent_for=zeros)
+        server = FedAUServer(x=x0.clone(), interval_sum=x0.new_zeros(num_clients),
+                             interval_count=x0.new_zeros(num_clients), absent_for=x0.new_zeros(num_clients))
         return State(server, no_client_state(x0, num_clients))
 
     def client_round(self, server: FedAUServer, clients, oracle, ctx: RoundContext):

@@ -26,7 +26,7 @@ from typing import NamedTuple
 import torch
 
 from ..errors import ConfigError
-from .base import Algorithm, Communication, RoundContext, State, broadcast, live_mask, max_steps
+from .base import Algorithm, Communication, RoundContext, State, StateSize, broadcast, live_mask, max_steps
 
 WEIGHTINGS = ("active", "all", "known_p")
 
@@ -105,6 +105,9 @@ class FedAvg(Algorithm):
         if len(p) != problem.num_clients:
             raise ConfigError(f"fedavg: p has {len(p)} entries for {problem.num_clients} clients")
         return dataclasses.replace(self, p=p)  # keeps the class: fedavg_known_p stays itself
+
+    def state_size(self, num_clients: int, dim: int) -> StateSize:
+        return StateSize(floats=dim)  # x; clients keep nothing
 
     def init(self, x0, num_clients):
         return State(ModelServer(x=x0.clone()), no_client_state(x0, num_clients))

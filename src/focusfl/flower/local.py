@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -59,6 +60,14 @@ focusfl = "{}"
 
 TAG = "FOCUSFL_FEDERATION"  # environment variable naming the federation a process belongs to
 GRACE = 3.0  # seconds processes get to exit after SIGTERM before SIGKILL (node state is durable)
+# Seconds a stopped ServerApp gets to write the rounds done (run folder, figures) before the rest stops.
+SERVER_APP_GRACE = 30.0
+SERVER_APP = "flwr-serverapp"
+WAIT_CHUNK = 3600.0  # a wait is split into waits of at most this long: poll() takes milliseconds in a C int
+# Flower's executables a local federation starts, directly or through the SuperLink's SuperExec
+# (which finds them on PATH): warm nodes run in this Python (warm.py), cold ones start their own.
+TOOLS = ("flower-superlink", "flower-superexec", "flwr", SERVER_APP)
+COLD_NODE_TOOLS = ("flower-supernode", "flwr-clientapp")
 
 
 def write_app(folder: Path) -> Path:
@@ -112,6 +121,9 @@ class LocalFederation:
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(FLWR_HOME=str(self.home), FLWR_TELEMETRY_ENABLED="0", PYTHONUNBUFFERED="1")
+        # Flower starts flower-superexec and flwr-serverapp by name: the ones beside this Python
+        # come first, so an unactivated venv (or a pipx install) called by its full path works.
+        env["PATH"] = os.pathsep.join([tools_folder(), *filter(None, [env.get("PATH", os.defpath)])])
         env[TAG] = self.tag  # inherited by the SuperExec and the flwr-serverapp it starts
         if self.warm:  # the SuperLink's SuperExec asks for the ServerApp task every 0.05 s, not 1 s
             env["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"] = "0.05"
@@ -146,6 +158,7 @@ class LocalFederation:
         self.stop()
 
     def start(self) -> None:
+        check_tools(self.warm)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.home.mkdir(parents=True, exist_ok=True)
         write_app(self.workdir / "app")
@@ -243,7 +256,7 @@ class LocalFederation:
                                    stderr=subprocess.STDOUT, text=True, start_new_session=True)
         self.processes["flwr-run"] = process
         try:
-            output, _ = process.communicate(timeout=timeout)
+            output = _communicate(process, timeout)
         except subprocess.TimeoutExpired:
             _kill_group(process, signal.SIGKILL)
             output, _ = process.communicate()
@@ -258,6 +271,7 @@ class LocalFederation:
         while this runs is held off, so that it cannot leave orphans behind."""
         every = [*self.retired, *self.processes.values()]
         with _signals_held():
+            self._stop_server_app()
             self._signal_all(every, signal.SIGTERM)
             deadline = time.monotonic() + GRACE
             while time.monotonic() < deadline and (federation_processes(self.tag)
@@ -274,6 +288,18 @@ class LocalFederation:
                 if not federation_processes(self.tag) or time.monotonic() > deadline:
                     break
                 time.sleep(0.1)
+
+    def _stop_server_app(self) -> None:
+        """SIGTERM to the running ServerApp first, and time to write the rounds done
+        (server_app.py keeps them as an interrupted run folder) while the SuperLink still runs."""
+        apps = [pid for pid in federation_processes(self.tag) if SERVER_APP in _command_line(pid)]
+        for pid in apps:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + SERVER_APP_GRACE
+        while apps and time.monotonic() < deadline:
+            apps = [pid for pid in apps if _alive(pid)]
+            time.sleep(0.1)
 
     def _signal_all(self, processes: list[subprocess.Popen], sig: int) -> None:
         for process in processes:
@@ -365,7 +391,66 @@ def _kill_group(process: subprocess.Popen, sig: int) -> None:
         pass
 
 
+def tools_folder() -> str:
+    """The folder of this Python's console scripts (a venv's bin, not the interpreter it links to)."""
+    return str(Path(sys.executable).parent)
+
+
 def _tool(name: str) -> str:
-    """A Flower console script next to this Python (the one focusfl runs in)."""
-    candidate = Path(sys.executable).parent / name
-    return str(candidate) if candidate.exists() else name
+    """A Flower console script next to this Python (the one focusfl runs in), else on PATH."""
+    candidate = Path(tools_folder()) / name
+    if candidate.is_file() and os.access(candidate, os.X_OK):
+        return str(candidate)
+    found = shutil.which(name)
+    if found is None:
+        raise ConfigError(f"Flower's executable {name!r} was found neither next to this Python "
+                          f"({tools_folder()}) nor on PATH; install Flower into the Python that runs focusfl: "
+                          f"{sys.executable} -m pip install 'focusfl[flower]'")
+    return found
+
+
+def check_tools(warm: bool = True) -> None:
+    """Every Flower executable a local federation needs is there: one line naming a missing one,
+    before any process starts."""
+    for name in (*TOOLS, *(() if warm else COLD_NODE_TOOLS)):
+        _tool(name)
+
+
+def _communicate(process: subprocess.Popen, timeout: float) -> str:
+    """``process.communicate(timeout)`` in waits of at most WAIT_CHUNK seconds: one wait of more
+    than about 24 days overflows poll()'s millisecond argument (OverflowError); an infinite
+    ``timeout`` waits for ever."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            output, _ = process.communicate(timeout=max(0.0, min(left, WAIT_CHUNK)))
+            return output
+        except subprocess.TimeoutExpired:
+            if left <= WAIT_CHUNK:
+                raise
+
+
+def _command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        try:
+            import psutil
+
+            return " ".join(psutil.Process(pid).cmdline())
+        except Exception:  # psutil missing, or the process is gone
+            return ""
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie, exited and waiting for its parent, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True

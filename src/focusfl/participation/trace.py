@@ -161,5 +161,9 @@ class TraceParticipation(ParticipationProcess):
         """Unknown: a recording has no model behind it (``empirical_p`` of the data is the estimate)."""
         return None
 
+    def input_paths(self) -> dict[str, Path]:
+        """The recorded file (a run records its digest: runs/inputs.py)."""
+        return {"trace": self.path}
+
     def _params(self) -> dict[str, Any]:
         return {"path": str(self.path)}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, ClassVar
 
 import torch
@@ -137,6 +138,12 @@ class Problem(abc.ABC):
         """Make the choices a problem defers to run time now (a neural network's formulation,
         when measured), so that :meth:`describe` records them before a run writes its record:
         a run stopped at any point resumes computing the same way. Default: nothing deferred."""
+
+    def input_paths(self) -> dict[str, Path | tuple[Path, ...]]:
+        """The files and folders the problem was built from, by what they are (``data``,
+        ``tokenizer``, ``model``; an entry may be several files): a run records their digest and a
+        resume refuses changed ones (runs/inputs.py). Problems drawn from the seed alone read none."""
+        return {}
 
     @abc.abstractmethod
     def describe(self) -> dict[str, Any]:

@@ -132,6 +132,18 @@ class HuggingFaceNetwork(NeuralNetwork):
             return super().test_inputs()
         return self.test_images  # cut per evaluation batch
 
+    def input_paths(self) -> dict[str, Path]:
+        """The dataset (its file or folder), the tokenizer folder and a pretrained model's folder."""
+        p = self.params
+        paths = {"data": Path(_resolve(p["data"], p["data_dir"])[3:]).resolve()}
+        if p["tokenizer"]:
+            paths["tokenizer"] = Path(p["tokenizer"]).expanduser().resolve()
+        model = str(p["model"])
+        for prefix in ("hf:", "hf-config:"):
+            if model.startswith(prefix):
+                paths["model"] = Path(model[len(prefix):]).expanduser().resolve()
+        return paths
+
     def data_fingerprint(self) -> str:
         """nn's digest of the client data (training inputs, labels, partition) and of the initial
         model: the token ids already depend on the tokenizer, and a node's copy of a pretrained

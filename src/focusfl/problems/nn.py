@@ -37,6 +37,7 @@ import copy
 import hashlib
 import math
 import time
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -135,6 +136,7 @@ class NeuralNetwork(Problem):
         else:
             p["data"] = dataset.name
         train, test = split_test(dataset, float(p["test_fraction"]), int(p["seed"]))
+        self._dataset_files = dataset.files
         self.num_classes = dataset.num_classes
         self.input_shape = tuple(train.images.shape[1:])
         parts = make_partition(
@@ -559,6 +561,11 @@ class NeuralNetwork(Problem):
                 digest.update(array.reshape(-1).view(np.uint8))
             cached = self._data_fingerprint = digest.hexdigest()[:32]
         return cached
+
+    def input_paths(self) -> dict[str, Path | tuple[Path, ...]]:
+        """The dataset's files: ``data``, the file or the files it was read from."""
+        files = tuple(Path(f).resolve() for f in getattr(self, "_dataset_files", ()))
+        return {"data": files[0] if len(files) == 1 else files} if files else {}
 
     def settle(self) -> None:
         """Choose the formulation now (measured, if asked): describe() then records it."""

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..algorithms import make_algorithm
+from ..algorithms import check_state_size, make_algorithm
 from ..algorithms.base import check_work_process
 from ..engine import Resume, RunResult, simulate
 from ..errors import ConfigError, FocusflError
@@ -114,6 +114,7 @@ def build(config: RunConfig, *, problems: dict | None = None, allow_model_import
     config = config.with_problem_defaults()
     problem, asked = problem_of(config, problems=problems, allow_model_import=allow_model_import)
     algorithm = _part("algorithm", lambda: make_run_algorithm(config, problem))
+    _part("algorithm", lambda: check_state_size(algorithm, problem))  # its [N, d] tables, before init
     # The problem is passed along for processes that depend on the clients' data (label).
     participation = _part("participation", lambda: make_participation(
         config.participation, problem.num_clients, seed=config.seed, problem=problem))

@@ -42,9 +42,10 @@ from ..problems.models import refuse_model_import
 from .checkpoint import (CHECKPOINT, MODEL, Checkpoint, load_checkpoint, resume_from, save_checkpoint, save_model,
                          take_checkpoint)
 from ..io.atomic import csv_cell, write_json
-from ..io.folders import MARKER, Output, open_output
+from ..io.folders import MARKER, PARTIAL_SUFFIX, Output, open_output, read_marker
 from .config import RunConfig, config_from_json
 from .driver import BuiltRun, build, execute
+from .inputs import CHANGED, INPUTS, check_inputs, input_digests, recorded_changes, recorded_inputs, unpinned
 
 METRICS = "metrics.csv"
 CONFIG = "config.json"
@@ -199,6 +200,8 @@ def run_to_folder(
     allow_model_import: bool = False,
     curve: bool = True,
     tensorboard: str | Path | None = None,
+    expected_inputs: dict | None = None,
+    accept_changed_inputs: bool = False,
 ) -> RunResult:
     """Build, run and write metrics.csv, config.json, curve.png, checkpoint.pt and model.pt into ``out``.
 
@@ -207,9 +210,14 @@ def run_to_folder(
     ``allow_model_import`` is the caller's permission to import a user's model (never stored).
     ``curve=False`` leaves out curve.png (a sweep draws its runs together; drawing one costs more
     than a small run). ``tensorboard``: a folder to log the run into, as ``DIR/<name of out>``.
+    ``expected_inputs``: a replay's recorded input digests (runs/inputs.py: ``{"recorded": ...,
+    "skip": parts}``); inputs that differ are refused unless ``accept_changed_inputs``.
     """
     root = _tensorboard_root(tensorboard, out)
+    if expected_inputs is not None:
+        config = unpinned(config)
     built = build(config, allow_model_import=allow_model_import)
+    recorded = _inputs_record(built, expected_inputs, accept_changed_inputs, "the run replayed")
     with open_output(out, kind="run") as output:
         killed = output.found_partial and (output.work / CHECKPOINT).is_file()
         if (killed or _stopped(output.target)) and not restart:
@@ -223,7 +231,6 @@ def run_to_folder(
         # Choices deferred to run time (a measured nn formulation) are made before config.json is
         # first written, so a run killed at any point resumes computing the same way.
         built.problem.settle()
-        recorded = {}
         if root is not None:
             from .tensorboard import claim_log_dir
 
@@ -231,6 +238,24 @@ def run_to_folder(
         write_json(output.work / CONFIG, {**built.resolved, "status": "running", **recorded})
         return _drive(built, output, None, progress=progress, checkpoint_every=checkpoint_every, curve=curve,
                       recorded=recorded)
+
+
+def _inputs_record(built: BuiltRun, expected: dict | None, accept: bool, what: str, earlier: list = ()) -> dict:
+    """config.json's ``inputs`` (and ``inputs_changed``) of ``built``, after comparing them with
+    the ``expected`` ones of a replay or resume (ConfigError on a change not accepted)."""
+    current = input_digests(built)
+    record: dict[str, Any] = {INPUTS: current} if current else {}
+    if expected is not None:
+        changes = check_inputs(expected["recorded"], current, accept=accept, what=what, skip=expected.get("skip", ()))
+        if changes or earlier:
+            record[CHANGED] = [*earlier, *changes]
+    return record
+
+
+def expected_inputs_of(data: dict, where: str, skip: tuple[str, ...] = ()) -> dict:
+    """What a replay of the config.json content ``data`` expects to read (see run_to_folder);
+    ``skip``: the parts (problem, participation, work) given anew beside it."""
+    return {"recorded": recorded_inputs(data, where), "skip": skip}
 
 
 def _refuse_import_on_resume(problem, out: Path) -> None:
@@ -248,8 +273,15 @@ def _refuse_import_on_resume(problem, out: Path) -> None:
 def resume_folder(
     out: str | Path, *, rounds: int | None = None, progress: bool = False, checkpoint_every: int | None = None,
     curve: bool = True, tensorboard: str | Path | None = None, allow_model_import: bool = False,
+    accept_changed_inputs: bool = False,
 ) -> RunResult:
     """Continue the run in ``out`` from its checkpoint; ``rounds`` extends a finished run.
+
+    Everything is read where it is and checked before anything is written: config.json and the
+    checkpoint (its size against what a checkpoint of this run takes, then its tensors), the
+    rounds, metrics.csv and the inputs (runs/inputs.py: a run whose data changed goes on only
+    with ``accept_changed_inputs``). A refused resume leaves ``out`` and its surroundings as they
+    were. Only then does a partial folder get the rows of metrics.csv up to the checkpoint.
 
     A run of a user's model (``nn:model=package.module:factory``) resumes only with
     ``allow_model_import``: the caller's permission to import the model its config.json names
@@ -259,36 +291,37 @@ def resume_folder(
     ``tensorboard`` starts a log for a run that had none (the rows so far are logged first), and
     must name the folder it logs in if it has one."""
     out = Path(out)
+    _check_resumable(out)
     root = _tensorboard_root(tensorboard, out)
-    with open_output(out, kind="run") as output:
-        work = output.work
-        if not (output.found_partial and (work / CHECKPOINT).is_file()):
-            if not (out / CHECKPOINT).is_file():
-                raise ConfigError(f"nothing to resume in {str(out)!r}: it holds no checkpoint of a focusfl run")
-            _clear(work)
-            for name in (CONFIG, METRICS, CHECKPOINT):
-                if (out / name).is_file():
-                    shutil.copy2(out / name, work / name)
-        data = _read_json(work / CONFIG)
-        config = config_from_json(data, where=f"{out}/{CONFIG}")
+    with open_output(out, kind="run", create=False) as output:
+        # A killed run's partial folder is newer than anything published in out.
+        source = output.work if output.found_partial and (output.work / CHECKPOINT).is_file() else out
+        if not (source / CHECKPOINT).is_file():
+            raise ConfigError(f"nothing to resume in {str(out)!r}: it holds no checkpoint of a focusfl run")
+        data = _read_json(source / CONFIG)
+        config = config_from_json(data, where=f"{source}/{CONFIG}")
         if not allow_model_import:  # a file's word alone never runs code
             _refuse_import_on_resume(config.problem, out)
         log_dir = _stored_log_dir(data, out, root)
         if rounds is not None:
             config = config.replace(rounds=rounds)
-        built = build(config, allow_model_import=allow_model_import)
-        reference = built.algorithm.prepare(built.problem, built.participation, seed=config.seed).init(
-            built.problem.initial_point(), built.problem.num_clients
-        )
-        checkpoint = load_checkpoint(work / CHECKPOINT, reference, built.problem.num_clients)
+        built = build(unpinned(config), allow_model_import=allow_model_import)
+        recorded = _inputs_record(built, expected_inputs_of(data, f"{source}/{CONFIG}"), accept_changed_inputs,
+                                  f"the run in {out}", earlier=recorded_changes(data))
+        checkpoint = _read_checkpoint(built, source / CHECKPOINT, config.seed)
         if checkpoint.round >= config.rounds:
             raise ConfigError(
                 f"{out} has run {checkpoint.round} of {config.rounds} rounds already; "
                 f"give --rounds R with R > {checkpoint.round} to run it further"
             )
-        if not (work / METRICS).is_file():
-            raise DataError(f"{out}: metrics.csv is missing; the run cannot be resumed")
-        recorded = {}
+        _check_metrics(source / METRICS, checkpoint.metrics_bytes, out)
+        work = output.work
+        if source != work:
+            from ..limits import check_disk_space
+
+            check_disk_space(checkpoint.metrics_bytes, out.parent,
+                             f"the {checkpoint.metrics_bytes:,} bytes of {out}/metrics.csv to continue from")
+            _start_from(output, source / METRICS, checkpoint.metrics_bytes)
         if log_dir is None and root is not None:
             from .tensorboard import claim_log_dir
 
@@ -298,6 +331,60 @@ def resume_folder(
         write_json(work / CONFIG, {**built.resolved, "status": "running", **recorded})
         return _drive(built, output, checkpoint, progress=progress, checkpoint_every=checkpoint_every, curve=curve,
                       recorded=recorded)
+
+
+def _check_resumable(out: Path) -> None:
+    """``out`` is a folder, or a killed run's partial folder stands beside it: else one line,
+    before anything (not even a lock file) is made."""
+    partial = out.parent / f".{out.name}{PARTIAL_SUFFIX}"
+    if out.is_dir() or partial.is_dir():
+        return
+    what = "is not a folder" if out.exists() else "does not exist"
+    raise ConfigError(f"nothing to resume in {str(out)!r}: it {what}")
+
+
+def _read_checkpoint(built: BuiltRun, path: Path, seed: int) -> Checkpoint:
+    """The checkpoint at ``path``, read in place and checked against a fresh state of ``built``."""
+    reference = built.algorithm.prepare(built.problem, built.participation, seed=seed).init(
+        built.problem.initial_point(), built.problem.num_clients
+    )
+    return load_checkpoint(path, reference, built.problem.num_clients)
+
+
+def _check_metrics(path: Path, length: int, out: Path) -> None:
+    """metrics.csv holds at least the ``length`` bytes its checkpoint records."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        raise DataError(f"{out}: metrics.csv is missing; the run cannot be resumed") from None
+    if size < length:
+        raise DataError(f"{path} is shorter than its checkpoint records ({size} of {length} bytes); "
+                        "the run cannot be resumed")
+
+
+def _start_from(output: Output, metrics: Path, length: int) -> None:
+    """A fresh partial folder with the first ``length`` bytes of the published ``metrics``; on a
+    failure (a full disk) no partial folder is left."""
+    output.create()
+    try:
+        _clear(output.work)
+        _copy_prefix(metrics, output.work / METRICS, length)
+    except BaseException:
+        if not output.found_partial:
+            output.discard()
+        raise
+
+
+def _copy_prefix(source: Path, target: Path, length: int) -> None:
+    """The first ``length`` bytes of ``source`` into ``target``."""
+    with open(source, "rb") as reader, open(target, "wb") as writer:
+        left = length
+        while left > 0:
+            chunk = reader.read(min(left, 1 << 20))
+            if not chunk:
+                raise DataError(f"{source} is shorter than its checkpoint records; the run cannot be resumed")
+            writer.write(chunk)
+            left -= len(chunk)
 
 
 def _tensorboard_root(tensorboard: str | Path | None, out: str | Path) -> Path | None:
@@ -547,11 +634,14 @@ def run_state(folder: Path, key: str, expected: dict | None = None) -> str:
     from) or 'new' (nothing usable: run it from the start). ``expected``: the run's resolved
     config as it was asked for (see ``as_requested``). A config.json that is there but cannot be
     read (too large, not JSON) is a ConfigError: a published run folder always has a good one."""
-    from ..io.folders import PARTIAL_SUFFIX
+    from ..io.folders import waiting_output
     from .config import as_requested, run_key
 
     partial = folder.parent / f".{folder.name}{PARTIAL_SUFFIX}"
-    if (partial / CHECKPOINT).is_file():
+    waiting = waiting_output(folder)
+    if waiting is not None:
+        folder = waiting  # a finished run whose publication was cut short: the next writer publishes it
+    elif (partial / CHECKPOINT).is_file() and (read_marker(partial) or {}).get("state") == "partial":
         return "resume"  # a killed run: newer than anything published in folder
     if not (folder / CONFIG).is_file():
         return "new"
