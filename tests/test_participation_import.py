@@ -300,3 +300,16 @@ def test_a_trace_too_large_to_read_back_is_refused_before_writing(files, capsys,
     out = files / "big.csv"
     assert main(["participation", "import", "matrix", str(files / "matrix.csv"), "--out", str(out)]) == 2
     assert "import fewer --rounds or --clients" in capsys.readouterr().err and not out.exists()
+
+
+def test_a_round_that_crosses_the_end_of_the_recording_continues_at_its_start():
+    # Spells 80..100 and 0..20 of a 100 s recording: the round [90, 120] is [90, 100] then [0, 20].
+    starts, ends = importing.merged([(80, 100), (0, 10), (10, 20)])  # touching spells are joined
+    assert starts.tolist() == [0, 80] and ends.tolist() == [20, 100]
+    device = importing.Availability(starts, ends, origin=0.0, span=100.0)
+    whole = importing.availability_mask([device], 30.0, 4, "whole")[:, 0]
+    start = importing.availability_mask([device], 30.0, 4, "start")[:, 0]
+    assert whole.tolist() == [False, False, False, True] and start.tolist() == [True, False, False, True]
+    # A round longer than the recording is whole only if the device is always available.
+    always = importing.Availability(np.array([0.0]), np.array([100.0]), origin=0.0, span=100.0)
+    assert importing.availability_mask([device, always], 250.0, 2, "whole").tolist() == [[False, True]] * 2

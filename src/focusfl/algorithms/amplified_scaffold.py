@@ -76,6 +76,8 @@ class AmplifiedScaffold(Algorithm):
     name = "amplified_scaffold"
     summary = "SCAFFOLD with control variates refreshed and the model step amplified once per period P; 2 down, 2 up"
     partial_work = True
+    # Not in the FOCUS paper's Figure 4 (reproduce ridge); the report's suite section compares it.
+    in_paper_figure = False
 
     amplification: float = 1.5
     period: int | None = None  # P; None: the participation's cycle (1 without one)

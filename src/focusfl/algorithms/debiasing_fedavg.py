@@ -49,6 +49,8 @@ class DebiasingFedAvg(Algorithm):
     name = "debiasing_fedavg"
     summary = "FedAvg reweighted by 1/(N p_i), p_i the client's participation frequency so far (correlated participation)"
     partial_work = True
+    # Not in the FOCUS paper's Figure 4 (reproduce ridge); the report's suite section compares it.
+    in_paper_figure = False
 
     server_lr: float = 1.0
 

@@ -61,6 +61,8 @@ class FedStale(Algorithm):
     name = "fedstale"
     summary = "beta-mix of fresh and stale (table) updates: FedAvg at 0, FedVARP at 1 (N d memory)"
     partial_work = True
+    # Not in the FOCUS paper's Figure 4 (reproduce ridge); the report's suite section compares it.
+    in_paper_figure = False
 
     server_lr: float = 1.0
     beta: float = 0.5
