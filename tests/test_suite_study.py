@@ -13,7 +13,7 @@ from focusfl.experiments.suite_study import (
     ALGORITHMS, CYCLIC, EXACT, FEDSTALE_ENDS, PLATEAU, PROCESSES, Verdict, between_ends_verdict, claims,
     exact_everywhere_verdict, faster_verdict, lower_plateau_verdict, plateau_everywhere_verdict,
 )
-from focusfl.experiments.tune import TuneSearch, TuneSetup, lr_grid, tune
+from focusfl.experiments.tune import TuneSearch, lr_grid, setup as tune_setup, tune
 from focusfl.io.atomic import read_csv
 
 
@@ -115,8 +115,8 @@ def test_a_tuned_step_at_the_grids_edge_makes_a_comparison_inconclusive():
 # -- tuning and the runs --------------------------------------------------------------------------
 def test_tuning_over_seeds_picks_what_focusfl_tune_picks(tmp_path):
     grid = lr_grid(1e-3, 1e-2, 3)
-    setup = TuneSetup(problem="ridge:dim=4,clients=4,samples=10", participation="bernoulli:p=0.3;0.5;0.7;0.9",
-                      rounds=60, local_steps=2, target=1e-8, eval_every=10)
+    setup = tune_setup(problem="ridge:dim=4,clients=4,samples=10", participation="bernoulli:p=0.3;0.5;0.7;0.9",
+                       rounds=60, local_steps=2, target=1e-8, eval_every=10)
     for algorithm in ("focus", "fedavg"):
         assert tune(setup, TuneSearch(algorithms=(algorithm,), lr_min=grid[0], lr_max=grid[-1], points=3, seeds=2,
                                       out=str(tmp_path / algorithm))) == 0

@@ -88,10 +88,10 @@ class AmplifiedScaffold(Algorithm):
                                         or self.period < 1):
             raise ConfigError(f"amplified_scaffold: period must be an integer >= 1, got {self.period!r}")
 
-    def prepare(self, problem, participation) -> "AmplifiedScaffold":
+    def prepare(self, problem, participation, *, seed: int | None = None) -> "AmplifiedScaffold":
         if self.period is not None:
             return self
-        cycle = getattr(participation, "cycle", None)  # Flower's "available" has none
+        cycle = getattr(participation, "cycle", None)  # None: a federation of whoever answers
         return dataclasses.replace(self, period=(cycle() if cycle is not None else None) or 1)
 
     def init(self, x0: torch.Tensor, num_clients: int) -> State:

@@ -82,7 +82,7 @@ class FedStale(Algorithm):
                                         or self.cutoff < 1):
             raise ConfigError(f"fedstale: cutoff must be an integer >= 1, got {self.cutoff!r}")
 
-    def prepare(self, problem, participation) -> "FedStale":
+    def prepare(self, problem, participation, *, seed: int | None = None) -> "FedStale":
         if self.weighting != "known_p":
             return self
         return dataclasses.replace(self, p=known_rates("fedstale", self.p, problem, participation))

@@ -18,7 +18,6 @@ an end of the grid (no interior optimum) is "inconclusive".
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import pickle
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ import numpy as np
 from ..errors import FocusflError
 from ..io.atomic import open_atomic, write_text
 from .studies import TARGET, work_trial
-from .tune import TuneSetup, lr_grid, pick_best
+from .tune import TuneSetup, lr_grid, pick_best, setup as tune_setup
 
 PROBLEM = "ridge:dim=10,clients=8,samples=20"
 CLIENTS = 8
@@ -124,8 +123,8 @@ def mean_over_seeds(trials: Sequence[dict]) -> dict:
 def tuned_cell(algorithm: str, setup: TuneSetup, grid: Sequence[float], seeds: int) -> dict:
     """The best step of ``grid`` for ``algorithm`` (mean over ``seeds`` seeds), with whether it
     sits at an end of the grid."""
-    per_step = [mean_over_seeds([work_trial(algorithm, lr, dataclasses.replace(setup, seed=seed), "fixed")
-                                 for seed in range(seeds)]) for lr in grid]
+    per_seed = [TuneSetup(setup.run.replace(seed=seed), setup.target) for seed in range(seeds)]
+    per_step = [mean_over_seeds([work_trial(algorithm, lr, one, "fixed") for one in per_seed]) for lr in grid]
     best = pick_best(per_step)
     return {"algorithm": algorithm, "lr": best["lr"], "rounds_to_target": best["first_round_below_target"],
             "final": best["final"], "diverged": best["diverged_at"] is not None, "curve": best["curve"],
@@ -137,8 +136,8 @@ def run_study(sizes: SuiteSizes, processes: dict[str, str], algorithms: Sequence
     grid = GRID[:: sizes.grid_every]
     rows = []
     for label, spec in processes.items():
-        setup = TuneSetup(problem=PROBLEM, participation=spec, rounds=sizes.rounds, local_steps=LOCAL_STEPS,
-                          target=TARGET, eval_every=sizes.eval_every)
+        setup = tune_setup(problem=PROBLEM, participation=spec, rounds=sizes.rounds, local_steps=LOCAL_STEPS,
+                           target=TARGET, eval_every=sizes.eval_every)
         for algorithm in algorithms:
             rows.append({"process": label, **tuned_cell(algorithm, setup, grid, sizes.seeds)})
     return rows
