@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import math
 
-import pytest
-
 from focusfl.experiments import suite_study
 from focusfl.experiments.suite_study import (
     ALGORITHMS, CYCLIC, EXACT, FEDSTALE_ENDS, PLATEAU, PROCESSES, Verdict, between_ends_verdict, claims,
