@@ -80,8 +80,8 @@ def test_vectorized_equals_reference_loop_for_the_small_cnn(algorithm, batching)
         assert torch.allclose(a, b, rtol=0, atol=1e-6)
     moved = alg.model(vec.state) - problem.initial_point()
     assert float(moved.abs().max()) > 1e-3  # the runs did train
-    # FedPBC's catch-up is a masked loop (as a short client's): the vectorized engine computes
-    # minibatch losses for masked rows too, and train_loss counts every loss computed.
+    # FedPBC's catch-up is a masked loop over (round, step) blocks: without a work process
+    # train_loss counts every loss its oracle calls measured, masked rows included (fedpbc.py).
     masked = {"train_loss"} if algorithm == "fedpbc" else set()
     for row_v, row_r in zip(vec.rows, ref.rows):
         assert row_v.keys() == row_r.keys()

@@ -24,8 +24,11 @@ are keyed, as every draw, by the round they are computed in, with the step index
 for step j of the round b rounds back; with a step-size schedule the catch-up takes this round's
 step). The computation is the algorithm's own: every client does tau steps in every round.
 The vectorized engine runs as many blocks as the longest catch-up of the round, masking the
-clients that have none left (as for short clients): on neural networks the problem's train_loss
-counts those masked minibatches too, so it differs from the reference loop's (the model does not).
+clients that have none left. On neural networks train_loss (problems/base.py live_losses) then
+differs from the reference loop's without a work process, because it counts every minibatch
+loss of the round's oracle calls, the masked rows' included; under a work process it counts the
+steps below each client's count, i.e. this round's own training only, and the engines agree.
+The model is the same in every engine.
 
 ``server_lr`` = gamma: the authors' code moves a local model by (1 + lr_global) times its local
 progress (w += (w - w_prev) * lr_global, default lr_global = 1); gamma = 1, the default, is the
