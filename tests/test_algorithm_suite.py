@@ -25,7 +25,7 @@ LOGISTIC = "logistic:dim=5,clients=8,samples=20,reg=0.1"
 SUMMING = {"focus", "sg_focus"}
 # Drift-corrected methods converge exactly under full participation; FedAvg-like ones (and
 # any algorithm registered later without a claim here) must at least cut the error tenfold.
-EXACT_AT_FULL = {"focus", "sg_focus", "fedsum_b", "fedsum", "fedsum_cr", "scaffold", "proxskip"}
+EXACT_AT_FULL = {"focus", "sg_focus", "fedsum_b", "fedsum", "fedsum_cr", "scaffold", "amplified_scaffold", "proxskip"}
 
 
 def step_size(name: str, base: float, num_clients: int) -> float:
@@ -58,12 +58,14 @@ def test_published_communication_costs():
     expected = {
         "fedsum_b": (1, 1), "fedsum": (2, 1), "fedsum_cr": (1, 1), "scaffold": (2, 2), "mifa": (1, 1),
         "fedvarp": (1, 1), "fedau": (1, 1), "fedawe": (1, 1), "proxskip": (1, 1), "focus": (1, 1),
+        "amplified_scaffold": (2, 2), "fedstale": (1, 1), "fedpbc": (1, 1), "debiasing_fedavg": (1, 1),
     }
     for name, (down, up) in expected.items():
         comm = ALGORITHMS[name]().communication()
         assert (comm.down, comm.up) == (down, up), name
     # Only the table methods keep O(N d) on the server; FedSUM-CR pays one more client vector.
-    assert {n for n in NAMES if ALGORITHMS[n]().communication().server_memory_per_client} == {"mifa", "fedvarp"}
+    assert {n for n in NAMES if ALGORITHMS[n]().communication().server_memory_per_client} == {"mifa", "fedvarp",
+                                                                                               "fedstale"}
     memory = {name: ALGORITHMS[name]().communication().client_memory for name in ("fedsum", "fedsum_cr")}
     assert memory["fedsum_cr"] == memory["fedsum"] + 1
 
@@ -72,7 +74,10 @@ def test_published_communication_costs():
     "spec",
     ["fedsum:server_lr=0", "scaffold:server_lr=-1", "mifa:server_lr=nan", "fedvarp:server_lr=0",
      "fedau:cutoff=0", "fedawe:server_lr=0", "fedsum_b:local_steps=0", "proxskip:random_steps=2",
-     "proxskip:coin_seed=-1", "fedsum_cr:lr=0"],
+     "proxskip:coin_seed=-1", "fedsum_cr:lr=0", "fedstale:beta=1.5", "fedstale:beta=-0.1",
+     "fedstale:weighting=p", "fedstale:p=2", "fedstale:cutoff=0", "amplified_scaffold:amplification=0",
+     "amplified_scaffold:period=0", "amplified_scaffold:period=1.5", "fedpbc:server_lr=0",
+     "debiasing_fedavg:server_lr=-1"],
 )
 def test_invalid_hyperparameters_raise_one_line_config_errors(spec):
     with pytest.raises(ConfigError) as info:

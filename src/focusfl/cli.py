@@ -213,13 +213,78 @@ def _add_reproduce(sub) -> None:
 
 # -- participation -------------------------------------------------------------------------------
 def _add_participation(sub) -> None:
-    p = sub.add_parser("participation", help="statistics (p_i, q_i, delays) of a participation process")
-    p.add_argument("spec", help="participation SPEC, e.g. bernoulli or markov:rho=0.8")
-    p.add_argument("--clients", type=positive_int, default=16)
-    p.add_argument("--rounds", type=positive_int, default=1000)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--plot", help="write an availability raster to this PNG, PDF or SVG file")
+    p = sub.add_parser("participation", help="statistics (p_i, q_i, delays) of a participation process; "
+                       "`participation import` converts recorded availability traces")
+    own = _Parser(prog=p.prog, add_help=False)  # the options after SPEC (see _SpecOrSubcommand)
+    for parser in (p, own):
+        parser.add_argument("--clients", type=positive_int, default=16)
+        parser.add_argument("--rounds", type=positive_int, default=1000)
+        parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument("--plot", help="write an availability raster to this PNG, PDF or SVG file")
+    commands = p.add_subparsers(dest="spec", metavar="SPEC", required=True, action=_SpecOrSubcommand,
+                                help="participation SPEC, e.g. bernoulli or markov:rho=0.8; or `import` (below)")
+    commands.own = own
+    _add_participation_import(commands)
     p.set_defaults(handler=_cmd_participation)
+
+
+class _SpecOrSubcommand(argparse._SubParsersAction):
+    """The first word of `focusfl participation`: a subcommand's name (`import`), or else the
+    process SPEC, whose options after it are the command's own."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if values[0] in self._name_parser_map:
+            return super().__call__(parser, namespace, values, option_string)
+        if {"-h", "--help"} & set(values[1:]):
+            parser.print_help()
+            parser.exit()
+        setattr(namespace, self.dest, values[0])
+        self.own.parse_args(values[1:], namespace)
+
+
+def _add_participation_import(commands) -> None:
+    from .participation.importing import CONDITIONS, FORMATS, IDLE, RULES
+
+    p = commands.add_parser("import", help="convert a FedScale, FLASH or clients x rounds availability file into "
+                            "a participation trace, with its statistics")
+    p.add_argument("format", choices=list(FORMATS), help="fedscale (behaviour pickle), flash (state JSON) or "
+                   "matrix (clients x rounds 0/1, .csv or .npy)")
+    p.add_argument("path", help="the recording")
+    p.add_argument("--round-seconds", type=float, metavar="S", help="seconds a round lasts (fedscale, flash)")
+    p.add_argument("--out", help="write the trace to this .csv (replaced only if focusfl wrote it); "
+                   "without it only the statistics are printed")
+    p.add_argument("--rounds", type=positive_int, help="rounds to import (default: the recording's span)")
+    p.add_argument("--clients", type=positive_int, help="import the first N devices only (in the order of their ids)")
+    p.add_argument("--rule", choices=RULES, default="start", help="a client takes part in a round if available at "
+                   "its start, or throughout it (whole)")
+    p.add_argument("--ready", default=",".join(CONDITIONS), help="flash: the conditions of readiness, a comma list "
+                   f"of {', '.join(CONDITIONS)}")
+    p.add_argument("--idle", choices=IDLE, default="locked", help="flash: idle means screen locked or screen off")
+    p.set_defaults(handler=_cmd_participation_import)
+
+
+def _cmd_participation_import(args) -> int:
+    from .errors import ConfigError
+    from .io.atomic import write_text
+    from .participation.importing import ImportOptions, check_trace_size, import_trace, statistics_lines, trace_text
+    from .participation.trace import is_focusfl_trace
+
+    out = Path(args.out) if args.out else None
+    if out is not None:  # before the work: never over a user's file
+        if out.suffix.lower() != ".csv":
+            raise ConfigError(f"--out must end in .csv, got {args.out!r}")
+        if out.is_dir() or ((out.exists() or out.is_symlink()) and not is_focusfl_trace(out)):
+            raise ConfigError(f"--out {args.out!r} exists and is not a trace focusfl wrote; choose another name")
+    options = ImportOptions(round_seconds=args.round_seconds, rounds=args.rounds, clients=args.clients,
+                            rule=args.rule, ready=tuple(c.strip() for c in args.ready.split(",")), idle=args.idle)
+    trace = import_trace(args.format, args.path, options)
+    print("\n".join(statistics_lines(trace)))
+    if out is not None:
+        check_trace_size(trace)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_text(out, trace_text(trace))
+        print(f"wrote {out} (replay it with --participation trace:path={out})")
+    return 0
 
 
 def _cmd_participation(args) -> int:
@@ -485,6 +550,10 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
+    def _check_value(self, action: argparse.Action, value) -> None:
+        if not isinstance(action, _SpecOrSubcommand):  # its word is a SPEC unless it names a subcommand
+            super()._check_value(action, value)
+
 
 class _HelpFormatter(argparse.HelpFormatter):
     """Wraps descriptions, keeps example blocks as written, and appends each option's default."""
@@ -559,7 +628,21 @@ def _command_texts() -> dict[str, tuple[str, str]]:
                           _examples("focusfl participation bernoulli", "focusfl participation markov:rho=0.9 --clients 8",
                                     "focusfl participation weighted:m=4 --rounds 2000 --plot raster.png",
                                     "focusfl participation 'bernoulli:p=0.1;0.5;0.9;0.2' --clients 4   "
-                                    "# a list: quoted, a shell ends the command at ;")),
+                                    "# a list: quoted, a shell ends the command at ;",
+                                    "focusfl participation import fedscale client_behave_trace --round-seconds 60 "
+                                    "--out trace.csv")),
+        "participation import": (
+            "Convert a recorded availability trace into focusfl's participation trace (rounds x clients, 0/1; "
+            "`--participation trace:path=FILE` replays it) and print its statistics: p_i, q_i and the delays "
+            "tau_max, tau_avg. Formats: fedscale (FedScale's client behaviour pickle, read without running code), "
+            "flash (FLASH's state-trace JSON: a device is ready while charging, on WiFi and idle, or the --ready "
+            "conditions) and matrix (clients x rounds, 0/1). Devices never available are dropped "
+            "(docs/participation.md).",
+            _examples("focusfl participation import fedscale client_behave_trace --round-seconds 60 --rounds 1440 "
+                      "--clients 100 --out trace.csv",
+                      "focusfl participation import flash state_traces.json --round-seconds 300 --ready charging,wifi "
+                      "--out flash.csv",
+                      "focusfl participation import matrix availability.csv --out trace.csv")),
         "work": ("Draw a work process and print each client's local steps per round: mean, min, max and the "
                  "fraction of rounds cut short (fewer than --local-steps); the last row is the mean over the "
                  "clients (docs/algorithms.md).",

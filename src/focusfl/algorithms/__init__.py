@@ -6,14 +6,18 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..spec import parse_spec
+from .amplified_scaffold import AmplifiedScaffold
 from .base import Algorithm, Communication, RoundContext, State, StateSize, check_state_size
+from .debiasing_fedavg import DebiasingFedAvg
 from .fedau import FedAU
 from .fedavg import FedAvg
 from .fedavg_variants import FedAvgAll, FedAvgKnownP
 from .fednova import FedNova
+from .fedpbc import FedPBC
 from .fedawe import FedAWE
 from .fedsum import FedSum
 from .fedsum_b import FedSumB
+from .fedstale import FedStale
 from .fedsum_cr import FedSumCR
 from .fedvarp import FedVarp
 from .focus import Focus, SGFocus
@@ -36,10 +40,14 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
         FedSum,
         FedSumCR,
         Scaffold,
+        AmplifiedScaffold,
         Mifa,
         FedVarp,
+        FedStale,
         FedAU,
         FedAWE,
+        FedPBC,
+        DebiasingFedAvg,
         ProxSkip,
         PushSum,
         PushSumTracking,
