@@ -80,18 +80,17 @@ def test_vectorized_equals_reference_loop_for_the_small_cnn(algorithm, batching)
         assert torch.allclose(a, b, rtol=0, atol=1e-6)
     moved = alg.model(vec.state) - problem.initial_point()
     assert float(moved.abs().max()) > 1e-3  # the runs did train
-    # FedPBC's catch-up is a masked loop over (round, step) blocks: without a work process
-    # train_loss counts every loss its oracle calls measured, masked rows included (fedpbc.py).
-    masked = {"train_loss"} if algorithm == "fedpbc" else set()
+    # FedPBC's masked catch-up steps tell the oracle which rows take them: train_loss too is every
+    # engine's (fedpbc.py).
     for row_v, row_r in zip(vec.rows, ref.rows):
         assert row_v.keys() == row_r.keys()
-        for key in set(row_v) - masked:
+        for key in row_v:
             assert row_v[key] == pytest.approx(row_r[key], rel=1e-9, abs=1e-12)
 
 
 def test_fedpbc_train_loss_is_each_engines_under_a_work_process():
-    # With step counts, train_loss counts the steps below each client's count: FedPBC's own round,
-    # not its masked catch-up, so the engines agree row for row (without counts they do not).
+    # With step counts too, train_loss counts the steps each client took (its catch-up included):
+    # the engines agree row for row.
     from focusfl.work import make_work
 
     rows = {}

@@ -24,11 +24,10 @@ are keyed, as every draw, by the round they are computed in, with the step index
 for step j of the round b rounds back; with a step-size schedule the catch-up takes this round's
 step). The computation is the algorithm's own: every client does tau steps in every round.
 The vectorized engine runs as many blocks as the longest catch-up of the round, masking the
-clients that have none left. On neural networks train_loss (problems/base.py live_losses) then
-differs from the reference loop's without a work process, because it counts every minibatch
-loss of the round's oracle calls, the masked rows' included; under a work process it counts the
-steps below each client's count, i.e. this round's own training only, and the engines agree.
-The model is the same in every engine.
+clients that have none left; each masked step tells the oracle which rows take it
+(problems/base.py masked_gradients), so on neural networks train_loss counts the minibatch
+losses of the steps every client really took, catch-up included, and every engine computes the
+same rows. The model is the same in every engine.
 
 ``server_lr`` = gamma: the authors' code moves a local model by (1 + lr_global) times its local
 progress (w += (w - w_prev) * lr_global, default lr_global = 1); gamma = 1, the default, is the
@@ -47,6 +46,7 @@ from typing import NamedTuple
 
 import torch
 
+from ..problems.base import masked_gradients
 from .base import Algorithm, Communication, RoundContext, State, StateSize, live_mask, max_steps
 from .fedavg import ModelServer
 
@@ -101,7 +101,7 @@ class FedPBC(Algorithm):
             start, training = x, live_mask(rounds, block, x)  # clients that trained b rounds ago
             for step in range(max_steps(counts)):
                 live = live_mask(counts, step, x) & training
-                x = torch.where(live, x - lr * oracle(x, block * CATCH_UP_STRIDE + step), x)
+                x = torch.where(live, x - lr * masked_gradients(oracle, x, block * CATCH_UP_STRIDE + step, live), x)
             if self.server_lr != 1.0:  # gamma = 1 keeps z bit for bit (x + (z - x) would round)
                 x = start + self.server_lr * (x - start)  # rows that did not train stay: x = start
         rows = PBCClients(x=x, last_round=torch.full_like(clients.last_round, ctx.round))
