@@ -15,3 +15,8 @@ class DataError(FocusflError):
 
 class DivergenceError(FocusflError):
     """A run produced NaN or Inf."""
+
+
+class DiskFullError(FocusflError):
+    """A write failed because the disk (or the user's quota) is full; what was written before
+    stays, whole, for the next run to resume from."""

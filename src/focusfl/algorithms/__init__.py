@@ -77,12 +77,26 @@ def make_algorithm(spec: str | dict, **overrides: Any) -> Algorithm:
         raise ConfigError(f"algorithm {name!r}: {exc}") from None
 
 
+def algorithm_state_vectors(spec: str | dict, local_steps: int | None = None) -> tuple[float, float]:
+    """The state a run of ``spec`` keeps, in model-sized vectors: (per client, in all besides),
+    from its Communication (each client's memory and the server's per-client rows; the
+    server's own memory). (0, 0) for a spec that does not build: the run refuses it later, in
+    its own words."""
+    try:
+        communication = make_algorithm(spec, local_steps=local_steps).communication()
+    except ConfigError:
+        return 0.0, 0.0
+    return (float(communication.client_memory + communication.server_memory_per_client),
+            float(communication.server_memory))
+
+
 __all__ = [
     "Algorithm",
     "ALGORITHMS",
     "Communication",
     "RoundContext",
     "State",
+    "algorithm_state_vectors",
     "available_algorithms",
     "make_algorithm",
 ]

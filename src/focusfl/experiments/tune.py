@@ -387,6 +387,16 @@ def _is_work(spec: str | dict) -> bool:
     return parse_spec(spec)[0] != "fixed"
 
 
+# What a tune's folder may be extended with (more steps, seeds or algorithms reuse its trials).
+SEARCH_KEYS = ("name", "algorithms", "lr", "seeds", "targets")
+
+
+def tune_identity(data: dict) -> dict:
+    """The setup a tune's trials share (problem, participation, work, rounds, ...): a folder
+    that holds a tune of another setup is refused rather than mixed with (io.folders)."""
+    return {key: value for key, value in data.items() if key not in SEARCH_KEYS}
+
+
 def run(args: argparse.Namespace) -> int:
     """``focusfl tune``: the command line made into records, then :func:`tune`."""
     return tune(setup_from_args(args), search_from_args(args))
@@ -428,7 +438,7 @@ def tune(setup: TuneSetup, search: TuneSearch) -> int:
 
     # Every trial is a run folder under OUT/runs/: a rerun after a crash skips the finished ones.
     report = run_sweep(experiment, search.out, workers=search.workers, threads=search.threads, progress=True,
-                       kind="tune", tables=tables)
+                       kind="tune", tables=tables, experiment_identity=tune_identity(data))
     if report.skipped:
         print(f"reused {report.skipped} trial(s) finished by an earlier run")
     best = found["best"]

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..algorithms import make_algorithm
+from ..algorithms import algorithm_state_vectors, make_algorithm
 from ..engine import Resume, RunResult, simulate
 from ..errors import ConfigError
 from ..metrics import progress_metrics
@@ -45,7 +45,8 @@ def build(config: RunConfig, *, allow_model_import: bool = False) -> BuiltRun:
     check_config(config)
     device = resolve_device(config.device)
     problem = make_problem(
-        config.problem, dtype=DTYPES[config.dtype], device=str(device), allow_model_import=allow_model_import
+        config.problem, dtype=DTYPES[config.dtype], device=str(device), allow_model_import=allow_model_import,
+        state_vectors=algorithm_state_vectors(config.algorithm, config.local_steps),
     )
     algorithm = make_run_algorithm(config, problem)
     # The problem is passed along for processes that depend on the clients' data (label).

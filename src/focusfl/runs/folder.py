@@ -40,7 +40,7 @@ from ..errors import ConfigError, DataError
 from ..problems.models import refuse_model_import
 from .checkpoint import (CHECKPOINT, MODEL, Checkpoint, load_checkpoint, resume_from, save_checkpoint, save_model,
                          take_checkpoint)
-from ..io.atomic import csv_cell, write_json
+from ..io.atomic import csv_cell, disk_full, full_disk, write_json
 from ..io.folders import MARKER, Output, open_output
 from .config import RunConfig, config_from_json
 from .driver import BuiltRun, build, execute, resolved_config
@@ -237,7 +237,8 @@ def resume_folder(
     root = _tensorboard_root(tensorboard, out)
     with open_output(out, kind="run") as output:
         work = output.work
-        if not (output.found_partial and (work / CHECKPOINT).is_file()):
+        unpublished = output.found_partial and (work / CHECKPOINT).is_file()
+        if not unpublished:
             if not (out / CHECKPOINT).is_file():
                 raise ConfigError(f"nothing to resume in {str(out)!r}: it holds no checkpoint of a focusfl run")
             _clear(work)
@@ -256,7 +257,10 @@ def resume_folder(
             built.problem.initial_point(), built.problem.num_clients
         )
         checkpoint = load_checkpoint(work / CHECKPOINT, reference, built.problem.num_clients)
-        if checkpoint.round >= config.rounds:
+        # An unpublished run whose last checkpoint is its final one (its last files did not fit on
+        # the disk, or it was killed just then) is finished: no rounds run, its files written.
+        finishing = unpublished and rounds is None and checkpoint.round == config.rounds
+        if checkpoint.round >= config.rounds and not finishing:
             raise ConfigError(
                 f"{out} has run {checkpoint.round} of {config.rounds} rounds already; "
                 f"give --rounds R with R > {checkpoint.round} to run it further"
@@ -342,24 +346,48 @@ def _drive(
             _SIGNAL_CODES.get(stop.signum, 130),
         ) from None
     except BaseException as exc:
-        metrics.close()
-        if logger is not None:
-            logger.close()
+        _close_quietly(metrics, logger)  # on a full disk their last rows may not fit: a resume drops them
         if not (work / CHECKPOINT).is_file():
             output.discard()
+            if full_disk(exc):
+                raise disk_full(out, exc) from None
             raise
         kept = f"{out}: the checkpoint of round {checkpointer.last_round or start.round} is kept; " \
                f"continue with `focusfl run --resume {out}`"
         if isinstance(exc, KeyboardInterrupt):
             raise Interrupted(f"interrupted; {kept}") from None
+        if full_disk(exc):
+            raise disk_full(out, exc, f"then continue with `focusfl run --resume {out}` (the checkpoint of round "
+                                      f"{checkpointer.last_round or start.round} is kept)") from None
         if isinstance(exc, (ConfigError, DataError)):
             raise type(exc)(f"{exc} ({kept})") from None
         raise
+    try:
+        info = _complete(built, output, result, metrics, curve=curve, recorded=recorded)
+    except BaseException as exc:
+        if not full_disk(exc):
+            raise
+        _close_quietly(metrics, logger)
+        if not (work / CHECKPOINT).is_file():
+            output.discard()
+            raise disk_full(out, exc) from None
+        raise disk_full(out, exc, f"then finish it with `focusfl run --resume {out}`") from None
+    _end_log(logger, info, result.rounds_done)
+    return result
+
+
+def _complete(built: BuiltRun, output: Output, result: RunResult, metrics: "_MetricsWriter", *, curve: bool,
+              recorded: dict) -> dict:
+    """Write a finished run's last files (metrics flushed, model.pt before the final checkpoint,
+    config.json, curve.png) and publish its folder; config.json's final contents."""
+    work = output.work
     metrics.close()
     if result.diverged_at is None:
+        # model.pt first: a full disk between the two leaves the previous checkpoint, so a resume
+        # runs the last rounds again and writes both.
+        save_model(work / MODEL, built.algorithm.model(result.state))
         save_checkpoint(work / CHECKPOINT, take_checkpoint(result, built.participation, built.problem,
                                                            (work / METRICS).stat().st_size))
-        save_model(work / MODEL, built.algorithm.model(result.state))
         status = "complete"
     else:  # a non-finite state is nothing to resume from
         (work / CHECKPOINT).unlink(missing_ok=True)
@@ -367,8 +395,16 @@ def _drive(
     info = _finish(built, work, status=status, rounds_done=result.rounds_done, diverged_at=result.diverged_at,
                    curve=curve, recorded=recorded)
     output.publish()
-    _end_log(logger, info, result.rounds_done)
-    return result
+    return info
+
+
+def _close_quietly(metrics: "_MetricsWriter", logger) -> None:
+    """Close metrics.csv and the TensorBoard log after a failure, whatever their last flush says."""
+    with contextlib.suppress(OSError, RuntimeError):
+        metrics.close()
+    if logger is not None:
+        with contextlib.suppress(OSError, RuntimeError):
+            logger.close()
 
 
 def _both(first, second):
