@@ -113,8 +113,11 @@ def _cmd_run(args) -> int:
         result = run_to_folder(config, out, progress=True, checkpoint_every=args.checkpoint_every,
                                restart=args.restart, allow_model_import=allow_import, tensorboard=args.tensorboard)
     last = result.last_row
-    shown = ", ".join(f"{k}={v:.6g}" for k, v in last.items() if k not in ("round", "active"))
-    print(f"round {last['round']}: {shown}")
+    if last is None:  # a resumed run whose rounds were all done: its last files were written
+        print(f"round {result.rounds_done}: every round was done already (the rows are in metrics.csv)")
+    else:
+        shown = ", ".join(f"{k}={v:.6g}" for k, v in last.items() if k not in ("round", "active"))
+        print(f"round {last['round']}: {shown}")
     print(f"wrote {out}/metrics.csv, config.json, curve.png")
     _print_log_dir(Path(out))
     if result.diverged_at is not None:
