@@ -11,7 +11,6 @@ metrics.csv's write.
 """
 from __future__ import annotations
 
-import errno
 import os
 import shutil
 import subprocess
@@ -131,6 +130,22 @@ def test_a_checkpoint_on_a_full_filesystem_is_one_line_and_resumes(tmp_path, sma
     whole = tmp_path / "whole"
     assert run_cli(*RUN, "--out", str(whole)).returncode == 0
     assert_same_run(out, whole)
+
+
+def test_a_sweep_of_two_workers_on_a_full_filesystem_stops_in_one_line_and_resumes(tmp_path, small_disk):
+    """A run in a worker process meets the full disk: the sweep stops every worker, says so in
+    one line, and the same command finishes the sweep once there is space."""
+    experiment = tmp_path / "e.toml"
+    experiment.write_text('algorithms = ["scaffold", "focus"]\nproblems = ["ridge:dim=1000"]\n'
+                          'participation = "bernoulli"\nlr = [1e-4, 1e-5]\nrounds = 6\nseeds = 2\n')
+    out = small_disk / "sweep"
+    proc = run_cli("sweep", str(experiment), "--out", str(out), "--workers", "2")
+    assert_disk_full(proc, out / "runs", "then run the same command again")
+    assert not (out / "results.csv").exists()
+    subprocess.run(["mount", "-o", "remount,size=8m", str(small_disk)], check=True)
+    again = run_cli("sweep", str(experiment), "--out", str(out), "--workers", "2")
+    assert again.returncode == 0, again.stderr
+    assert "8 runs:" in again.stdout and "0 failed" in again.stdout
 
 
 # -- injected where a library reports it ----------------------------------------------------------------

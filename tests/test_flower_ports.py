@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("flwr", reason="Flower is not installed (pip install 'focusfl[flower]')")
 
 import focusfl.flower.local as local  # noqa: E402
-from cli_harness import run_cli, run_cli_together  # noqa: E402
+from cli_harness import run_cli_together  # noqa: E402
 from focusfl.flower.local import LocalFederation  # noqa: E402
 from focusfl.flower.server_app import FederationConfig  # noqa: E402
 

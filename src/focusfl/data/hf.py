@@ -525,10 +525,10 @@ class Tokens:
         return Tokens(self.ids, self.starts, np.minimum(self.lengths, max_length))
 
     def largest(self) -> int:
-        kept = self._kept()
+        kept = self.kept()
         return int(self.ids[kept].max()) if kept.size else 0
 
-    def _kept(self) -> np.ndarray:
+    def kept(self) -> np.ndarray:
         """Indices into ids of the tokens rows keep (after a cut)."""
         positions = np.arange(int(self.lengths.sum())) - np.repeat(np.cumsum(self.lengths) - self.lengths, self.lengths)
         return np.repeat(self.starts, self.lengths) + positions
@@ -592,7 +592,7 @@ def pack_tokens(tokens: Tokens, length: int, where: str) -> np.ndarray:
     owner = np.repeat(np.arange(rows), tokens.lengths)
     position = np.arange(int(tokens.lengths.sum())) - np.repeat(np.cumsum(tokens.lengths) - tokens.lengths,
                                                                  tokens.lengths)
-    packed[owner, 0, position] = tokens.ids[tokens._kept()]
+    packed[owner, 0, position] = tokens.ids[tokens.kept()]
     packed[owner, 1, position] = 1
     return packed
 

@@ -191,9 +191,10 @@ class LocalExecutor:
                 except BrokenProcessPool:
                     outcome = {"status": "failed", "error": "its worker process died (killed, or out of memory)"}
                 yield futures[future], outcome
-        except BaseException:  # Ctrl-C, or the consumer stopped: stop the runs in flight cleanly
+        except BaseException:  # Ctrl-C, a full disk, or the consumer stopped: stop the runs in flight cleanly
+            processes = list((getattr(pool, "_processes", None) or {}).values())  # shutdown forgets them
             pool.shutdown(wait=False, cancel_futures=True)
-            for process in list(getattr(pool, "_processes", {}).values()):
+            for process in processes:
                 if process.is_alive():
                     process.terminate()  # SIGTERM: the run checkpoints and stops at the end of its round
             raise

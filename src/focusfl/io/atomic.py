@@ -53,7 +53,7 @@ def full_disk(exc: BaseException) -> str | None:
     """"no space left on device" or "disk quota exceeded" when ``exc`` is a write that a full
     disk stopped (a DiskFullError, or an OSError anywhere in its chain), else None."""
     if isinstance(exc, DiskFullError):
-        return str(exc).split(":", 1)[0]
+        return exc.reason
     cause = no_space(exc)
     if cause is None:
         return None
@@ -62,8 +62,8 @@ def full_disk(exc: BaseException) -> str | None:
 
 def disk_full(where: str | Path, cause: BaseException, then: str = "then run the same command again") -> DiskFullError:
     """The one-line error of a write into ``where`` that a full disk (or quota) stopped."""
-    return DiskFullError(f"{full_disk(cause) or 'no space left on device'}: cannot write to {where}; "
-                         f"free some space on its disk, {then}")
+    reason = full_disk(cause) or "no space left on device"
+    return DiskFullError(f"{reason}: cannot write to {where}; free some space on its disk, {then}", reason)
 
 
 def _scratch(path: Path, unique: bool, suffix: str, private: bool) -> Path:

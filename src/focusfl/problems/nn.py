@@ -224,7 +224,7 @@ class NeuralNetwork(Problem):
         self.validation_images = torch.as_tensor(standard_strides(train.images[held]), device=self.device)
         self.validation_labels = torch.as_tensor(train.labels[held], dtype=torch.int64, device=self.device)
 
-    def check_model_memory(self, parameters: int, what: str) -> None:
+    def check_model_memory(self, parameters: int, what: str, at_least: bool = False) -> None:
         """Refuse, before it is built, a model whose ``parameters`` the run cannot hold: the
         problem's copies (the training and evaluation models, the flat initial point, the server
         model) and the algorithm's state, ``state_vectors`` per client (MIFA's table: N rows)."""
@@ -232,7 +232,8 @@ class NeuralNetwork(Problem):
         copies = MODEL_COPIES + besides + per_client * self.num_clients
         state = f" and {per_client:g} per client of {self.num_clients:,} clients" if per_client else ""
         check_allocation(int(parameters * self.dtype.itemsize * copies),
-                         f"{what}: {parameters:,} parameters x {copies:g} copies (the model's {MODEL_COPIES}"
+                         f"{what}: {'at least ' if at_least else ''}{parameters:,} parameters x {copies:g} copies "
+                         f"(the model's {MODEL_COPIES}"
                          f"{f', the algorithm state {besides:g}' if besides else ''}{state})")
 
     def inputs(self, images: torch.Tensor) -> torch.Tensor:

@@ -6,6 +6,14 @@
   AutoModelForSequenceClassification read from a local folder (safetensors weights only) or
   built from its config.json, behind the same packed input.
 
+A model folder is untrusted: config.json is checked field by field (types, ranges, no code of
+its own) and the safetensors headers (length, JSON, dtypes, shapes, byte ranges) before
+transformers reads either; the model's parameter count, a lower bound from the config and then
+the exact count of the model laid out on torch's meta device, is checked against the memory
+the run needs (the caller's ``check_size``: its copies and the algorithm's per-client state)
+before a byte of it is allocated; whatever transformers or safetensors still raise is one line
+naming the file.
+
 Dropout of a ``transformers`` model is OFF: the problem keeps it in eval mode while training.
 Its attention-probability dropout is a functional call inside the attention code that draws
 from torch's generator (which vmap refuses, and which keyed draws cannot replace), so the
@@ -21,7 +29,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from ..data.hf import require
+from ..data.hf import first_line, library_errors, plain_name, read_json_object, require, short
 from ..errors import DataError, FocusflError
 
 TEXT_MODELS = ("text-mean",)
@@ -99,8 +107,6 @@ SAFETENSORS_DTYPES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "
 def check_config_file(path: Path) -> dict:
     """config.json as a dict, refused in one line naming the field when a value has the wrong
     type or range, names code of the folder's own (``auto_map``), or is absurdly large."""
-    from ..data.hf import read_json_object, short
-
     where = path / "config.json"
     if not where.is_file():
         raise DataError(f"model folder {path} has no config.json (save the model with save_pretrained)")
@@ -132,8 +138,6 @@ def check_config_file(path: Path) -> dict:
 
 
 def _check_integer(value: Any, least: int, what: str) -> int:
-    from ..data.hf import short
-
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise DataError(f"{what} must be an integer >= {least}, got {short(value)}")
     return value
@@ -198,8 +202,6 @@ def check_safetensors(file: Path) -> dict[str, tuple[str, list[int]]]:
 def check_weights(path: Path) -> list[Path]:
     """The safetensors files of a model folder (one, or the shards its index names), each
     header checked; pickle weights (which run code when loaded) and no weights are refused."""
-    from ..data.hf import plain_name, read_json_object
-
     if (path / "model.safetensors").is_file():
         files = [path / "model.safetensors"]
     elif (path / "model.safetensors.index.json").is_file():
@@ -229,8 +231,6 @@ def check_weights(path: Path) -> list[Path]:
 def load_config(path: Path, num_classes: int):
     """The transformers config of a checked config.json (sizes checked again under the names
     transformers gives them), with ``num_classes`` labels."""
-    from ..data.hf import first_line, library_errors
-
     check_config_file(path)
     transformers = require("transformers", "model=hf:FOLDER")
     transformers.logging.set_verbosity_error()
@@ -280,8 +280,6 @@ def lower_bound_parameters(config) -> int:
 def parameter_count(transformers, config, path: Path) -> int:
     """The exact parameter count of the model ``config`` builds, laid out on torch's meta
     device (no memory behind it)."""
-    from ..data.hf import first_line, library_errors
-
     try:
         with torch.device("meta"):
             model = transformers.AutoModelForSequenceClassification.from_config(
@@ -305,7 +303,7 @@ def _check_loaded(model, loading: dict, files: list[Path]) -> None:
 
 
 def load_sequence_classifier(spec: str, num_classes: int,
-                             check_size: Callable[[int, str], None] | None = None, vocabulary: int = 0,
+                             check_size: Callable[..., None] | None = None, vocabulary: int = 0,
                              vocabulary_owner: str = "the token ids need a vocabulary of",
                              tokens: int = 0) -> SequenceClassifier:
     """``hf:FOLDER`` (config.json and safetensors weights) or ``hf-config:FOLDER`` (config.json
@@ -314,16 +312,14 @@ def load_sequence_classifier(spec: str, num_classes: int,
     A checkpoint without a classification head (bert-base-uncased is BertForMaskedLM) gets a
     new head for ``num_classes``; one with a head must have exactly ``num_classes`` labels.
     Before anything is built: config.json is checked field by field, the weights' headers are
-    checked, and ``check_size(parameters, what)`` is called with a lower bound of the model's
-    parameters, then with their exact count (the caller checks the memory they and the run's
+    checked, and ``check_size(parameters, what, at_least)`` is called with a lower bound of the
+    model's parameters (``at_least`` True), then with their exact count (the caller checks the memory they and the run's
     per-client state need). Refused in one line: a missing folder or config.json, a model type
     without a sequence-classification class, pickle weights (.bin), code of the folder's own
     (auto_map), an embedding smaller than ``vocabulary`` (what the data's token ids need; its
     owner named by ``vocabulary_owner``), fewer positions than the data's ``tokens`` per
     sequence, and any error transformers or safetensors raise while loading.
     """
-    from ..data.hf import first_line, library_errors
-
     kind, _, folder = spec.partition(":")
     path = Path(folder).expanduser()
     if not path.is_dir():
@@ -341,7 +337,7 @@ def load_sequence_classifier(spec: str, num_classes: int,
     transformers = require("transformers", f"model={kind}:FOLDER")
     what = f"the model of {path / 'config.json'}"
     if check_size is not None:
-        check_size(lower_bound_parameters(config), what)
+        check_size(lower_bound_parameters(config), what, True)
     layers = getattr(config, "num_hidden_layers", None)
     if isinstance(layers, int) and layers > MAX_LAYERS:  # before laying out so many, which takes minutes
         raise DataError(f"{path / 'config.json'}: 'num_hidden_layers' is {layers:,}, more than {MAX_LAYERS:,} "
