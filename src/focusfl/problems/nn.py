@@ -227,8 +227,10 @@ class NeuralNetwork(Problem):
     def check_model_memory(self, parameters: int, what: str, at_least: bool = False) -> None:
         """Refuse, before it is built, a model whose ``parameters`` the run cannot hold: the
         problem's copies (the training and evaluation models, the flat initial point, the server
-        model) and the algorithm's state, ``state_vectors`` per client (MIFA's table: N rows)."""
-        per_client, besides = self._state_vectors
+        model) and the algorithm's state, ``state_vectors`` per client (MIFA's table: N rows).
+        On an accelerator that state lives in its memory, which focusfl.limits does not
+        measure: the host is checked for the model's copies (it is built there first)."""
+        per_client, besides = self._state_vectors if self.device.type == "cpu" else (0.0, 0.0)
         copies = MODEL_COPIES + besides + per_client * self.num_clients
         state = f" and {per_client:g} per client of {self.num_clients:,} clients" if per_client else ""
         check_allocation(int(parameters * self.dtype.itemsize * copies),
