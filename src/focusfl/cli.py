@@ -15,6 +15,7 @@ from pathlib import Path
 from . import __version__
 from .argtypes import non_negative_int, positive_int
 from .errors import DivergenceError, FocusflError
+from .io.atomic import disk_full, full_disk, no_space
 
 
 # -- run ---------------------------------------------------------------------------------------
@@ -119,8 +120,11 @@ def _cmd_run(args) -> int:
                                expected_inputs=_replayed_inputs(args),
                                accept_changed_inputs=args.accept_changed_inputs)
     last = result.last_row
-    shown = ", ".join(f"{k}={v:.6g}" for k, v in last.items() if k not in ("round", "active"))
-    print(f"round {last['round']}: {shown}")
+    if last is None:  # a resumed run whose rounds were all done: its last files were written
+        print(f"round {result.rounds_done}: every round was done already (the rows are in metrics.csv)")
+    else:
+        shown = ", ".join(f"{k}={v:.6g}" for k, v in last.items() if k not in ("round", "active"))
+        print(f"round {last['round']}: {shown}")
     print(f"wrote {out}/metrics.csv, config.json, curve.png")
     _print_log_dir(Path(out))
     if result.diverged_at is not None:
@@ -361,11 +365,16 @@ def _cmd_work(args) -> int:
     print(f"{process.describe()['name']}: {args.clients} clients, tau {args.local_steps}, {args.rounds} rounds, "
           f"seed {args.seed}")
     print(f"mean steps {stats.mean_steps:.3f} of {args.local_steps}, short rounds {stats.mean_short:.3f}")
+    if min(stats.counted) < args.rounds:  # a trace: only the client-rounds it records count
+        print(f"counted: the {sum(stats.counted):,} client-rounds the trace records in rounds 0..{args.rounds - 1} "
+              f"(of {args.rounds * args.clients:,}); '-': a client it never names there")
     print(f"{'client':>6} {'mean steps':>11} {'min':>4} {'max':>4} {'short':>7}")
     for i in range(args.clients):
+        if not stats.counted[i]:
+            print(f"{i:>6} {'-':>11} {'-':>4} {'-':>4} {'-':>7}")
+            continue
         print(f"{i:>6} {stats.mean[i]:>11.3f} {stats.min[i]:>4} {stats.max[i]:>4} {stats.short[i]:>7.3f}")
-    print(f"{'mean':>6} {stats.mean_steps:>11.3f} {sum(stats.min) / args.clients:>4.1f} "
-          f"{sum(stats.max) / args.clients:>4.1f} {stats.mean_short:>7.3f}")
+    print(f"{'mean':>6} {stats.mean_steps:>11.3f} {stats.mean_min:>4.1f} {stats.mean_max:>4.1f} {stats.mean_short:>7.3f}")
     if args.plot:
         from .io.figures import figure_files
         from .work.plots import plot_work
@@ -774,8 +783,22 @@ def main(argv: list[str] | None = None) -> int:
             raise
         return _fail(f"focusfl: error: out of memory: {reason} (try fewer clients, rounds or a smaller problem)", 2)
     except OSError as exc:
+        if full_disk(exc):
+            return _fail(f"focusfl: error: {_disk_full(exc)}", 2)
         where = f" {exc.filename!r}" if getattr(exc, "filename", None) else ""
         return _fail(f"focusfl: error: cannot access{where}: {exc.strerror or exc}", 2)
+    except Exception as exc:
+        if full_disk(exc):  # a library's error raised while the disk was full (a figure, a log)
+            return _fail(f"focusfl: error: {_disk_full(exc)}", 2)
+        raise
+
+
+def _disk_full(exc: BaseException) -> str:
+    """A full disk's one line, naming the folder of the file being written where it is known."""
+    cause = no_space(exc)
+    filename = getattr(cause, "filename", None)
+    where = Path(os.fsdecode(filename)).parent if filename else "a file focusfl was writing"
+    return str(disk_full(where, exc))
 
 
 @contextlib.contextmanager

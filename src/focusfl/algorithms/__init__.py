@@ -85,6 +85,16 @@ def make_algorithm(spec: str | dict, **overrides: Any) -> Algorithm:
         raise ConfigError(f"algorithm {name!r}: {exc}") from None
 
 
+def algorithm_state_size(spec: str | dict, local_steps: int | None = None):
+    """The state size function (``Algorithm.state_size(N, d) -> StateSize``) of the algorithm a
+    run of ``spec`` makes, for a problem to check the model and that state before it builds the
+    model (None for a spec that does not build: the run refuses it later, in its own words)."""
+    try:
+        return make_algorithm(spec, local_steps=local_steps).state_size
+    except ConfigError:
+        return None
+
+
 __all__ = [
     "Algorithm",
     "ALGORITHMS",
@@ -92,6 +102,7 @@ __all__ = [
     "RoundContext",
     "State",
     "StateSize",
+    "algorithm_state_size",
     "check_state_size",
     "available_algorithms",
     "make_algorithm",

@@ -61,7 +61,8 @@ def _check_two_present(where: str, present: np.ndarray) -> None:
         raise DataError(f"{where}: the training images hold {present.size} class{only}; classification needs at least two")
 
 
-def infer_classes(labels: np.ndarray, source: str) -> int:
+def infer_classes(labels: np.ndarray, source: str,
+                  declare: str = "store the class count as 'num_classes' in the .npz") -> int:
     """The class count of labels that must be exactly 0..K-1, all present.
 
     A gap means a stray label (1000 among digits) or classes absent from the file; either way
@@ -73,8 +74,8 @@ def infer_classes(labels: np.ndarray, source: str) -> int:
     if gaps.size:
         first = int(gaps[0])
         raise DataError(
-            f"{source}: label {int(present[first])} leaves a gap (no image has label {first}); labels must be "
-            f"the classes 0..K-1, or store the class count as 'num_classes' in the .npz"
+            f"{source}: label {int(present[first])} leaves a gap (no sample has label {first}); labels must be "
+            f"the classes 0..K-1, or {declare}"
         )
     return int(present.size)
 

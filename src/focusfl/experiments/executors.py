@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from .. import __version__
-from ..errors import ConfigError, DataError, FocusflError
+from ..errors import ConfigError, DataError, DiskFullError, FocusflError
+from ..io.atomic import disk_full, full_disk
 from ..threads import DEFAULT_THREADS
 
 EXECUTORS = ("local", "ray")
@@ -83,12 +84,23 @@ def run_task(task: RunTask) -> dict:
         return {"status": "interrupted", "error": str(exc), "seconds": time.perf_counter() - started,
                 "exit_code": exc.exit_code}
     except FocusflError as exc:
+        _stop_on_full_disk(exc, task)
         return {"status": "failed", "error": str(exc), "seconds": time.perf_counter() - started}
     except MemoryError:
         return {"status": "failed", "error": "out of memory", "seconds": time.perf_counter() - started}
     except Exception as exc:  # a bug or an environment fault in one run must not end the sweep
+        _stop_on_full_disk(exc, task)
         text = str(exc).splitlines()[0] if str(exc) else ""
         return {"status": "failed", "error": f"{type(exc).__name__}: {text}", "seconds": time.perf_counter() - started}
+
+
+def _stop_on_full_disk(exc: BaseException, task: RunTask) -> None:
+    """A full disk ends the sweep, in one line (every other run would fail the same way): the
+    runs done and the checkpoints written stay, and the same command resumes once there is space."""
+    if isinstance(exc, DiskFullError):
+        raise exc
+    if full_disk(exc):
+        raise disk_full(task.out, exc) from None
 
 
 def _outcome(result, started: float, **extra) -> dict:
@@ -181,9 +193,10 @@ class LocalExecutor:
                 except BrokenProcessPool:
                     outcome = {"status": "failed", "error": "its worker process died (killed, or out of memory)"}
                 yield futures[future], outcome
-        except BaseException:  # Ctrl-C, or the consumer stopped: stop the runs in flight cleanly
+        except BaseException:  # Ctrl-C, a full disk, or the consumer stopped: stop the runs in flight cleanly
+            processes = list((getattr(pool, "_processes", None) or {}).values())  # shutdown forgets them
             pool.shutdown(wait=False, cancel_futures=True)
-            for process in list(getattr(pool, "_processes", {}).values()):
+            for process in processes:
                 if process.is_alive():
                     process.terminate()  # SIGTERM: the run checkpoints and stops at the end of its round
             raise

@@ -147,7 +147,8 @@ def print_work_limits(args, quad, x_star, weights, law, limits, process, work, l
           f"||x - x_w|| = {_distance(limits.fedavg_average, predicted):.6g}{_relative(limits.fedavg_average, predicted, gap)}"
           f" (standard error of the mean about {limits.fedavg_error:.2g}); last round ||x - x_w|| = "
           f"{_distance(limits.fedavg_last, predicted):.3g}")
-    mask, steps = process.mask(args.mc_rounds), work.table(args.mc_rounds)
+    mask = process.mask(args.mc_rounds)
+    steps = work.active_table(mask)
     nova = bias.fednova_work_limit(quad, lr, mask, steps)
     nova_gap = _distance(nova, x_star)
     target = bias.weighted_target(quad, weights.q)

@@ -530,12 +530,14 @@ def run_sweep(
     kind: str = "sweep",
     tables=None,
     tensorboard: str | Path | None = None,
+    experiment_identity: dict | None = None,
 ) -> SweepReport:
     """Run every run of ``experiment`` not yet finished in ``out``, then write results.csv,
     summary.csv and the figures from all of them (or what ``tables(experiment, runs, folder,
     band=, failures=)`` writes instead: ``focusfl tune``'s tables; it returns the names).
     ``tensorboard``: a folder in which to log every finished run (:func:`log_name`), those
-    finished earlier included unless their log is complete already."""
+    finished earlier included unless their log is complete already. ``experiment_identity``:
+    what makes two experiments the same (io.folders.open_store refuses a folder of another)."""
     from .aggregate import aggregate
     from .executors import RunTask, make_executor
     from ..io.atomic import write_text
@@ -561,7 +563,7 @@ def run_sweep(
         raise
     report = SweepReport(total=len(runs), runs=runs)
     started = time.monotonic()
-    with open_store(out, kind=kind) as store:
+    with open_store(out, kind=kind, experiment=experiment_identity) as store:
         write_text(store.path / EXPERIMENT, experiment.text)
         folder = store.path / RUNS
         folder.mkdir(exist_ok=True)

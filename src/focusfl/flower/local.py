@@ -1,7 +1,8 @@
 """A real Flower deployment on loopback: one SuperLink and N SuperNodes as subprocesses.
 
 ``LocalFederation`` starts ``flower-superlink`` and ``flower-supernode`` processes on free ports
-of 127.0.0.1, each in its own process group, with their own ``FLWR_HOME`` and telemetry off;
+of 127.0.0.1 (drawn outside the system's ephemeral range, and drawn again for a process that
+finds its port taken by then, so that federations started side by side never collide), each in its own process group, with their own ``FLWR_HOME`` and telemetry off;
 writes the Flower app (a pyproject naming focusfl's ServerApp and ClientApp) and a SuperLink
 connection; submits the run with ``flwr run``; and stops everything it started when it is
 closed, also on Ctrl-C and on errors, so no process outlives it. Stopping by process group is
@@ -19,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -77,10 +79,55 @@ def write_app(folder: Path) -> Path:
     return folder
 
 
-def free_port() -> int:
+# A SuperLink or SuperNode binds the port it is given when it starts, seconds after focusfl chose
+# it; another process may take it in between (a second federation on this machine, or any
+# outgoing connection, which gets a port of the system's ephemeral range). Ports are therefore
+# chosen at random below that range, where the system hands out none, and a process that finds
+# its port taken is started again on another, up to PORT_TRIES times.
+PORT_TRIES = 8
+LOWEST_PORT = 10000
+TAKEN = ("address already in use", "errno 98", "failed to bind")
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    """The ports the system gives outgoing connections (Linux's ip_local_port_range; else its default)."""
+    try:
+        low, high = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    """A port of 127.0.0.1 free now, drawn at random outside the ephemeral range (see PORT_TRIES)."""
+    low, high = _ephemeral_range()
+    spans = [(LOWEST_PORT, low)] if low - LOWEST_PORT >= 1000 else [(high + 1, 65536)] if high < 64535 else []
+    draw = random.SystemRandom()
+    for start, stop in spans:
+        for _ in range(64):
+            port = draw.randrange(start, stop)
+            if _bindable(port):
+                return port
+    with socket.socket() as probe:  # no room outside the ephemeral range: one the system picks
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def _port_taken(log: Path, process: subprocess.Popen) -> bool:
+    """Whether ``process`` exited because the port it was given was taken (its log says so)."""
+    if process.poll() is None or not log.is_file():
+        return False
+    text = log.read_text(errors="replace").lower()
+    return any(words in text for words in TAKEN)
 
 
 def _wait_for(path: Path, text: str, seconds: float, process: subprocess.Popen) -> None:
@@ -166,7 +213,16 @@ class LocalFederation:
             from .tls import make_certificates
 
             self.certs = make_certificates(self.workdir / "certs")
-        self.port = free_port()
+        self._start_superlink()
+        self._write_connection()
+        for k in range(self.nodes):
+            if self.auth:
+                self.register_node(k)
+            self.start_node(k)
+        for k in range(self.nodes):
+            self._wait_for_node(k)
+
+    def _superlink_args(self) -> list[str]:
         args = [_tool("flower-superlink"), "--disable-runtime-dependency-installation",
                 "--host", "127.0.0.1", "--port", str(self.port)]
         if self.tls:
@@ -176,15 +232,34 @@ class LocalFederation:
             args += ["--insecure"]
         if self.auth:
             args += ["--enable-supernode-auth"]
-        link = self._spawn("superlink", args)
-        _wait_for(self.logs / "superlink.log", "Uvicorn running", self.start_timeout, link)
-        self._write_connection()
-        for k in range(self.nodes):
-            if self.auth:
-                self.register_node(k)
-            self.start_node(k)
-        for k in range(self.nodes):
-            _wait_for(self.logs / f"node{k}.log", "SuperNode ID", self.start_timeout, self.processes[f"node{k}"])
+        return args
+
+    def _start_superlink(self) -> None:
+        """The SuperLink on a free port: another one when the chosen port was taken meanwhile."""
+        log = self.logs / "superlink.log"
+        for attempt in range(PORT_TRIES):
+            self.port = free_port()
+            link = self._spawn("superlink", self._superlink_args())
+            try:
+                _wait_for(log, "Uvicorn running", self.start_timeout, link)
+                return
+            except ConfigError:
+                if attempt == PORT_TRIES - 1 or not _port_taken(log, link):
+                    raise
+                self.retired.append(self.processes.pop("superlink"))
+                log.rename(self.logs / f"superlink.port-{self.port}-taken.log")
+
+    def _wait_for_node(self, k: int) -> None:
+        """Wait until node k has joined; restart it on another port when its port was taken."""
+        for attempt in range(PORT_TRIES):
+            log, process = self.logs / f"node{k}.log", self.processes[f"node{k}"]
+            try:
+                _wait_for(log, "SuperNode ID", self.start_timeout, process)
+                return
+            except ConfigError:
+                if attempt == PORT_TRIES - 1 or not _port_taken(log, process):
+                    raise
+                self.start_node(k)  # its old log moves aside; node_args draws a new port
 
     def _write_connection(self) -> None:
         lines = ['[superlink]', 'default = "focusfl-local"', '', '[superlink.focusfl-local]',

@@ -46,7 +46,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from .. import __version__
 from ..errors import ConfigError
-from .atomic import TMP_SUFFIX, atomic_path, fsync_file, fsync_folder
+from .atomic import TMP_SUFFIX, atomic_path, disk_full, fsync_file, fsync_folder, no_space
 
 MARKER = ".focusfl-output.json"
 PARTIAL_SUFFIX = ".focusfl-partial"
@@ -92,11 +92,12 @@ def _safe_relative(path: Any) -> bool:
 
 
 def _write_marker(folder: Path, state: str, kind: str, files: list[str] = (), folders: list[str] = (),
-                  replaces: str | None = None) -> None:
+                  replaces: str | None = None, experiment: dict | None = None) -> None:
     data = {
         "focusfl_version": __version__, "kind": kind, "state": state,
         "files": list(files), "folders": list(folders),
         "pid": os.getpid(), "host": socket.gethostname(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **({"experiment": experiment} if experiment is not None else {}),
     }
     if replaces is not None:
         data[REPLACES] = replaces
@@ -374,6 +375,8 @@ class Output:
             _swap_in(work, target)
         except OSError as exc:
             where = work if work.exists() else target
+            if no_space(exc):
+                raise disk_full(target, exc, f"the results are in {str(where)!r}") from None
             raise ConfigError(f"could not publish output folder {str(target)!r}: {exc.strerror or exc}; "
                               f"the results are in {str(where)!r}") from None
 
@@ -627,6 +630,23 @@ def output_folder(target: str | Path, *, kind: str = "output", keep_partial: boo
         output.close()
 
 
+def _check_experiment(given: str | Path, kind: str, held: Any, wanted: dict | None) -> None:
+    """Refuse a store whose marker records another experiment than ``wanted`` (a store written
+    by an older focusfl records none, and is taken as it is)."""
+    if wanted is None or held is None or held == wanted:
+        return
+    if not isinstance(held, dict):
+        raise _refuse(given, f"holds a focusfl {kind} of another experiment: choose another folder")
+    key = next(k for k in sorted(set(held) | set(wanted)) if held.get(k) != wanted.get(k))
+    raise _refuse(given, f"holds a focusfl {kind} of another experiment (its {key} is {_shown(held.get(key))}, "
+                         f"this one's {_shown(wanted.get(key))}): choose another folder")
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 # -- folders updated in place (sweeps) -----------------------------------------------------------
 class Store:
     """A folder that focusfl fills over several commands (a sweep's ``DIR``), held under a lock.
@@ -636,8 +656,8 @@ class Store:
     skip the finished parts. Its marker says ``partial`` until ``mark`` lists what it holds.
     """
 
-    def __init__(self, path: Path, kind: str, lock: _Lock):
-        self.path, self.kind, self._lock = path, kind, lock
+    def __init__(self, path: Path, kind: str, lock: _Lock, experiment: dict | None = None):
+        self.path, self.kind, self._lock, self.experiment = path, kind, lock, experiment
 
     def mark(self, files: Iterable[str], folders: Iterable[str] = ()) -> None:
         """Mark the store complete, listing ``files`` (those that exist) and everything below ``folders``."""
@@ -648,19 +668,24 @@ class Store:
                 inner_files, inner_folders = _contents(self.path / folder)
                 listed += [f"{folder}/{f}" for f in inner_files if not f.endswith(LOCK_SUFFIX)]
                 below_folders += [folder, *(f"{folder}/{d}" for d in inner_folders)]
-        _write_marker(self.path, "complete", self.kind, sorted(set(listed)), below_folders)
+        _write_marker(self.path, "complete", self.kind, sorted(set(listed)), below_folders, experiment=self.experiment)
 
     def close(self) -> None:
         self._lock.release()
 
 
 @contextlib.contextmanager
-def open_store(target: str | Path, *, kind: str) -> Iterator[Store]:
+def open_store(target: str | Path, *, kind: str, experiment: dict | None = None) -> Iterator[Store]:
     """Check, create if needed, and lock a folder that focusfl updates in place.
 
     An existing folder must be empty or a focusfl folder of the same ``kind``; anything else
     (a user's folder, a run's output) is refused in one line, before anything is written.
+    ``experiment``: what the folder's contents are runs of (JSON data, kept in the marker); a
+    folder that holds another experiment is refused too, so that two experiments never mix
+    their runs and tables (``focusfl tune``'s default folder).
     """
+    if experiment is not None:
+        experiment = json.loads(json.dumps(experiment))  # as the marker will read it back
     given = target
     try:
         path = _check_place(target)
@@ -676,10 +701,12 @@ def open_store(target: str | Path, *, kind: str) -> Iterator[Store]:
         if marker is not None and marker.get("kind") != kind:
             raise _refuse(given, f"holds a focusfl {marker.get('kind')!r} output, not a {kind}: "
                                  "choose another folder")
+        if marker is not None:
+            _check_experiment(given, kind, marker.get("experiment"), experiment)
         if marker is None:
             path.mkdir(exist_ok=True)
-            _write_marker(path, "partial", kind)
-        store = Store(path, kind, lock)
+            _write_marker(path, "partial", kind, experiment=experiment)
+        store = Store(path, kind, lock, experiment if experiment is not None else (marker or {}).get("experiment"))
     try:
         yield store
     finally:

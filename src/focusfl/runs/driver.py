@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..algorithms import check_state_size, make_algorithm
+from ..algorithms import algorithm_state_size, check_state_size, make_algorithm
 from ..algorithms.base import check_work_process
 from ..engine import Resume, RunResult, simulate
 from ..errors import ConfigError, FocusflError
@@ -95,8 +95,10 @@ def problem_of(config: RunConfig, *, problems: dict | None = None,
     if problems is not None and key in problems:
         return problems[key]
     device = _part("problem", lambda: resolve_device(config.device))
+    # A neural network checks its model and the algorithm's declared state before it builds it.
+    state_size = algorithm_state_size(config.algorithm, config.local_steps)
     problem = _part("problem", lambda: make_problem(config.problem, dtype=DTYPES[config.dtype], device=str(device),
-                                                    allow_model_import=allow_model_import))
+                                                    allow_model_import=allow_model_import, state_size=state_size))
     made = (problem, problem.describe())
     if problems is not None:
         problems[key] = made

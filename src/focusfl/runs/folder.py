@@ -41,7 +41,7 @@ from ..errors import ConfigError, DataError
 from ..problems.models import refuse_model_import
 from .checkpoint import (CHECKPOINT, MODEL, Checkpoint, load_checkpoint, resume_from, save_checkpoint, save_model,
                          take_checkpoint)
-from ..io.atomic import csv_cell, write_json
+from ..io.atomic import csv_cell, disk_full, full_disk, write_json
 from ..io.folders import MARKER, PARTIAL_SUFFIX, Output, open_output, read_marker
 from .config import RunConfig, config_from_json
 from .driver import BuiltRun, build, execute
@@ -295,7 +295,8 @@ def resume_folder(
     root = _tensorboard_root(tensorboard, out)
     with open_output(out, kind="run", create=False) as output:
         # A killed run's partial folder is newer than anything published in out.
-        source = output.work if output.found_partial and (output.work / CHECKPOINT).is_file() else out
+        unpublished = output.found_partial and (output.work / CHECKPOINT).is_file()
+        source = output.work if unpublished else out
         if not (source / CHECKPOINT).is_file():
             raise ConfigError(f"nothing to resume in {str(out)!r}: it holds no checkpoint of a focusfl run")
         data = _read_json(source / CONFIG)
@@ -309,7 +310,10 @@ def resume_folder(
         recorded = _inputs_record(built, expected_inputs_of(data, f"{source}/{CONFIG}"), accept_changed_inputs,
                                   f"the run in {out}", earlier=recorded_changes(data))
         checkpoint = _read_checkpoint(built, source / CHECKPOINT, config.seed)
-        if checkpoint.round >= config.rounds:
+        # An unpublished run whose last checkpoint is its final one (its last files did not fit on
+        # the disk, or it was killed just then) is finished: no round runs again, its files are written.
+        finishing = unpublished and rounds is None and checkpoint.round == config.rounds
+        if checkpoint.round >= config.rounds and not finishing:
             raise ConfigError(
                 f"{out} has run {checkpoint.round} of {config.rounds} rounds already; "
                 f"give --rounds R with R > {checkpoint.round} to run it further"
@@ -328,9 +332,28 @@ def resume_folder(
             log_dir = claim_log_dir(root, output.target.name, avoid=[output.target])
         if log_dir is not None:
             recorded[TENSORBOARD] = str(log_dir)
+        if finishing:
+            return _publish_finished(built, output, checkpoint, curve=curve, recorded=recorded)
         write_json(work / CONFIG, {**built.resolved, "status": "running", **recorded})
         return _drive(built, output, checkpoint, progress=progress, checkpoint_every=checkpoint_every, curve=curve,
                       recorded=recorded)
+
+
+def _publish_finished(built: BuiltRun, output: Output, checkpoint: Checkpoint, *, curve: bool,
+                      recorded: dict) -> RunResult:
+    """A run whose final checkpoint was written but whose folder was not published: its model,
+    config.json and figures from that checkpoint and the metrics.csv it kept (its last row, a
+    closing row included, is there: metrics.csv is flushed before the final checkpoint)."""
+    work, out = output.work, output.target
+    try:
+        save_model(work / MODEL, built.algorithm.model(checkpoint.state))
+        _finish(built, work, status=COMPLETE, rounds_done=checkpoint.round, curve=curve, recorded=recorded)
+        output.publish()
+    except BaseException as exc:
+        if full_disk(exc):
+            raise disk_full(out, exc, f"then finish it with `focusfl run --resume {out}`") from None
+        raise
+    return RunResult(state=checkpoint.state, rounds_done=checkpoint.round, comm=checkpoint.comm)
 
 
 def _check_resumable(out: Path) -> None:
@@ -454,24 +477,48 @@ def _drive(
             _SIGNAL_CODES.get(stop.signum, 130),
         ) from None
     except BaseException as exc:
-        metrics.close()
-        if logger is not None:
-            logger.close()
+        _close_quietly(metrics, logger)  # on a full disk their last rows may not fit: a resume drops them
         if not (work / CHECKPOINT).is_file():
             output.discard()
+            if full_disk(exc):
+                raise disk_full(out, exc) from None
             raise
         kept = f"{out}: the checkpoint of round {checkpointer.last_round or start.round} is kept; " \
                f"continue with `focusfl run --resume {out}`"
+        if full_disk(exc):
+            raise disk_full(out, exc, f"then continue with `focusfl run --resume {out}` (the checkpoint of round "
+                                      f"{checkpointer.last_round or start.round} is kept)") from None
         if isinstance(exc, KeyboardInterrupt):
             raise Interrupted(f"interrupted; {kept}") from None
         if isinstance(exc, (ConfigError, DataError)):
             raise type(exc)(f"{exc} ({kept})") from None
         raise
+    try:
+        info = _complete(built, output, result, metrics, curve=curve, recorded=recorded)
+    except BaseException as exc:
+        if not full_disk(exc):
+            raise
+        _close_quietly(metrics, logger)
+        if not (work / CHECKPOINT).is_file():
+            output.discard()
+            raise disk_full(out, exc) from None
+        raise disk_full(out, exc, f"then finish it with `focusfl run --resume {out}`") from None
+    _end_log(logger, info, result.rounds_done)
+    return result
+
+
+def _complete(built: BuiltRun, output: Output, result: RunResult, metrics: "_MetricsWriter", *, curve: bool,
+              recorded: dict) -> dict:
+    """Write a finished run's last files (metrics flushed, model.pt before the final checkpoint,
+    config.json, curve.png) and publish its folder; config.json's final contents."""
+    work = output.work
     kept = metrics.kept(result)
     metrics.close()
     if result.diverged_at is None:
-        save_checkpoint(work / CHECKPOINT, take_checkpoint(result, built.participation, kept))
+        # model.pt first: a full disk between the two leaves the previous checkpoint, so a resume
+        # runs the last rounds again and writes both.
         save_model(work / MODEL, built.algorithm.model(result.state))
+        save_checkpoint(work / CHECKPOINT, take_checkpoint(result, built.participation, kept))
         status = "complete"
     else:  # a non-finite state is nothing to resume from
         (work / CHECKPOINT).unlink(missing_ok=True)
@@ -479,8 +526,16 @@ def _drive(
     info = _finish(built, work, status=status, rounds_done=result.rounds_done, diverged_at=result.diverged_at,
                    curve=curve, recorded=recorded)
     output.publish()
-    _end_log(logger, info, result.rounds_done)
-    return result
+    return info
+
+
+def _close_quietly(metrics: "_MetricsWriter", logger) -> None:
+    """Close metrics.csv and the TensorBoard log after a failure, whatever their last flush says."""
+    with contextlib.suppress(OSError, RuntimeError):
+        metrics.close()
+    if logger is not None:
+        with contextlib.suppress(OSError, RuntimeError):
+            logger.close()
 
 
 def _both(first, second):
