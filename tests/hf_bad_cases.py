@@ -511,10 +511,10 @@ CASES: dict[str, tuple] = {
                                            intermediate_size=1), "more than 1,024"),
     "config-2.4-billion-parameters": (big_config(hidden_size=2560, num_hidden_layers=30, num_attention_heads=32,
                                                  intermediate_size=10240, vocab_size=50000), "at least 914,432,000 parameters"),
-    "config-wide-feed-forward": (big_config(intermediate_size=10**9), "66,000,005,330 parameters x 5 copies"),
+    "config-wide-feed-forward": (big_config(intermediate_size=10**9), "66,000,005,330 parameters x 4 copies"),
     "config-state-of-24-clients": (big_config(hidden_size=512, num_hidden_layers=8, num_attention_heads=8,
                                               intermediate_size=2048, vocab_size=30000, algorithm="mifa",
-                                              params={"clients": 24, "batch": 1}), "per client of 24 clients"),
+                                              params={"clients": 24, "batch": 1}), "mifa's state for 24 clients"),
     # -- tokenizer folders
     "tokenizer-class-unknown": (tokenizer_case(lambda f: set_json(f / "tokenizer_config.json", "tokenizer_class",
                                                                   "NopeTokenizer")), "names 'NopeTokenizer'"),

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import math
 import os
+import re
+import shutil
 import zlib
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -147,8 +149,6 @@ def check_allocation(nbytes: int, what: str, *, error: type[FocusflError] = Data
 def disk_room(folder: str | os.PathLike) -> int:
     """Bytes one file written into ``folder`` may take: the filesystem's free space, and no more
     than the largest file the process may write (RLIMIT_FSIZE, ``ulimit -f``)."""
-    import shutil
-
     rooms = [shutil.disk_usage(folder).free]
     try:
         import resource
@@ -177,8 +177,6 @@ _ALLOCATOR_FAILURES = ("can't allocate memory", "out of memory", "Failed to allo
 def allocation_failure(exc: BaseException) -> str | None:
     """What an allocator's error (torch's RuntimeError on CPU, OutOfMemoryError on a GPU) says in
     a few words, e.g. "tried to allocate 1.5 GiB"; None if ``exc`` is not one."""
-    import re
-
     text = str(exc)
     if not isinstance(exc, (RuntimeError, MemoryError)) or not any(k in text for k in _ALLOCATOR_FAILURES):
         return None

@@ -31,6 +31,7 @@ the one-line error names the extra to install.
 """
 from __future__ import annotations
 
+import importlib
 import io
 import itertools
 import json
@@ -59,8 +60,6 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", 
 
 def require(module: str, purpose: str):
     """``import module``, or a one-line ConfigError naming the extra that provides it."""
-    import importlib
-
     try:
         return importlib.import_module(module)
     except ImportError:

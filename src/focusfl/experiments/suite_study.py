@@ -28,8 +28,11 @@ import numpy as np
 
 from ..errors import FocusflError
 from ..io.atomic import open_atomic, write_text
+from ..participation.importing import ImportOptions, import_trace, statistics_lines, trace_text
+from ..plots import palette, pyplot
 from .studies import TARGET, work_trial
-from .tune import TuneSetup, lr_grid, pick_best, setup as tune_setup
+from .tune import TuneSetup, lr_grid, pick_best
+from .tune import setup as tune_setup
 
 PROBLEM = "ridge:dim=10,clients=8,samples=20"
 CLIENTS = 8
@@ -93,8 +96,6 @@ def import_synthetic_trace(folder: Path, rounds: int) -> tuple[str, list[str]]:
     """Write the synthetic FedScale pickle into ``folder``, import it with the command's code
     (participation/importing.py) and write the trace: returns the participation SPEC and the
     statistics lines the import prints."""
-    from ..participation.importing import ImportOptions, import_trace, statistics_lines, trace_text
-
     folder.mkdir(parents=True, exist_ok=True)
     source = folder / "fedscale_behaviour.pkl"
     with open_atomic(source, "wb") as handle:
@@ -298,8 +299,6 @@ def exactness_table(rows: list[dict]) -> str:
 
 def plot_curves(rows: list[dict], path: Path, rounds: int) -> None:
     """One panel per process: rel. error against rounds of every algorithm at its tuned step (seed 0)."""
-    from ..plots import palette, pyplot
-
     plt = pyplot()
     processes = list(dict.fromkeys(r["process"] for r in rows))
     algorithms = list(dict.fromkeys(r["algorithm"] for r in rows))

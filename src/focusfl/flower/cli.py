@@ -200,7 +200,7 @@ def check_work_covers(strategy) -> None:
     """A work trace (``--work trace:path=...``) names every client the federation asks in every
     round: else the ServerApp would stop at the first (round, client) it lacks."""
     work = strategy.work
-    table = getattr(work, "table", None)
+    table = getattr(work, "recorded", None)  # TraceWork's {round: {client: steps}}
     if table is None:
         return
     rounds, clients = strategy.rounds, strategy.problem.num_clients

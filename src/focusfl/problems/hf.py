@@ -17,6 +17,7 @@ local folder (problems/text_models.py; trained with dropout off).
 """
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -155,8 +156,6 @@ class HuggingFaceNetwork(NeuralNetwork):
         model that differs from the server's would compute other gradients (focusfl.flower)."""
         cached = getattr(self, "_model_fingerprint", None)
         if cached is None:
-            import hashlib
-
             digest = hashlib.sha256(super().data_fingerprint().encode())
             x0 = self.initial_point().detach().cpu().contiguous().numpy()
             digest.update(f"{x0.dtype.str}{x0.shape}".encode())

@@ -9,6 +9,7 @@ a sequential participation process (Markov) also saves the last row it drew.
 """
 from __future__ import annotations
 
+import math
 import pickle
 import warnings
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from ..engine.divergence import BlowUpDetector
 from ..engine.loop import Resume, RunResult, TrainLoss
 from ..errors import DataError
 from ..io.atomic import open_atomic
+from ..limits import check_allocation, human_bytes
 
 CHECKPOINT = "checkpoint.pt"
 MODEL = "model.pt"
@@ -129,8 +131,6 @@ def _size(path: Path) -> int:
 def _read(path: Path, device: torch.device, limit: int | None = None) -> dict:
     """The checkpoint's payload, read in place (never copied), after its size is checked: against
     ``limit`` (the size this run's checkpoint can have) and the memory available."""
-    from ..limits import check_allocation, human_bytes
-
     size = _size(path)
     if limit is not None and size > limit:
         raise DataError(f"checkpoint {str(path)!r} is {human_bytes(size)}, more than the {human_bytes(limit)} a "
@@ -223,8 +223,6 @@ def load_checkpoint(path: Path, reference: State, num_clients: int) -> Checkpoin
 
 def _metrics_state(state: Any, path: Path) -> dict[str, float | int]:
     """TrainLoss.state() as saved: a small dict of names to finite numbers."""
-    import math
-
     if not isinstance(state, dict) or len(state) > 16 or not all(
         isinstance(k, str) and not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
         for k, v in state.items()

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from .. import __version__
 from ..engine.simulate import ENGINES, SCHEDULES
 from ..errors import ConfigError
 from ..problems import default_dtype
@@ -148,8 +149,6 @@ _KEY_NEUTRAL = {name: _meta(name)["key_neutral"] for name in _FIELDS if _meta(na
 def record(config: RunConfig, *, algorithm: dict, problem: dict, participation: dict,
            work: dict | None = None) -> dict[str, Any]:
     """config.json's run keys: the fields it records, the parts given resolved (describe())."""
-    from .. import __version__
-
     parts = {"algorithm": algorithm, "problem": problem, "participation": participation}
     if work is not None:
         parts["work"] = work

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
+from tqdm import tqdm
 
 from ..algorithms import algorithm_state_size, check_state_size, make_algorithm
 from ..algorithms.base import check_work_process
@@ -27,7 +28,6 @@ from ..spec import parse_spec
 from ..threads import fixed_threads
 from ..work import make_work
 from .config import DTYPES, RunConfig, as_requested, check_config, record, run_key
-
 
 # The parts of a run, in the order build() makes them; an error raised while making one carries
 # its name as ``exc.part`` (a sweep names its file's key by it): "work-algorithm" is an algorithm
@@ -175,8 +175,6 @@ def execute(
     start_round = 0 if resume is None else resume.start_round
     bar = None
     if progress:
-        from tqdm import tqdm
-
         bar = tqdm(total=cfg.rounds, initial=start_round, desc=built.algorithm.name,
                    unit="round", disable=None, leave=False)
 

@@ -36,16 +36,28 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+from ..data.plots import plot_label_histograms, plot_training_curves
 from ..engine import RunResult
 from ..errors import ConfigError, DataError
+from ..io.atomic import csv_cell, disk_full, full_disk, write_csv, write_json
+from ..io.folders import MARKER, PARTIAL_SUFFIX, Output, open_output, read_marker, waiting_output
+from ..limits import check_disk_space
+from ..plots import plot_curve
 from ..problems.models import refuse_model_import
-from .checkpoint import (CHECKPOINT, MODEL, Checkpoint, load_checkpoint, resume_from, save_checkpoint, save_model,
-                         take_checkpoint)
-from ..io.atomic import csv_cell, disk_full, full_disk, write_json
-from ..io.folders import MARKER, PARTIAL_SUFFIX, Output, open_output, read_marker
-from .config import RunConfig, config_from_json
+from .checkpoint import (
+    CHECKPOINT,
+    MODEL,
+    Checkpoint,
+    load_checkpoint,
+    resume_from,
+    save_checkpoint,
+    save_model,
+    take_checkpoint,
+)
+from .config import RunConfig, as_requested, config_from_json, run_key
 from .driver import BuiltRun, build, execute
 from .inputs import CHANGED, INPUTS, check_inputs, input_digests, recorded_changes, recorded_inputs, unpinned
+from .tensorboard import RunLogger, check_root, claim_log_dir, has_events, iter_metrics, require
 
 METRICS = "metrics.csv"
 CONFIG = "config.json"
@@ -232,8 +244,6 @@ def run_to_folder(
         # first written, so a run killed at any point resumes computing the same way.
         built.problem.settle()
         if root is not None:
-            from .tensorboard import claim_log_dir
-
             recorded[TENSORBOARD] = str(claim_log_dir(root, output.target.name, avoid=[output.target]))
         write_json(output.work / CONFIG, {**built.resolved, "status": "running", **recorded})
         return _drive(built, output, None, progress=progress, checkpoint_every=checkpoint_every, curve=curve,
@@ -259,8 +269,6 @@ def expected_inputs_of(data: dict, where: str, skip: tuple[str, ...] = ()) -> di
 
 
 def _refuse_import_on_resume(problem, out: Path) -> None:
-    from ..errors import ConfigError
-
     try:
         refuse_model_import(problem, f"{out}/{CONFIG}")
     except ConfigError as exc:
@@ -321,14 +329,10 @@ def resume_folder(
         _check_metrics(source / METRICS, checkpoint.metrics_bytes, out)
         work = output.work
         if source != work:
-            from ..limits import check_disk_space
-
             check_disk_space(checkpoint.metrics_bytes, out.parent,
                              f"the {checkpoint.metrics_bytes:,} bytes of {out}/metrics.csv to continue from")
             _start_from(output, source / METRICS, checkpoint.metrics_bytes)
         if log_dir is None and root is not None:
-            from .tensorboard import claim_log_dir
-
             log_dir = claim_log_dir(root, output.target.name, avoid=[output.target])
         if log_dir is not None:
             recorded[TENSORBOARD] = str(log_dir)
@@ -414,8 +418,6 @@ def _tensorboard_root(tensorboard: str | Path | None, out: str | Path) -> Path |
     """The checked ``--tensorboard`` folder (None without one): before anything is written."""
     if tensorboard is None:
         return None
-    from .tensorboard import check_root, require
-
     require()
     return check_root(tensorboard, out)
 
@@ -431,8 +433,6 @@ def _stored_log_dir(data: dict, out: Path, root: Path | None) -> Path | None:
     if root is not None and log_dir.parent != root:
         raise ConfigError(f"{out} logs to TensorBoard in {stored}; --tensorboard cannot change that "
                           f"(give --tensorboard {log_dir.parent}, or none)")
-    from .tensorboard import require
-
     require()  # the package is needed to go on logging
     return log_dir
 
@@ -550,8 +550,6 @@ def _open_log(recorded: dict, start: Checkpoint | None, metrics_path: Path):
     after the checkpoint; a log that is new (or lost) first gets the rows metrics.csv keeps."""
     if TENSORBOARD not in recorded:
         return None
-    from .tensorboard import RunLogger, has_events, iter_metrics
-
     log_dir = Path(recorded[TENSORBOARD])
     if start is not None and has_events(log_dir):
         # Steps after the last row metrics.csv keeps: a closing row the resume dropped included.
@@ -607,18 +605,12 @@ def _finish(built: BuiltRun, work: Path, *, status: str, rounds_done: int | None
 
 
 def _plot(built: BuiltRun, rows: list[dict], work: Path) -> None:
-    from ..plots import plot_curve
-
     title = f"{built.algorithm.name} on {built.problem.name}, {built.participation.name} participation"
     if "test_accuracy" in rows[0]:  # neural networks: accuracy and losses
-        from ..data.plots import plot_training_curves
-
         plot_training_curves({built.algorithm.name: rows}, work / "curve.png", title=title)
     else:
         plot_curve(rows, work / "curve.png", title)
     if hasattr(built.problem, "label_histograms"):  # clients hold labelled data: show the split
-        from ..data.plots import plot_label_histograms
-
         plot_label_histograms(built.problem.label_histograms(), work / "partition.png")
 
 
@@ -689,9 +681,6 @@ def run_state(folder: Path, key: str, expected: dict | None = None) -> str:
     from) or 'new' (nothing usable: run it from the start). ``expected``: the run's resolved
     config as it was asked for (see ``as_requested``). A config.json that is there but cannot be
     read (too large, not JSON) is a ConfigError: a published run folder always has a good one."""
-    from ..io.folders import waiting_output
-    from .config import as_requested, run_key
-
     partial = folder.parent / f".{folder.name}{PARTIAL_SUFFIX}"
     waiting = waiting_output(folder)
     if waiting is not None:
@@ -716,13 +705,9 @@ def write_finished(work: Path, config: dict, rows: list[dict], *, status: str, r
     metrics.csv (``rows``), config.json (``config``: the run keys of runs.config.record, with
     ``status`` and ``rounds_done``) and, with a ``title``, curve.png. For runs computed elsewhere
     (a Flower federation); the caller publishes the folder."""
-    from ..io.atomic import write_csv
-
     write_csv(work / METRICS, rows, columns)
     write_json(work / CONFIG, {**config, "status": status, "rounds_done": rounds_done})
     if rows and title is not None:
-        from ..plots import plot_curve
-
         plot_curve(rows, work / "curve.png", title)
 
 
