@@ -5,7 +5,6 @@ reference loop give the same trajectory (to 1e-6 in float64) for the small CNN o
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import dataclasses
 import json

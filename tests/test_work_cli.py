@@ -10,7 +10,6 @@ import csv
 import json
 
 import pytest
-import torch
 
 from cli_harness import assert_one_line_error, run_cli
 from focusfl.work import make_work

@@ -51,7 +51,7 @@ from flwr.serverapp.strategy import Strategy
 
 from ..algorithms.base import Algorithm, RoundContext, State, check_work_process
 from ..engine.divergence import BlowUpDetector
-from ..engine.loop import Resume, RunResult, run_rounds
+from ..engine.loop import Resume, run_rounds
 from ..engine.rows import evaluation_row
 from ..engine.round import Collected
 from ..engine.simulate import schedule_of
