@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from cli_harness import assert_one_line_error, cli_env, killer_script, run_cli, snapshot
+from cli_harness import assert_one_line_error, cli_env, killer_script, run_cli
 from focusfl.algorithms import ALGORITHMS, make_algorithm
 from focusfl.engine import Resume, simulate
 from focusfl.engine.tree import gather_rows, scatter_rows
@@ -136,6 +136,37 @@ def test_sigkill_of_a_mapped_run_then_resume_gives_the_same_bytes(tmp_path):
     assert (out / TABLE).is_file()
     assert (out / "metrics.csv").read_bytes() == (whole / "metrics.csv").read_bytes()
     assert (out / "model.pt").read_bytes() == (whole / "model.pt").read_bytes()
+
+
+def test_a_resumed_extension_never_writes_the_published_table(tmp_path):
+    """Resume reads a published folder in place: the run goes on in a copy of its table, so a
+    kill -9 of the extension leaves the published table's bytes as they were, and resuming again
+    still gives the uninterrupted run's bytes."""
+    out = tmp_path / "run"
+    assert run_cli("run", *COMMON, "--state-memory", "0", "--out", str(out)).returncode == 0
+    published = (out / TABLE).read_bytes()
+    killed = _killed_at(70, ["run", "--resume", str(out), "--rounds", "90", "--checkpoint-every", "5"])
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert (out / TABLE).read_bytes() == published
+    assert run_cli("run", "--resume", str(out)).returncode == 0
+    whole = tmp_path / "whole"
+    assert run_cli("run", *COMMON[:-4], "--rounds", "90", "--eval-every", "4", "--out", str(whole)).returncode == 0
+    assert (out / "metrics.csv").read_bytes() == (whole / "metrics.csv").read_bytes()
+
+
+def test_a_table_mapped_on_disk_is_not_counted_against_memory():
+    """build() refuses a state beyond the memory available, but a client table beyond
+    state_memory lives on disk: 10^8 clients x 100 floats (80 GB) build at the default budget
+    and are refused when the budget would keep them in memory."""
+    from focusfl.errors import ConfigError
+    from focusfl.runs.driver import build
+
+    config = RunConfig(algorithm="focus", problem="ondemand_logistic:clients=100000000,dim=100,samples=2",
+                       participation="uniform:m=10", rounds=1)
+    built = build(config)
+    assert built.problem.num_clients == 10**8
+    with pytest.raises(ConfigError, match="state"):
+        build(config.replace(state_memory="1000TB"))
 
 
 def test_a_mapped_run_with_a_damaged_table_is_refused_in_one_line(tmp_path):

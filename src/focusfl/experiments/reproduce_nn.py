@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..algorithms import ALGORITHMS, make_algorithm
+from ..algorithms import ALGORITHMS
 from ..errors import ConfigError
 from ..io.atomic import read_csv, write_csv
 from ..io.folders import open_store

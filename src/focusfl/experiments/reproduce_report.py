@@ -610,6 +610,14 @@ def _plot_work_curves(rows: list[dict], path: Path, rounds: int) -> None:
     plt.close(fig)
 
 
+def suite_section(sizes: Sizes, images: Path) -> Section:
+    """The suite under one roof (experiments/suite_study.py owns its runs and verdicts)."""
+    from .suite_study import report_section
+
+    part = report_section(quick=not sizes.exactness, images=images)
+    return Section(part["title"], [Claim(**claim) for claim in part["claims"]], part["text"])
+
+
 # -- neural networks ------------------------------------------------------------------------------
 def mnist_section(data: str | None, sizes: Sizes, images: Path, workers: int = 1) -> Section:
     section = Section("SG-FOCUS on real digits (mnist-demo) and the FOCUS paper's CIFAR-10 figure")
@@ -732,7 +740,7 @@ def run(args: ReportOptions) -> int:
         for make in (lambda: ridge_section(sizes, images), lambda: exactness_section(sizes),
                      lambda: bias_section(sizes), lambda: fedsum_section(sizes, images),
                      lambda: studies_section(sizes, images), lambda: work_section(sizes, images),
-                     lambda: mnist_section(args.data, sizes, images, args.workers)):
+                     lambda: suite_section(sizes, images), lambda: mnist_section(args.data, sizes, images, args.workers)):
             start = time.perf_counter()
             section = make()
             section.seconds = time.perf_counter() - start

@@ -331,6 +331,16 @@ def _is_work(spec: str | dict) -> bool:
     return parse_spec(spec)[0] != "fixed"
 
 
+# What a tune's folder may be extended with (more steps, seeds or algorithms reuse its trials).
+SEARCH_KEYS = ("name", "algorithms", "lr", "seeds", "targets")
+
+
+def tune_identity(data: dict) -> dict:
+    """The setup a tune's trials share (problem, participation, work, rounds, ...): a folder
+    that holds a tune of another setup is refused rather than mixed with (io.folders)."""
+    return {key: value for key, value in data.items() if key not in SEARCH_KEYS}
+
+
 def tune(setup: TuneSetup, search: TuneSearch) -> int:
     """Run the grid as a sweep into ``search.out``, print the best step per algorithm; 0, or a
     FocusflError / DivergenceError when trials failed or every step diverged."""
@@ -340,13 +350,14 @@ def tune(setup: TuneSetup, search: TuneSearch) -> int:
     algorithms = expand_algorithms(search.algorithms)
     seeds = list(range(setup.seed, setup.seed + search.seeds))
     run = setup.run.with_problem_defaults()
-    experiment = make_experiment(
+    data = dict(
         name="tune", algorithms=algorithms, problems=[run.problem], participation=[run.participation], lr=grid,
         seeds=seeds, rounds=run.rounds, eval_every=run.eval_every, schedule=run.schedule, dtype=run.dtype,
         device=run.device, engine=run.engine, targets=[] if setup.target is None else [setup.target],
         **({"local_steps": run.local_steps} if run.local_steps is not None else {}),
         # A work axis only when asked: a tune under fixed work writes the tables it always did.
         **({"work": [run.work]} if _is_work(run.work) else {}))
+    experiment = make_experiment(**data)
     found: dict = {}
 
     def tables(experiment, runs, folder, *, band, failures) -> list[str]:
@@ -362,7 +373,7 @@ def tune(setup: TuneSetup, search: TuneSearch) -> int:
 
     # Every trial is a run folder under OUT/runs/: a rerun after a crash skips the finished ones.
     report = run_sweep(experiment, search.out, workers=search.workers, threads=run.threads, progress=True,
-                       kind="tune", tables=tables)
+                       kind="tune", tables=tables, experiment_identity=tune_identity(data))
     if report.skipped:
         print(f"reused {report.skipped} trial(s) finished by an earlier run")
     if report.restarted:

@@ -34,10 +34,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..algorithms.base import Algorithm, State
+from ..algorithms.base import Algorithm, State, check_state_size
 from ..engine.tree import RowStore
 from ..errors import ConfigError, DataError
-from ..limits import human_bytes
+from ..limits import check_allocation, human_bytes
 
 TABLE = "clients.bin"  # the mapped client table in a run folder
 _ALIGN = 4096  # each field's region starts on a page
@@ -103,6 +103,22 @@ def initial_state(algorithm: Algorithm, x0: torch.Tensor, num_clients: int, fold
     return State(server, MappedClients.create(Path(folder) / TABLE, template, num_clients, budget))
 
 
+def check_state_memory(algorithm: Algorithm, problem: Any, budget: int) -> None:
+    """check_state_size of a run whose client table may be mapped: a table larger than ``budget``
+    lives on disk (MappedClients.create checks the disk), so memory must hold the rest only."""
+    try:
+        clients = table_bytes(algorithm, problem.initial_point(), problem.num_clients)
+    except ConfigError:  # rows that differ from client to client: such a table is never mapped
+        clients = 0
+    if clients <= budget:
+        check_state_size(algorithm, problem)
+        return
+    n, d = problem.num_clients, problem.dim
+    rest = algorithm.state_size(n, d).nbytes(torch.empty((), dtype=problem.dtype).element_size()) - clients
+    check_allocation(max(0, rest), f"{algorithm.name}'s state for {n:,} clients x {d:,} parameters, but the "
+                                   f"clients' table of {human_bytes(clients)} (mapped on disk)", error=ConfigError)
+
+
 # -- the mapped table ------------------------------------------------------------------------------
 def _layout(template: Any, num_clients: int) -> tuple[list[int], int]:
     """Each field's byte offset in the file (two slots per client), and the file's size."""
@@ -132,7 +148,12 @@ class MappedClients(RowStore):
         self.saved = self.live.clone()
         offsets, self.size = _layout(self.template, self.num_clients)
         self._file = open(self.path, "r+b")
-        self._map = mmap.mmap(self._file.fileno(), self.size)
+        try:
+            self._map = mmap.mmap(self._file.fileno(), self.size)
+        except OSError as exc:  # no address space for it (a ulimit -v), or a file system without mmap
+            self._file.close()
+            raise ConfigError(f"cannot map the clients' state table {str(self.path)!r} "
+                              f"({human_bytes(self.size)}): {exc.strerror or exc}") from None
         # Rows are read where the active clients are, never in order: without this the kernel maps
         # 64 KiB around every row it faults in (fault-around, readahead): measured at N = 10^6,
         # d = 100, 65 MB resident for the 1.6 MB of one round's 1,000 rows, 8 MB with it.
@@ -225,6 +246,13 @@ class MappedClients(RowStore):
         """``slots`` (from :meth:`flush`) is now in a durable checkpoint: later writes keep off it."""
         self.saved = slots.to(torch.int8).clone()
 
+    def reopened(self, path: Path) -> "MappedClients":
+        """This table at its last checkpoint's slot map, in the copy of its file at ``path``
+        (copy_table): a resumed run writes its own table, never the published one it read."""
+        reopened = MappedClients.open(path, self.template, self.num_clients, self.saved, self.budget)
+        self.close()
+        return reopened
+
     def to_memory(self) -> Any:
         """The whole table as the NamedTuple of [N, ...] tensors (tests, small tables)."""
         return self.gather(torch.arange(self.num_clients))
@@ -263,6 +291,12 @@ def _next_data(fd: int, position: int, size: int) -> tuple[int, int]:
             return size, size
         return position, size
     return start, os.lseek(fd, start, os.SEEK_HOLE)
+
+
+def table_disk_bytes(path: Path) -> int:
+    """The bytes a copy of the table file takes on disk (its written rows; holes take none)."""
+    info = os.stat(path)
+    return min(info.st_size, getattr(info, "st_blocks", info.st_size // 512 + 1) * 512)
 
 
 def copy_table(source: Path, target: Path) -> None:
