@@ -105,9 +105,12 @@ def test_interrupted_run_keeps_the_rounds_it_evaluated(tmp_path, capsys, monkeyp
 
     monkeypatch.setattr(runner, "simulate", ctrl_c_at_round_12)
     # As in a terminal (a suite started as a background job inherits an ignored SIGINT).
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     out = tmp_path / "a"
-    assert main(RUN + ["--out", str(out)]) == 130
+    try:
+        assert main(RUN + ["--out", str(out)]) == 130
+    finally:  # the test worker's own handler back: a later SIGINT must not raise inside pytest
+        signal.signal(signal.SIGINT, previous)
     err = capsys.readouterr().err
     assert "stopped after round 12" in err and f"--resume {out}" in err
     assert [int(r["round"]) for r in read_csv(out / "metrics.csv")] == list(range(13))

@@ -12,8 +12,10 @@ import tempfile
 import uuid
 from pathlib import Path
 
+import numpy as np
+
 from ..argtypes import positive_float
-from ..errors import ConfigError
+from ..errors import ConfigError, DataError
 from ..runs.cli import add_run_options, run_config_of
 
 EXAMPLES = """examples:
@@ -145,8 +147,8 @@ def _data_paths(args) -> dict[int, str]:
 
 def _local(args) -> int:
     from .local import LocalFederation, check_tools, signals_interrupt
-    from .server_app import FederationConfig
     from .problems_nodes import check_nodes
+    from .server_app import FederationConfig
 
     # Every option is checked before anything starts or is written.
     if args.nodes < 1:
@@ -198,22 +200,22 @@ def _check_out(out: str | None) -> None:
 
 def check_work_covers(strategy) -> None:
     """A work trace (``--work trace:path=...``) names every client the federation asks in every
-    round: else the ServerApp would stop at the first (round, client) it lacks."""
+    round: else the ServerApp would stop at the first (round, client) it lacks. The trace's own
+    check (``TraceWork.active_table``), on the rows the federation asks: all clients, or the
+    participation process's draws."""
     work = strategy.work
-    table = getattr(work, "recorded", None)  # TraceWork's {round: {client: steps}}
-    if table is None:
+    if not hasattr(work, "active_table"):
         return
     rounds, clients = strategy.rounds, strategy.problem.num_clients
-    asked = None if strategy.participation is None else strategy.participation.rows(0, rounds)
-    for r in range(rounds):
-        wanted = range(clients) if asked is None else (int(c) for c in asked[r].nonzero()[0])
-        held = table.get(r, {})
-        missing = next((c for c in wanted if c not in held), None)
-        if missing is not None:
-            who = "every node's client" if asked is None else "the clients the participation process asks"
-            raise ConfigError(f"--work: the trace {str(work.path)!r} has no row for round {r}, client {missing}; "
-                              f"a federation of {rounds} rounds asks {who} in every round (give a trace that "
-                              f"covers them, or fewer --rounds)")
+    if strategy.participation is None:
+        asked = np.ones((rounds, clients), dtype=bool)  # every node's client, every round
+    else:
+        asked = strategy.participation.rows(0, rounds)
+    try:
+        work.active_table(asked)
+    except DataError as exc:
+        raise ConfigError(f"--work: {exc}; give a trace that covers the {rounds} rounds of this federation, "
+                          "or fewer --rounds") from None
 
 
 def _kept(exc: KeyboardInterrupt, config):

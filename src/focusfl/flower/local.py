@@ -26,13 +26,13 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..signals import handled
 
 APP_PYPROJECT = """[build-system]
 requires = ["hatchling"]
@@ -420,43 +420,21 @@ def federation_processes(tag: str) -> list[int]:
     return found
 
 
-@contextlib.contextmanager
 def _signals_held():
     """SIGINT and SIGTERM ignored inside (main thread only; elsewhere signals cannot be set)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            if handler is not None:  # None: set outside Python, cannot be restored from here
-                signal.signal(sig, handler)
+    return handled((signal.SIGINT, signal.SIGTERM), signal.SIG_IGN)
 
 
-@contextlib.contextmanager
 def signals_interrupt():
     """SIGTERM and SIGHUP raise KeyboardInterrupt (exit status 128+N) as Ctrl-C does, so that a
     federation killed by its caller stops its processes (``with LocalFederation``) instead of
     leaving them running. Main thread only; signals ignored when focusfl started stay ignored."""
     from ..runs.folder import Interrupted
 
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
     def handler(signum, frame) -> None:
         raise Interrupted(f"interrupted by {signal.Signals(signum).name}", 128 + signum)
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)
-                if signal.getsignal(sig) is not signal.SIG_IGN}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            if old is not None:
-                signal.signal(sig, old)
+    return handled((signal.SIGTERM, signal.SIGHUP), handler, keep_ignored=True)
 
 
 def _kill_group(process: subprocess.Popen, sig: int) -> None:

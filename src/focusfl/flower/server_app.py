@@ -23,11 +23,9 @@ Outputs (``out``):
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import signal
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,12 +38,13 @@ from flwr.serverapp import Grid, ServerApp
 from .. import __version__
 from ..algorithms.base import State
 from ..errors import ConfigError
-from ..runs.checkpoint import MODEL, save_model
 from ..io.atomic import write_csv, write_json
 from ..io.folders import open_output
+from ..runs.checkpoint import MODEL, save_model
 from ..runs.config import RunConfig, WithRun, record
 from ..runs.driver import build
 from ..runs.folder import COMPLETE, DIVERGED, INTERRUPTED, write_finished
+from ..signals import handled
 from ..threads import fixed_threads
 from ..work.trace import trace_record, trace_text
 from .strategy import AlgorithmStrategy, FederationResult, StopRounds
@@ -164,24 +163,13 @@ def run_federation(grid: Grid, config: FederationConfig, log=print) -> Federatio
     return result
 
 
-@contextlib.contextmanager
 def _stop_rounds_on_signals():
     """SIGTERM and SIGINT (``federation local`` stopped by Ctrl-C, ``flwr stop``) stop the round
     loop (StopRounds) so that the rounds done are written; main thread only, as Python allows."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
     def handler(signum, frame) -> None:
         raise StopRounds(signum)
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            if old is not None:
-                signal.signal(sig, old)
+    return handled((signal.SIGTERM, signal.SIGINT), handler)
 
 
 def _keep_interrupted(config: FederationConfig, strategy: AlgorithmStrategy, built, result: FederationResult,

@@ -32,10 +32,9 @@ import math
 import os
 import shutil
 import signal
-import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from ..data.plots import plot_label_histograms, plot_training_curves
 from ..engine import RunResult
@@ -45,6 +44,7 @@ from ..io.folders import MARKER, PARTIAL_SUFFIX, Output, open_output, read_marke
 from ..limits import check_disk_space
 from ..plots import plot_curve
 from ..problems.models import refuse_model_import
+from ..signals import handled
 from .checkpoint import (
     CHECKPOINT,
     MODEL,
@@ -92,29 +92,16 @@ class _StopFlag:
     signum: int | None = None
 
 
-@contextlib.contextmanager
-def _stop_on_signals(flag: _StopFlag) -> Iterator[None]:
+def _stop_on_signals(flag: _StopFlag):
     """The first SIGINT/SIGTERM/SIGHUP asks the run to stop at the end of its round; a second
     SIGINT stops it at once (the last checkpoint stays). Only the main thread can do this, and
     signals ignored by the process's parent stay ignored."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
     def handler(signum, frame) -> None:
         if flag.signum is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt
         flag.signum = signum
 
-    # A signal ignored when focusfl started (a background job's SIGINT, SIGHUP under nohup) stays
-    # ignored: whoever started the run asked for that.
-    previous = {sig: signal.signal(sig, handler) for sig in _SIGNAL_CODES
-                if signal.getsignal(sig) is not signal.SIG_IGN}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+    return handled(_SIGNAL_CODES, handler, keep_ignored=True)
 
 
 class _MetricsWriter:
