@@ -100,7 +100,7 @@ class PlainLoop:
         u = torch.zeros_like(self.x)
         for _ in range(self.tau):
             picks = torch.randint(int(p.sizes[client]), (p.batch,), device=p.device, generator=self.generator)
-            ids = p.client_index[client, picks]
+            ids = p.sample_ids(torch.tensor([client]), picks[None, :])[0]
             self.model.zero_grad(set_to_none=True)
             F.cross_entropy(self.model(p.inputs(p.train_images[ids])), p.train_labels[ids]).backward()
             grad = torch.cat([q.grad.reshape(-1) for q in self.params])

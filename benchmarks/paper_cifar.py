@@ -190,11 +190,11 @@ class AuthorsLoop:
         self.models = [copy.deepcopy(self.server) for _ in range(CLIENTS)]
         images_hwc = np.ascontiguousarray(dataset.train.images.transpose(0, 2, 3, 1))
         transforms = [RandomCropPadded(32, 4), RandomHorizontalFlip(), to_tensor, Normalize(MEAN, STD)]
-        owned = problem.client_index.cpu().numpy()
-        sizes = problem.sizes.cpu().numpy()
+        owned = problem.client_order.cpu().numpy()
+        starts, sizes = problem.client_starts.cpu().numpy(), problem.sizes.cpu().numpy()
         self.batches = [
-            forever(DataLoader(CifarItems(images_hwc, dataset.train.labels, owned[i, : sizes[i]], transforms),
-                               batch_size=BATCH, shuffle=True))
+            forever(DataLoader(CifarItems(images_hwc, dataset.train.labels, owned[starts[i] : starts[i] + sizes[i]],
+                                          transforms), batch_size=BATCH, shuffle=True))
             for i in range(CLIENTS)
         ]
         self.y = torch.zeros_like(flat_parameters(self.server))

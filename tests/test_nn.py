@@ -120,6 +120,24 @@ def test_grouped_weights_path_equals_vmap(model):
     assert torch.allclose(a, b, rtol=0, atol=1e-12)
 
 
+def test_sample_ids_read_the_clients_rows_as_the_padded_table_did():
+    """Every client's rows are one array and N offsets; a position reads the client's own row,
+    and a padding position (weight 0) a row of that client."""
+    problem = toy_problem(partition="dirichlet", alpha=0.3, min_size=2)
+    sizes = problem.sizes.tolist()
+    assert len(set(sizes)) > 1
+    starts = problem.client_starts.tolist()
+    order = problem.client_order
+    clients = torch.arange(problem.num_clients)
+    positions = torch.arange(max(sizes) + 3).expand(len(clients), -1)
+    ids = problem.sample_ids(clients, positions)
+    for client, (start, size) in enumerate(zip(starts, sizes)):
+        own = order[start : start + size]
+        assert torch.equal(ids[client, :size], own)
+        assert bool(torch.isin(ids[client, size:], own).all())
+    assert sum(sizes) == order.numel() == len(torch.unique(order))  # each row owned once
+
+
 def test_gradients_are_the_minibatch_gradients_of_the_module():
     problem = toy_problem(model="fedsum-cifar10-cnn", partition="iid", dataset=toy_dataset(shape=(3, 8, 8)))
     clients = torch.tensor([1, 6])
@@ -127,7 +145,7 @@ def test_gradients_are_the_minibatch_gradients_of_the_module():
     picks, weights = problem.minibatch(3, 5, clients, 2, sizes)
     grads = problem.oracle(clients, seed=3, round=5)(problem.initial_point().expand(2, -1), 2)
     for row, client in enumerate(clients.tolist()):
-        ids = problem.client_index[client, picks[row]]
+        ids = problem.sample_ids(torch.tensor([client]), picks[row : row + 1])[0]
         model = make_model("fedsum-cifar10-cnn", problem.input_shape, 10).double()
         torch.nn.utils.vector_to_parameters(problem.initial_point(), model.parameters())
         F.cross_entropy(model(problem.inputs(problem.train_images[ids])), problem.train_labels[ids]).backward()

@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 
 from focusfl.data import label_histograms, make_partition
+from focusfl.data.partition import ClientRows, natural_partition
 from focusfl.data.plots import plot_label_histograms
 from focusfl.errors import ConfigError
 from focusfl.participation import make_participation
 from focusfl.participation.label import LabelParticipation
+from focusfl.problems.nn import carve_validation
 
 LABELS = np.repeat(np.arange(10), 200)  # 2,000 samples, 200 per class
 
@@ -135,3 +137,49 @@ def test_label_process_errors():
         make_participation("label:low=0.5,high=0.2", 4, seed=0, problem=HistogramProblem())
     with pytest.raises(ConfigError, match="histograms"):
         LabelParticipation(3, histograms=HIST)
+
+
+# -- natural partitions as compressed client rows -----------------------------------------------------
+def _natural_by_definition(ids: np.ndarray, clients: int) -> list[np.ndarray]:
+    """Client k: the rows holding the k-th smallest distinct id (one array per client)."""
+    values = np.unique(ids)
+    return [np.flatnonzero(ids == values[k]) for k in range(clients)]
+
+
+@pytest.mark.parametrize("kind", ["integers", "strings"])
+def test_a_natural_partition_is_the_rows_of_each_id_without_a_copy_per_client(kind):
+    rng = np.random.default_rng(28)
+    ids = rng.integers(0, 40, size=500)
+    if kind == "strings":
+        ids = np.array([f"writer-{v}" for v in ids])
+    table = natural_partition(ids, 30, "writer")  # 40 ids, 30 clients: the last ids are left out
+    assert isinstance(table, ClientRows) and len(table) == 30
+    expected = _natural_by_definition(ids, 30)
+    assert [part.tolist() for part in table] == [part.tolist() for part in expected]
+    assert table[7].tolist() == expected[7].tolist() and table.sizes.tolist() == [len(p) for p in expected]
+    assert table.rows.size == sum(len(p) for p in expected)  # the rows once, and N + 1 offsets
+    assert table.owners().tolist() == np.repeat(np.arange(30), table.sizes).tolist()
+
+
+def test_a_hundred_thousand_ids_make_two_arrays():
+    ids = np.arange(300_000) % 100_000
+    table = natural_partition(ids, 100_000, "writer")
+    assert table.starts.shape == (100_001,) and table.rows.shape == (300_000,)
+    assert table[99_999].tolist() == [99_999, 199_999, 299_999]
+    with pytest.raises(ConfigError, match="fewer than"):
+        natural_partition(ids, 100_001, "writer")
+
+
+def test_label_histograms_and_validation_read_client_rows_as_the_list_they_replace():
+    rng = np.random.default_rng(5)
+    labels = rng.integers(0, 4, size=300)
+    ids = rng.integers(0, 25, size=300)
+    table = natural_partition(ids, 20, "writer")
+    parts = list(table)
+    assert np.array_equal(label_histograms(labels, table, 4), label_histograms(labels, parts, 4))
+    assert np.array_equal(label_histograms(labels, table, 4),
+                          np.stack([np.bincount(labels[p], minlength=4) for p in parts]))
+    kept, held = carve_validation(table, 0.3, 9)
+    kept_list, held_list = carve_validation(parts, 0.3, 9)
+    assert isinstance(kept, ClientRows) and np.array_equal(held, held_list)
+    assert [k.tolist() for k in kept] == [k.tolist() for k in kept_list]

@@ -251,7 +251,7 @@ def test_pushsum_tracking_state_beyond_4_gib_is_one_line(tmp_path, digits10k):
 ESCAPING = """
 import sys
 import focusfl.runs.driver as driver
-driver.check_state_size = lambda algorithm, problem: None  # as if both checks had missed it:
+driver.check_state_memory = lambda algorithm, problem, budget: None  # as if both checks had missed it:
 driver.algorithm_state_size = lambda name, local_steps: None  # the model's check counts no state
 from focusfl.cli import main
 sys.exit(main(sys.argv[1:]))
@@ -264,7 +264,8 @@ def test_an_allocator_error_that_escapes_the_checks_is_one_line(tmp_path, digits
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
 
-    proc = subprocess.run([sys.executable, "-c", ESCAPING, *PUSHSUM, "--problem", problem,
+    # --state-memory: the table stays in memory (a mapped one would not be allocated at all).
+    proc = subprocess.run([sys.executable, "-c", ESCAPING, *PUSHSUM, "--problem", problem, "--state-memory", "1TB",
                            "--out", str(tmp_path / "p")], env=cli_env(), capture_output=True, text=True,
                           timeout=300, preexec_fn=limit)
     assert_one_line_error(proc, 2, contains="out of memory: tried to allocate")

@@ -45,6 +45,32 @@ def human_bytes(nbytes: int | float) -> str:
     return f"{text} {_UNITS[unit]}"
 
 
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "kb": 10**3, "m": 1 << 20, "mib": 1 << 20,
+               "mb": 10**6, "g": 1 << 30, "gib": 1 << 30, "gb": 10**9, "t": 1 << 40, "tib": 1 << 40, "tb": 10**12}
+
+
+def parse_size(value: int | str, what: str) -> int:
+    """Bytes from an integer or a size such as ``512MB``, ``2GiB``, ``1.5G`` (K, M, G, T and
+    KiB... are powers of 1024; KB, MB, GB, TB powers of 1000); ValueError naming ``what``."""
+    if isinstance(value, bool):
+        raise ValueError(f"{what} must be a size such as 512MB or 2GiB, got {value!r}")
+    if isinstance(value, int):
+        number, unit = float(value), ""
+    elif isinstance(value, str):
+        text = value.strip().lower().replace(" ", "")
+        digits = text.rstrip("abcdefghijklmnopqrstuvwxyz")
+        number_text, unit = digits, text[len(digits):]
+        try:
+            number = float(number_text)
+        except ValueError:
+            number = math.nan
+    else:
+        number, unit = math.nan, ""
+    if unit not in _SIZE_UNITS or not math.isfinite(number) or number < 0:
+        raise ValueError(f"{what} must be a size such as 512MB or 2GiB, got {value!r}")
+    return int(number * _SIZE_UNITS[unit])
+
+
 # -- what the system gives ------------------------------------------------------------------------
 def _meminfo_available() -> int | None:
     """MemAvailable of /proc/meminfo (Linux): free memory plus what the kernel can reclaim."""

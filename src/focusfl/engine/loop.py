@@ -35,8 +35,10 @@ from .divergence import BlowUpDetector
 from .round import Collected, Engine, server_step
 from .rows import diverged, evaluation_row
 
-# Rounds whose active sets are drawn at once: memory stays independent of the run's length.
+# Rounds whose active sets are drawn at once: memory stays independent of the run's length ...
 ROUND_CHUNK = 4096
+# ... and of N: rounds x clients drawn at once stays below this (16 rounds at N = 10^6).
+ROUND_CELLS = 1 << 24
 
 
 class Exchange(Protocol):
@@ -142,25 +144,32 @@ def active_sets(mask: np.ndarray, device: torch.device) -> list[torch.Tensor]:
     return [torch.as_tensor(np.flatnonzero(row), dtype=torch.int64, device=device) for row in mask]
 
 
+def _rounds_per_chunk(participation) -> int:
+    """Rounds whose active sets are drawn at once: ROUND_CHUNK, fewer when N is large, so that a
+    chunk never holds more than about ROUND_CELLS client indices (or rows' bools)."""
+    return max(1, min(ROUND_CHUNK, ROUND_CELLS // max(1, participation.num_clients)))
+
+
 def participants_before(participation, start_round: int) -> int:
     """Client-rounds of rounds 0..start_round-1, counted chunk by chunk (bounded memory)."""
-    total = 0
-    for lo in range(0, start_round, ROUND_CHUNK):
-        total += int(participation.rows(lo, min(start_round, lo + ROUND_CHUNK)).sum())
+    total, step = 0, _rounds_per_chunk(participation)
+    for lo in range(0, start_round, step):
+        total += sum(len(s) for s in participation.active_sets(lo, min(start_round, lo + step)))
     return total
 
 
 def round_actives(participation, start: int, end: int, device: torch.device) -> Iterator[tuple[int, torch.Tensor]]:
-    """(r, active index tensor) for rounds start..end-1, drawn ROUND_CHUNK rounds at a time;
+    """(r, active index tensor) for rounds start..end-1, drawn a chunk of rounds at a time
+    (``participation.active_sets``: O(|S_r|) a round for the processes that draw sets directly);
     ``participation`` None: (r, None) (a federation that asks whoever answers)."""
     if participation is None:
         for r in range(start, end):
             yield r, None
         return
-    for lo in range(start, end, ROUND_CHUNK):
-        hi = min(end, lo + ROUND_CHUNK)
-        for offset, active in enumerate(active_sets(participation.rows(lo, hi), device)):
-            yield lo + offset, active
+    step = _rounds_per_chunk(participation)
+    for lo in range(start, end, step):
+        for offset, active in enumerate(participation.active_sets(lo, min(end, lo + step))):
+            yield lo + offset, torch.as_tensor(active, dtype=torch.int64, device=device)
 
 
 class RecordedParticipation:
@@ -174,6 +183,9 @@ class RecordedParticipation:
 
     def rows(self, start: int, stop: int) -> np.ndarray:
         return self.mask_[start:stop]
+
+    def active_sets(self, start: int, stop: int) -> list[np.ndarray]:
+        return [np.flatnonzero(row).astype(np.int64) for row in self.mask_[start:stop]]
 
 
 class RecordedWork:

@@ -27,6 +27,13 @@ def group_labels(order: np.ndarray, groups: int) -> np.ndarray:
     return labels
 
 
+def group_bounds(n: int, groups: int) -> np.ndarray:
+    """Where each group of :func:`group_labels` starts in its order, and where the last ends."""
+    sizes = np.full(groups, n // groups)
+    sizes[: n % groups] += 1
+    return np.concatenate([[0], np.cumsum(sizes)])
+
+
 def _check_groups(where: str, groups: Any, n: int) -> int:
     if isinstance(groups, (int, np.integer)) and not isinstance(groups, bool) and groups > n:
         raise ConfigError(f"{where}: groups={groups} is more than the {n} clients (a group would be empty)")
@@ -38,14 +45,21 @@ class CyclicParticipation(ParticipationProcess):
 
     name: ClassVar[str] = "cyclic"
     DEFAULTS: ClassVar[dict[str, Any]] = {"groups": 4}
+    direct: ClassVar[bool] = True
 
     def __init__(self, num_clients: int, seed: int = 0, groups: int = 4) -> None:
         super().__init__(num_clients, seed)
         self.groups = _check_groups(f"participation {self.name}", groups, self.num_clients)
         self.labels = group_labels(np.arange(self.num_clients), self.groups)
+        self.bounds = group_bounds(self.num_clients, self.groups)
 
     def _rows(self, start: int, stop: int) -> np.ndarray:
         return self.labels[None, :] == (np.arange(start, stop) % self.groups)[:, None]
+
+    def _active_sets(self, start: int, stop: int) -> list[np.ndarray]:
+        bounds = self.bounds
+        return [np.arange(bounds[r % self.groups], bounds[r % self.groups + 1], dtype=np.int64)
+                for r in range(start, stop)]
 
     def nominal_p(self) -> np.ndarray:
         return np.full(self.num_clients, 1.0 / self.groups)
@@ -66,15 +80,31 @@ class ReshuffledCyclicParticipation(ParticipationProcess):
     name: ClassVar[str] = "reshuffled_cyclic"
     STREAM: ClassVar[int] = 7
     DEFAULTS: ClassVar[dict[str, Any]] = {"groups": 4}
+    direct: ClassVar[bool] = True  # one permutation per epoch: O(N / E) a round
 
     def __init__(self, num_clients: int, seed: int = 0, groups: int = 4) -> None:
         super().__init__(num_clients, seed)
         self.groups = _check_groups(f"participation {self.name}", groups, self.num_clients)
+        self.bounds = group_bounds(self.num_clients, self.groups)
+        self._order: tuple[int, np.ndarray] | None = None  # the last epoch's permutation
+
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        """The permutation that epoch ``epoch`` cuts into groups (the last one is kept)."""
+        if self._order is None or self._order[0] != epoch:
+            self._order = (epoch, round_rng(self.seed, self.STREAM, epoch).permutation(self.num_clients))
+        return self._order[1]
 
     def epoch_labels(self, epoch: int) -> np.ndarray:
         """Group of each client in ``epoch``."""
-        order = round_rng(self.seed, self.STREAM, epoch).permutation(self.num_clients)
-        return group_labels(order, self.groups)
+        return group_labels(self.epoch_order(epoch), self.groups)
+
+    def _active_sets(self, start: int, stop: int) -> list[np.ndarray]:
+        sets = []
+        for r in range(start, stop):
+            group = r % self.groups
+            members = self.epoch_order(r // self.groups)[self.bounds[group] : self.bounds[group + 1]]
+            sets.append(np.sort(members).astype(np.int64))
+        return sets
 
     def _rows(self, start: int, stop: int) -> np.ndarray:
         out = np.empty((stop - start, self.num_clients), dtype=bool)

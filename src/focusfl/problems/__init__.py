@@ -10,8 +10,10 @@ from .base import Problem, relative_error
 from .linear import Logistic, Ridge
 from .hf import HuggingFaceNetwork
 from .nn import NeuralNetwork
+from .ondemand import OnDemandLogistic, OnDemandRidge
 
-PROBLEMS: dict[str, type] = {"ridge": Ridge, "logistic": Logistic, "nn": NeuralNetwork}
+PROBLEMS: dict[str, type] = {"ridge": Ridge, "logistic": Logistic, "nn": NeuralNetwork,
+                             OnDemandRidge.name: OnDemandRidge, OnDemandLogistic.name: OnDemandLogistic}
 
 
 def default_dtype(spec: str | dict) -> str:

@@ -165,9 +165,9 @@ class HuggingFaceNetwork(NeuralNetwork):
 
     def client_rows(self) -> list[np.ndarray]:
         """Each client's training rows (indices into the training split, sorted)."""
-        sizes = self.sizes.cpu().numpy()
-        table = self.client_index.cpu().numpy()
-        return [np.sort(table[i, : sizes[i]]) for i in range(self.num_clients)]
+        starts, sizes = self.client_starts.cpu().numpy(), self.sizes.cpu().numpy()
+        order = self.client_order.cpu().numpy()
+        return [np.sort(order[start : start + size]) for start, size in zip(starts, sizes)]
 
 
 class _Split:

@@ -47,7 +47,7 @@ from torch import nn
 from torch.func import functional_call, grad, grad_and_value, vmap
 
 from ..data import Dataset, ImageData, label_histograms, load_dataset, make_partition
-from ..data.partition import check_client_tables
+from ..data.partition import ClientRows, check_client_tables, client_rows
 from ..errors import ConfigError
 from ..limits import check_allocation
 from ..rng import hash_bits, uniform
@@ -204,18 +204,17 @@ class NeuralNetwork(Problem):
         self.train_labels = torch.as_tensor(train.labels, dtype=torch.int64, device=dev)
         self.test_images = torch.as_tensor(standard_strides(test.images), device=dev)
         self.test_labels = torch.as_tensor(test.labels, dtype=torch.int64, device=dev)
-        sizes = np.array([len(part) for part in parts], dtype=np.int64)
+        table = client_rows(parts)
+        sizes = table.sizes
         check_client_tables(sizes, self.batch, train.images[0], self.dtype.itemsize)
-        table = np.empty((self.num_clients, int(sizes.max())), dtype=np.int64)
-        for i, part in enumerate(parts):
-            table[i, : len(part)] = part
-            table[i, len(part) :] = part[0]  # padding: a valid index, never given weight
-        self.client_index = torch.as_tensor(table, device=dev)
+        # Every client's rows in one array and its offsets (no [N, largest client] table: a
+        # natural partition of 10^5 writers, some with thousands of samples, would not fit).
+        self.client_order = torch.as_tensor(table.rows, device=dev)
+        self.client_starts = torch.as_tensor(table.starts[:-1], device=dev)
         self.sizes = torch.as_tensor(sizes, device=dev)
         # Per-sample weight 1/(N m_i) of F = (1/N) sum_i mean_{s in i} loss_s (0 if unowned).
         weights = np.zeros(len(train.labels))
-        for part in parts:
-            weights[part] = 1.0 / (self.num_clients * len(part))
+        weights[table.rows] = 1.0 / (self.num_clients * np.repeat(sizes, sizes))
         self._sample_weights = torch.as_tensor(weights, dtype=self.dtype, device=dev)
         # Minibatch keys cover this many positions for every client, whichever clients are active.
         self._positions = torch.arange(max(self.batch, int(sizes.max())), device=dev)
@@ -476,11 +475,16 @@ class NeuralNetwork(Problem):
 
         return Oracle(compute)
 
+    def sample_ids(self, clients: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """The training samples at ``positions`` [n, k] of the clients' own index sets; a position
+        past a client's size (a padding slot, weight 0) gives its first sample."""
+        starts = self.client_starts.index_select(0, clients)[:, None]
+        sizes = self.sizes.index_select(0, clients)[:, None]
+        return self.client_order[torch.where(positions < sizes, starts + positions, starts)]
+
     def _gradient_call(self, clients: torch.Tensor, *, seed: int, round: int, channels_last: bool):
         """``call(z, step) -> (gradients [n, d], losses [n])`` for the clients' minibatches."""
-        index = self.client_index.index_select(0, clients)
         sizes = self.sizes.index_select(0, clients)
-        last = index.shape[1] - 1
         # Clients smaller than the batch fill its last slots with weight-0 padding; when every
         # client of the call is that small, those slots are dropped instead of computed (13% of
         # the client rounds of the CIFAR-10 preset hold 15-54 samples). Same minibatches.
@@ -490,7 +494,7 @@ class NeuralNetwork(Problem):
         def call(z: torch.Tensor, step: int) -> tuple[torch.Tensor, torch.Tensor]:
             picks, weights = self.minibatch(seed, round, clients, step, sizes, span=max(self.batch, largest))
             picks, weights = picks[:, :width], weights[:, :width]
-            ids = torch.gather(index, 1, picks.clamp(max=last))
+            ids = self.sample_ids(clients, picks)
             images = self.train_images[ids]
             if self.augment:
                 bits = hash_bits(seed, round, clients[:, None], step, _AUGMENT_COORD, self._positions[None, :width],
@@ -609,7 +613,7 @@ class NeuralNetwork(Problem):
         cached = getattr(self, "_data_fingerprint", None)
         if cached is None:
             digest = hashlib.sha256()
-            for tensor in (self.train_images, self.train_labels, self.client_index, self.sizes):
+            for tensor in (self.train_images, self.train_labels, self.client_order, self.sizes):
                 array = tensor.detach().cpu().contiguous().numpy()
                 digest.update(f"{array.dtype.str}{array.shape}".encode())
                 digest.update(array.reshape(-1).view(np.uint8))
@@ -780,10 +784,12 @@ def split_test(dataset: Dataset, fraction: float, seed: int) -> tuple[ImageData,
     return dataset.train, dataset.test
 
 
-def carve_validation(parts: list[np.ndarray], fraction: float, seed: int) -> tuple[list[np.ndarray], np.ndarray]:
+def carve_validation(parts, fraction: float, seed: int) -> tuple[Any, np.ndarray]:
     """(training parts, pooled validation indices): each client holds out round(fraction * m_i)
     of its own samples, drawn by a key of (seed, client), and keeps at least one to train on.
-    A fraction of 0 changes nothing (the same parts, no validation samples)."""
+    A fraction of 0 changes nothing (the same parts, no validation samples). A partition given as
+    ClientRows comes back as ClientRows (the draw is a generator per client: a loop over clients,
+    at set-up only)."""
     if fraction <= 0:
         return parts, np.zeros(0, dtype=np.int64)
     kept, held = [], []
@@ -795,7 +801,7 @@ def carve_validation(parts: list[np.ndarray], fraction: float, seed: int) -> tup
     pooled = np.sort(np.concatenate(held)).astype(np.int64)
     if not len(pooled):
         raise ConfigError(f"validation={fraction} holds out no sample: the clients have too few")
-    return kept, pooled
+    return (ClientRows.from_parts(kept) if isinstance(parts, ClientRows) else kept), pooled
 
 
 def _seeded_model(name: str, input_shape, num_classes: int, seed: int, allow_import: bool = False) -> nn.Module:

@@ -6,6 +6,10 @@ against a freshly initialised state of the same algorithm and problem (field nam
 dtypes) before it is used, and the file's size against the memory available before it is read.
 Randomness is keyed by (seed, round, client), so the round number is the whole RNG position;
 a sequential participation process (Markov) also saves the last row it drew.
+
+A run whose client table is memory-mapped (runs/store.py) keeps its rows in ``clients.bin``
+beside the checkpoint, which saves the table's slot map instead of its rows (one byte per
+client): the file is flushed first, and the rows the map points at are never written again.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from ..engine.loop import Resume, RunResult, TrainLoss
 from ..errors import DataError
 from ..io.atomic import open_atomic
 from ..limits import check_allocation, human_bytes
+from .store import TABLE, MappedClients
 
 CHECKPOINT = "checkpoint.pt"
 MODEL = "model.pt"
@@ -83,6 +88,9 @@ def atomic_torch_save(payload: Any, path: Path) -> None:
 
 
 def save_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
+    clients = checkpoint.state.clients
+    mapped = isinstance(clients, MappedClients)
+    slots = clients.flush() if mapped else None  # the rows durable before the map that points at them
     stream = dict(checkpoint.stream)
     if "last" in stream:
         stream = {"next": int(stream["next"]), "last": torch.as_tensor(stream["last"], dtype=torch.bool)}
@@ -93,12 +101,14 @@ def save_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
         "comm_up": float(checkpoint.comm[1]),
         "metrics_bytes": int(checkpoint.metrics_bytes),
         "server": _fields(checkpoint.state.server),
-        "clients": _fields(checkpoint.state.clients),
+        **({"client_slots": slots} if mapped else {"clients": _fields(clients)}),
         "participation": stream,
         "blow_up": dict(checkpoint.blow_up),
         "metrics_state": dict(checkpoint.metrics_state),
     }
     atomic_torch_save(payload, path)
+    if mapped:
+        clients.checkpointed(slots)
 
 
 def save_model(path: Path, model: torch.Tensor) -> None:
@@ -195,15 +205,22 @@ def _match(saved: Any, reference: Any, part: str, path: Path) -> Any:
     return type(reference)(**rebuilt)
 
 
-def load_checkpoint(path: Path, reference: State, num_clients: int) -> Checkpoint:
-    """Read and validate a checkpoint against ``reference`` (a fresh ``algorithm.init`` state)."""
+def load_checkpoint(path: Path, reference: State, num_clients: int, *, table: Path | None = None,
+                    budget: int = 0) -> Checkpoint:
+    """Read and validate a checkpoint against ``reference`` (a fresh state's shapes and dtypes:
+    runs.store.reference_state). A checkpoint of a mapped client table opens ``table`` (default:
+    clients.bin beside the checkpoint) at its slot map, with the memory budget ``budget``."""
     path = Path(path)
     device = next(iter(reference.server._asdict().values())).device
     payload = _read(path, device, limit=expected_size(reference, num_clients))
-    state = State(
-        _match(payload.get("server"), reference.server, "server", path),
-        _match(payload.get("clients"), reference.clients, "clients", path),
-    )
+    server = _match(payload.get("server"), reference.server, "server", path)
+    if "client_slots" in payload:
+        template = type(reference.clients)(*(field[:1] for field in reference.clients))
+        clients = MappedClients.open(path.parent / TABLE if table is None else table, template, num_clients,
+                                     payload["client_slots"], budget)
+    else:
+        clients = _match(payload.get("clients"), reference.clients, "clients", path)
+    state = State(server, clients)
     stream = payload.get("participation") or {}
     if stream:
         last = stream.get("last")

@@ -63,6 +63,10 @@ _OPTIONS = {
                       "thread count changes float results at the rounding level, so it is part of the run, never "
                       "taken from the machine; more threads can speed up large neural networks on a quiet machine",
                       type=positive_int),
+    "state_memory": Option("the most memory the clients' state table (FOCUS's last gradients, SCAFFOLD's control "
+                           "variates: N rows) may take, e.g. 512MB or 4GiB; a larger table is memory-mapped in the "
+                           "run folder (clients.bin) and only the active clients' rows are read and written each "
+                           "round; same results either way (0: always on disk)", metavar="SIZE"),
 }
 assert set(_OPTIONS) == {f.name for f in fields(RunConfig)}, "every run field is an option"
 

@@ -22,23 +22,29 @@ import torch
 from .. import __version__
 from ..engine.simulate import ENGINES, SCHEDULES
 from ..errors import ConfigError
+from ..limits import parse_size
 from ..problems import default_dtype
 from ..spec import parse_spec
 from ..threads import DEFAULT_THREADS
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
+DEFAULT_STATE_MEMORY = "2GiB"
 # Neural networks evaluate every 50 rounds: one pass over a 10,000-image test set costs about as
 # much as 1.4 CIFAR-10 training rounds, so evaluating every round would double a run's time.
 NN_EVAL_EVERY = 50
 
 
-def _field(default: Any, *, record: str | None = "required", key: bool = True, key_neutral: Any = None):
+def _field(default: Any, *, record: str | None = "required", key: bool = True, key_neutral: Any = None,
+           identity: bool = True):
     """A field of the record. ``record``: "required" (config.json must have it), "optional"
     (recorded, may be missing in an older file) or None (folded into another key: lr and
     local_steps live in the algorithm's resolved SPEC). ``key``: part of the run's identity.
     ``key_neutral``: a value left out of the run key (a field added after runs were recorded,
-    so that the runs recorded before it, which meant that value, keep their key)."""
-    return field(default=default, metadata={"record": record, "key": key, "key_neutral": key_neutral})
+    so that the runs recorded before it, which meant that value, keep their key).
+    ``identity`` False: a field that never changes a result (where the state table lives),
+    left out of the configuration key too."""
+    return field(default=default, metadata={"record": record, "key": key, "key_neutral": key_neutral,
+                                            "identity": identity})
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,9 @@ class RunConfig:
     eval_every: int | None = _field(1)
     schedule: str = _field("constant", record="optional")
     threads: int = _field(DEFAULT_THREADS, record="optional", key_neutral=DEFAULT_THREADS)
+    # Where the clients' state table lives (runs/store.py): in memory up to this size, beyond it
+    # memory-mapped in the run folder. Results are the same bytes either way: not in the run key.
+    state_memory: int | str = _field(DEFAULT_STATE_MEMORY, record="optional", key=False, identity=False)
 
     def __post_init__(self) -> None:
         check_config(self)
@@ -144,6 +153,7 @@ _RECORDED = ("focusfl_version", *(name for name in _FIELDS if _meta(name)["recor
              "inputs", "inputs_changed")
 _KEYED = tuple(name for name in _FIELDS if _meta(name)["key"])
 _KEY_NEUTRAL = {name: _meta(name)["key_neutral"] for name in _FIELDS if _meta(name)["key_neutral"] is not None}
+_NO_IDENTITY = tuple(name for name in _FIELDS if not _meta(name)["identity"])
 
 
 def record(config: RunConfig, *, algorithm: dict, problem: dict, participation: dict,
@@ -212,7 +222,7 @@ def configuration_key(resolved: dict) -> str:
     with a band per configuration. A record written before ASKED existed: its keyed fields."""
     asked = resolved.get(ASKED)
     source = asked if isinstance(asked, dict) else {k: resolved[k] for k in _KEYED if k in resolved}
-    kept = {k: v for k, v in source.items() if k != "seed" and not _key_neutral(k, v)}
+    kept = {k: v for k, v in source.items() if k != "seed" and k not in _NO_IDENTITY and not _key_neutral(k, v)}
     canonical = json.dumps(kept, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
@@ -252,6 +262,15 @@ def check_config(config: RunConfig) -> None:
         raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, got {config.engine!r}")
     if config.schedule not in SCHEDULES:
         raise ConfigError(f"schedule must be one of {', '.join(SCHEDULES)}, got {config.schedule!r}")
+    state_budget(config)
+
+
+def state_budget(config: RunConfig) -> int:
+    """``state_memory`` in bytes (ConfigError, one line, when it is not a size)."""
+    try:
+        return parse_size(config.state_memory, "state_memory")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def config_from_json(data: Any, where: str = "config file") -> RunConfig:

@@ -12,12 +12,13 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
 from tqdm import tqdm
 
-from ..algorithms import algorithm_state_size, check_state_size, make_algorithm
+from ..algorithms import algorithm_state_size, make_algorithm
 from ..algorithms.base import check_work_process
 from ..engine import Resume, RunResult, simulate
 from ..errors import ConfigError, FocusflError
@@ -27,7 +28,8 @@ from ..problems import make_problem
 from ..spec import parse_spec
 from ..threads import fixed_threads
 from ..work import make_work
-from .config import DTYPES, RunConfig, as_requested, check_config, record, run_key
+from .config import DTYPES, RunConfig, as_requested, check_config, record, run_key, state_budget
+from .store import check_state_memory, initial_state, reference_state
 
 # The parts of a run, in the order build() makes them; an error raised while making one carries
 # its name as ``exc.part`` (a sweep names its file's key by it): "work-algorithm" is an algorithm
@@ -116,7 +118,8 @@ def build(config: RunConfig, *, problems: dict | None = None, allow_model_import
     config = config.with_problem_defaults()
     problem, asked = problem_of(config, problems=problems, allow_model_import=allow_model_import)
     algorithm = _part("algorithm", lambda: make_run_algorithm(config, problem))
-    _part("algorithm", lambda: check_state_size(algorithm, problem))  # its [N, d] tables, before init
+    # its [N, d] tables, before init (a client table beyond state_memory is mapped: runs/store.py)
+    _part("algorithm", lambda: check_state_memory(algorithm, problem, state_budget(config)))
     # The problem is passed along for processes that depend on the clients' data (label).
     participation = _part("participation", lambda: make_participation(
         config.participation, problem.num_clients, seed=config.seed, problem=problem))
@@ -160,6 +163,23 @@ def _with_step(config: RunConfig, problem) -> Any:
     return dataclasses.replace(algorithm, lr=algorithm.auto_lr(smoothness, problem.num_clients))
 
 
+def prepared_algorithm(built: BuiltRun) -> Any:
+    """The algorithm as the round loop runs it (``Algorithm.prepare`` for this run)."""
+    return built.algorithm.prepare(built.problem, built.participation, seed=built.config.seed)
+
+
+def starting_state(built: BuiltRun, folder: Path | None) -> Any:
+    """The state a run starts from, its client table in memory or mapped in ``folder``
+    (runs/store.py: by the run's ``state_memory``)."""
+    return initial_state(prepared_algorithm(built), built.problem.initial_point(), built.problem.num_clients,
+                         folder, state_budget(built.config))
+
+
+def reference_of(built: BuiltRun) -> Any:
+    """A fresh state's shapes and dtypes without N rows in memory: what a checkpoint is checked against."""
+    return reference_state(prepared_algorithm(built), built.problem.initial_point(), built.problem.num_clients)
+
+
 def resolved_config(built: BuiltRun) -> dict[str, Any]:
     """config.json: resolved defaults of every part, the seed and the version (BuiltRun.resolved)."""
     return built.resolved
@@ -168,10 +188,15 @@ def resolved_config(built: BuiltRun) -> dict[str, Any]:
 def execute(
     built: BuiltRun, *, progress: bool = False, on_row: Callable[[dict], None] | None = None,
     resume: Resume | None = None, keep_rows: bool = True, on_round: Callable[[RunResult], None] | None = None,
+    folder: Path | None = None,
 ) -> RunResult:
     """Run ``built``, continuing from ``resume`` when given, to ``config.rounds`` rounds in all;
-    ``keep_rows`` and ``on_round`` are simulate's (streaming rows, checkpoints)."""
+    ``keep_rows`` and ``on_round`` are simulate's (streaming rows, checkpoints). ``folder``: the
+    run's folder, where a client table larger than ``state_memory`` is memory-mapped
+    (runs/store.py); without one the table is kept in memory."""
     cfg = built.config
+    if resume is None and folder is not None:
+        resume = Resume(starting_state(built, folder), 0)
     start_round = 0 if resume is None else resume.start_round
     bar = None
     if progress:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -54,9 +55,10 @@ from .checkpoint import (
     save_model,
     take_checkpoint,
 )
-from .config import RunConfig, as_requested, config_from_json, run_key
-from .driver import BuiltRun, build, execute
+from .config import RunConfig, as_requested, config_from_json, run_key, state_budget
+from .driver import BuiltRun, build, execute, reference_of
 from .inputs import CHANGED, INPUTS, check_inputs, input_digests, recorded_changes, recorded_inputs, unpinned
+from .store import TABLE, MappedClients, copy_table, table_disk_bytes
 from .tensorboard import RunLogger, check_root, claim_log_dir, has_events, iter_metrics, require
 
 METRICS = "metrics.csv"
@@ -304,7 +306,7 @@ def resume_folder(
         built = build(unpinned(config), allow_model_import=allow_model_import)
         recorded = _inputs_record(built, expected_inputs_of(data, f"{source}/{CONFIG}"), accept_changed_inputs,
                                   f"the run in {out}", earlier=recorded_changes(data))
-        checkpoint = _read_checkpoint(built, source / CHECKPOINT, config.seed)
+        checkpoint = _read_checkpoint(built, source / CHECKPOINT)
         # An unpublished run whose last checkpoint is its final one (its last files did not fit on
         # the disk, or it was killed just then) is finished: no round runs again, its files are written.
         finishing = unpublished and rounds is None and checkpoint.round == config.rounds
@@ -316,9 +318,14 @@ def resume_folder(
         _check_metrics(source / METRICS, checkpoint.metrics_bytes, out)
         work = output.work
         if source != work:
-            check_disk_space(checkpoint.metrics_bytes, out.parent,
-                             f"the {checkpoint.metrics_bytes:,} bytes of {out}/metrics.csv to continue from")
-            _start_from(output, source / METRICS, checkpoint.metrics_bytes)
+            table = checkpoint.state.clients if isinstance(checkpoint.state.clients, MappedClients) else None
+            needed = checkpoint.metrics_bytes + (table_disk_bytes(table.path) if table is not None else 0)
+            check_disk_space(needed, out.parent, f"the {needed:,} bytes of {out}'s metrics.csv (and client table) "
+                                                 "to continue from")
+            _start_from(output, source / METRICS, checkpoint.metrics_bytes, table=table)
+            if table is not None:  # the run goes on writing its own copy, never the published table
+                checkpoint = dataclasses.replace(
+                    checkpoint, state=checkpoint.state._replace(clients=table.reopened(output.work / TABLE)))
         if log_dir is None and root is not None:
             log_dir = claim_log_dir(root, output.target.name, avoid=[output.target])
         if log_dir is not None:
@@ -357,12 +364,10 @@ def _check_resumable(out: Path) -> None:
     raise ConfigError(f"nothing to resume in {str(out)!r}: it {what}")
 
 
-def _read_checkpoint(built: BuiltRun, path: Path, seed: int) -> Checkpoint:
+def _read_checkpoint(built: BuiltRun, path: Path) -> Checkpoint:
     """The checkpoint at ``path``, read in place and checked against a fresh state of ``built``."""
-    reference = built.algorithm.prepare(built.problem, built.participation, seed=seed).init(
-        built.problem.initial_point(), built.problem.num_clients
-    )
-    return load_checkpoint(path, reference, built.problem.num_clients)
+    # Shapes and dtypes without N rows in memory; a mapped table is opened beside the checkpoint.
+    return load_checkpoint(path, reference_of(built), built.problem.num_clients, budget=state_budget(built.config))
 
 
 def _check_metrics(path: Path, length: int, out: Path) -> None:
@@ -376,13 +381,16 @@ def _check_metrics(path: Path, length: int, out: Path) -> None:
                         "the run cannot be resumed")
 
 
-def _start_from(output: Output, metrics: Path, length: int) -> None:
-    """A fresh partial folder with the first ``length`` bytes of the published ``metrics``; on a
-    failure (a full disk) no partial folder is left."""
+def _start_from(output: Output, metrics: Path, length: int, table: MappedClients | None = None) -> None:
+    """A fresh partial folder with the first ``length`` bytes of the published ``metrics`` (and a
+    copy of the published client ``table``, its written rows only); on a failure (a full disk) no
+    partial folder is left."""
     output.create()
     try:
         _clear(output.work)
         _copy_prefix(metrics, output.work / METRICS, length)
+        if table is not None:
+            copy_table(table.path, output.work / TABLE)
     except BaseException:
         if not output.found_partial:
             output.discard()
@@ -450,7 +458,7 @@ def _drive(
     try:
         with _stop_on_signals(flag):
             result = execute(built, progress=progress, on_row=on_row, resume=resume, keep_rows=False,
-                             on_round=on_round)
+                             on_round=on_round, folder=work)
     except _StopRequested as stop:
         metrics.close()
         rounds = checkpointer.last_round
