@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 import torch
 
-from focusfl.algorithms import ALGORITHMS, RoundContext, make_algorithm
+from focusfl.algorithms import ALGORITHMS, RoundContext, StateSize, make_algorithm
 from focusfl.engine import simulate
 from focusfl.engine.tree import gather_rows
 from focusfl.engine.vectorized import vectorized_round
@@ -25,7 +25,7 @@ LOGISTIC = "logistic:dim=5,clients=8,samples=20,reg=0.1"
 SUMMING = {"focus", "sg_focus"}
 # Drift-corrected methods converge exactly under full participation; FedAvg-like ones (and
 # any algorithm registered later without a claim here) must at least cut the error tenfold.
-EXACT_AT_FULL = {"focus", "sg_focus", "fedsum_b", "fedsum", "fedsum_cr", "scaffold", "proxskip"}
+EXACT_AT_FULL = {"focus", "sg_focus", "fedsum_b", "fedsum", "fedsum_cr", "scaffold", "amplified_scaffold", "proxskip"}
 
 
 def step_size(name: str, base: float, num_clients: int) -> float:
@@ -58,12 +58,14 @@ def test_published_communication_costs():
     expected = {
         "fedsum_b": (1, 1), "fedsum": (2, 1), "fedsum_cr": (1, 1), "scaffold": (2, 2), "mifa": (1, 1),
         "fedvarp": (1, 1), "fedau": (1, 1), "fedawe": (1, 1), "proxskip": (1, 1), "focus": (1, 1),
+        "amplified_scaffold": (2, 2), "fedstale": (1, 1), "fedpbc": (1, 1), "debiasing_fedavg": (1, 1),
     }
     for name, (down, up) in expected.items():
         comm = ALGORITHMS[name]().communication()
         assert (comm.down, comm.up) == (down, up), name
     # Only the table methods keep O(N d) on the server; FedSUM-CR pays one more client vector.
-    assert {n for n in NAMES if ALGORITHMS[n]().communication().server_memory_per_client} == {"mifa", "fedvarp"}
+    assert {n for n in NAMES if ALGORITHMS[n]().communication().server_memory_per_client} == {"mifa", "fedvarp",
+                                                                                               "fedstale"}
     memory = {name: ALGORITHMS[name]().communication().client_memory for name in ("fedsum", "fedsum_cr")}
     assert memory["fedsum_cr"] == memory["fedsum"] + 1
 
@@ -72,7 +74,10 @@ def test_published_communication_costs():
     "spec",
     ["fedsum:server_lr=0", "scaffold:server_lr=-1", "mifa:server_lr=nan", "fedvarp:server_lr=0",
      "fedau:cutoff=0", "fedawe:server_lr=0", "fedsum_b:local_steps=0", "proxskip:random_steps=2",
-     "proxskip:coin_seed=-1", "fedsum_cr:lr=0"],
+     "proxskip:coin_seed=-1", "fedsum_cr:lr=0", "fedstale:beta=1.5", "fedstale:beta=-0.1",
+     "fedstale:weighting=p", "fedstale:p=2", "fedstale:cutoff=0", "amplified_scaffold:amplification=0",
+     "amplified_scaffold:period=0", "amplified_scaffold:period=1.5", "fedpbc:server_lr=0",
+     "debiasing_fedavg:server_lr=-1"],
 )
 def test_invalid_hyperparameters_raise_one_line_config_errors(spec):
     with pytest.raises(ConfigError) as info:
@@ -192,3 +197,68 @@ def test_prepare_keeps_the_algorithm_and_its_name(problems, name):
     algorithm = make_algorithm(name, lr=1e-3)
     prepared = algorithm.prepare(problem, process)
     assert type(prepared) is type(algorithm) and prepared.name == algorithm.name
+
+
+# -- the size of the state, declared from (N, d) -----------------------------------------------------
+# Every registered algorithm at its defaults, and the variants whose state differs.
+STATE_SPECS = [*NAMES, "mifa:notebook=1"]
+
+
+def _allocated(state) -> StateSize:
+    """The elements init allocated: distinct storages, by dtype kind (float, int64)."""
+    seen, floats, integers = set(), 0, 0
+    for tensor in (*state.server, *state.clients):
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() in seen or storage.nbytes() == 0:
+            continue
+        seen.add(storage.data_ptr())
+        if tensor.is_floating_point():
+            floats += storage.nbytes() // tensor.element_size()
+        else:
+            assert tensor.dtype == torch.int64, tensor.dtype
+            integers += storage.nbytes() // 8
+    return StateSize(floats, integers)
+
+
+def _shapes(state) -> StateSize:
+    """The elements of every field (a meta tensor has shapes, no memory)."""
+    fields = (*state.server, *state.clients)
+    return StateSize(sum(t.numel() for t in fields if t.is_floating_point()),
+                     sum(t.numel() for t in fields if not t.is_floating_point()))
+
+
+@pytest.mark.parametrize("spec", STATE_SPECS)
+def test_declared_state_size_is_what_init_allocates(spec):
+    algorithm = make_algorithm(spec)
+    for n, d in [(1, 1), (3, 5), (7, 2), (16, 33)]:
+        for dtype in (torch.float32, torch.float64):
+            state = algorithm.init(torch.randn(d, dtype=dtype), n)
+            declared = algorithm.state_size(n, d)
+            assert _allocated(state) == declared == _shapes(state), (spec, n, d)
+            assert declared.nbytes(torch.finfo(dtype).bits // 8) == sum(
+                t.numel() * t.element_size() for t in (*state.server, *state.clients))
+
+
+@pytest.mark.parametrize("spec", STATE_SPECS)
+def test_declared_state_size_at_a_hundred_thousand_clients(spec):
+    """N = 10^5 clients of a 10^6-parameter model: 10^11 floats per table, far beyond memory. The
+    formula is checked against init's shapes on the meta device, which allocates nothing."""
+    algorithm = make_algorithm(spec)
+    n, d = 100_000, 1_000_000
+    declared = algorithm.state_size(n, d)
+    assert declared == _shapes(algorithm.init(torch.empty(d, device="meta"), n))
+    assert declared.floats >= d and isinstance(declared.floats, int)
+    keeps_tables = algorithm.communication().client_memory or algorithm.communication().server_memory_per_client
+    assert (declared.floats >= n * d) == bool(keeps_tables)  # the N x d tables are counted, once each
+
+
+def test_a_state_beyond_memory_is_refused_before_init(monkeypatch):
+    from focusfl.algorithms import check_state_size
+    import focusfl.limits as limits
+
+    problem = make_problem("ridge:dim=10,clients=8,samples=4")
+    monkeypatch.setattr(limits, "available_bytes", lambda: 8 * (8 * 10 + 10))  # x and one table, float64
+    check_state_size(make_algorithm("fedavg"), problem)
+    check_state_size(make_algorithm("mifa"), problem)
+    with pytest.raises(ConfigError, match=r"focus's state for 8 clients x 10 parameters"):
+        check_state_size(make_algorithm("focus"), problem)  # x, y and g_prev: one d more

@@ -265,7 +265,7 @@ NPZ_CASES = {
     "member-claims-more-than-memory": "array 'images' (shape (62914560, 1, 8, 8), uint8) would need 3.8 GiB",
     "object-member": "holds Python objects",
     "nan-pixels": "4 non-finite pixel values",
-    "stray-label": "label 1000 leaves a gap (no image has label 4)",
+    "stray-label": "label 1000 leaves a gap (no sample has label 4)",
     "one-class": "hold 1 class (every image has label 0)",
     "negative-label": "labels must be >= 0, found -1",
     "test-label-outside": "test label 4 is not among the training classes 0..3",
@@ -525,7 +525,7 @@ def test_class_checks():
     assert infer_classes(labels, "f") == 4
     with pytest.raises(DataError, match="label 1000 leaves a gap"):
         infer_classes(np.append(labels, 1000), "f")
-    with pytest.raises(DataError, match="label 5 leaves a gap .no image has label 4."):
+    with pytest.raises(DataError, match="label 5 leaves a gap .no sample has label 4."):
         infer_classes(np.array([0, 1, 2, 3, 5, 6]), "f")
     check_classes("ok", train, None, 10)  # a known class count may exceed the labels present
     with pytest.raises(DataError, match="label 3 is outside its 3 classes 0..2"):

@@ -11,9 +11,9 @@ commands; tests/test_docs.py checks their options.
 """
 from __future__ import annotations
 
+import pickle
 import re
 import time
-from pathlib import Path
 
 import pytest
 
@@ -87,9 +87,17 @@ def _small_experiment(text: str) -> str:
     return re.sub(r"(?m)^seeds = \d+", "seeds = 1", text)
 
 
+def _fedscale_behaviour() -> str:
+    """A FedScale client behaviour pickle (protocol 0: text) of the report's synthetic devices."""
+    from focusfl.experiments.suite_study import synthetic_fedscale
+
+    return pickle.dumps(synthetic_fedscale(), protocol=0).decode("ascii")
+
+
 # Files the commands read, relative to the folder they run in -> their text.
 FILES = {
     "docs/examples/experiment.toml": lambda: _small_experiment((ROOT / "docs/examples/experiment.toml").read_text()),
+    "client_behave_trace": _fedscale_behaviour,
 }
 
 

@@ -189,25 +189,38 @@ def federation_processes(home) -> list[str]:
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_to_federation_local_leaves_no_process(tmp_path, sig):
-    """Ctrl-C (or SIGTERM) to `focusfl federation local` while the ServerApp runs: focusfl says
-    it was interrupted, exits 128+N, and no process it started survives it, in particular not
-    the flwr-serverapp that the SuperLink's SuperExec starts outside focusfl's process groups."""
-    workdir = tmp_path / "fed"
+def test_a_signal_to_federation_local_leaves_no_process_and_keeps_the_rounds_done(tmp_path, sig):
+    """Ctrl-C (or SIGTERM) to `focusfl federation local` while the ServerApp runs 20,000 rounds
+    (accepted at start: the wait is no OverflowError): focusfl says it was interrupted and where
+    the rounds done are, exits 128+N, and no process it started survives it, in particular not
+    the flwr-serverapp that the SuperLink's SuperExec starts outside focusfl's process groups.
+    The rounds done are a run folder (config.json: interrupted) whose replay gives the same model."""
+    workdir, out = tmp_path / "fed", tmp_path / "run"
     proc = popen_cli("federation", "local", "--nodes", "2", "--problem", "ridge:clients=2,dim=5",
-                     "--participation", "full", "--rounds", "1000", "--out", str(tmp_path / "run"),
+                     "--participation", "full", "--rounds", "20000", "--timeout", "5", "--out", str(out),
                      "--workdir", str(workdir))
     home = workdir / "flwr-home"
     deadline = time.monotonic() + 120
-    while not any("flwr-serverapp" in p for p in federation_processes(home)):
+    while not any("flwr-serverapp" in p for p in federation_processes(home)) or not (
+            (workdir / "logs" / "node0.log").is_file()
+            and (workdir / "logs" / "node0.log").read_text(errors="replace").count("Received successfully") >= 4):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.2)
-    time.sleep(1.0)  # rounds are running
     proc.send_signal(sig)
-    _, err = proc.communicate(timeout=30)
+    _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + sig, err
     assert "focusfl: interrupted" in err and "Traceback" not in err, err
+    assert len([line for line in err.splitlines() if line.strip()]) == 1, err
     deadline = time.monotonic() + 3
     while federation_processes(home) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert federation_processes(home) == []
+    info = json.loads((out / "config.json").read_text())
+    done = info["rounds_done"]
+    assert info["status"] == "interrupted" and 1 <= done < 20000 and f"the {done} rounds done are in {out}" in err
+    assert json.loads((out / "federation.json").read_text())["interrupted"] == "SIGTERM"  # as focusfl stops it
+    with open(out / "metrics.csv") as handle:
+        assert int(list(csv.DictReader(handle))[-1]["round"]) == done
+    replay = run_to_folder(config_from_json(info), tmp_path / "replay", checkpoint_every=0)
+    assert replay.rounds_done == done
+    assert_same_model(out, tmp_path / "replay")

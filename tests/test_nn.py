@@ -5,7 +5,6 @@ reference loop give the same trajectory (to 1e-6 in float64) for the small CNN o
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import dataclasses
 import json
@@ -80,10 +79,29 @@ def test_vectorized_equals_reference_loop_for_the_small_cnn(algorithm, batching)
         assert torch.allclose(a, b, rtol=0, atol=1e-6)
     moved = alg.model(vec.state) - problem.initial_point()
     assert float(moved.abs().max()) > 1e-3  # the runs did train
+    # FedPBC's masked catch-up steps tell the oracle which rows take them: train_loss too is every
+    # engine's (fedpbc.py).
     for row_v, row_r in zip(vec.rows, ref.rows):
         assert row_v.keys() == row_r.keys()
         for key in row_v:
             assert row_v[key] == pytest.approx(row_r[key], rel=1e-9, abs=1e-12)
+
+
+def test_fedpbc_train_loss_is_each_engines_under_a_work_process():
+    # With step counts too, train_loss counts the steps each client took (its catch-up included):
+    # the engines agree row for row.
+    from focusfl.work import make_work
+
+    rows = {}
+    for engine in ("vectorized", "reference"):
+        problem = toy_problem()
+        participation = make_participation("bernoulli:p=0.5", problem.num_clients, seed=1)
+        work = make_work("uniform", problem.num_clients, 3, seed=2)
+        rows[engine] = simulate(make_algorithm("fedpbc", lr=0.02, local_steps=3), problem, participation, 4, seed=7,
+                                engine=engine, work=work).rows
+    assert [r.get("train_loss") for r in rows["vectorized"]] == pytest.approx(
+        [r.get("train_loss") for r in rows["reference"]], rel=1e-12)
+    assert rows["vectorized"][-1]["train_loss"] > 0
 
 
 @pytest.mark.parametrize(

@@ -180,11 +180,13 @@ def test_replacing_deletes_only_what_the_old_marker_lists_and_drops_the_cache(tm
 
 
 CRASHING_WRITER = """
-import os, sys
+import json, os, sys
 from pathlib import Path
 from focusfl.io import folders as outputs
 
 target, crash_at, mode = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+if len(sys.argv) > 4 and sys.argv[4] == "renames":  # a platform that cannot exchange two folders
+    outputs.exchange = lambda first, second: False
 steps = []
 
 def crash_between_steps(name):
@@ -205,7 +207,7 @@ else:  # what the next writer does first: recover, then give up
     out = outputs.open_output(target, kind="test")
     out.discard()
     out.close()
-print(len(steps))
+print(json.dumps(steps))
 """
 
 OLD = {"a.csv": "old", "b.csv": "old", "sub/f.csv": "old"}
@@ -225,7 +227,7 @@ def test_a_crash_between_any_two_steps_leaves_the_old_or_the_new_output_whole(tm
         make_output(tmp_path / f"case{k}" / "out", OLD)
         return tmp_path / f"case{k}" / "out"
 
-    steps = int(writer(fresh(0), 0, "publish").stdout)
+    steps = len(json.loads(writer(fresh(0), 0, "publish").stdout))
     assert_published(tmp_path / "case0" / "out", NEW)
     assert steps >= 15  # partial folder + marker, fsyncs, marker, 2 renames, fsync, 4 deletions, ...
     outcomes = set()
@@ -243,6 +245,45 @@ def test_a_crash_between_any_two_steps_leaves_the_old_or_the_new_output_whole(tm
         assert [p.name for p in target.parent.iterdir()] == ["out"], k
         outcomes.add("new" if whole == NEW else "old")
     assert outcomes == {"old", "new"}
+
+
+@pytest.mark.parametrize("swap", ["exchange", "renames"])
+def test_killed_at_every_step_of_a_replacement_the_path_holds_a_whole_output(tmp_path, swap):
+    """The replacement killed after each of its steps: ``out`` holds the old or the new output,
+    whole, at that instant (with an atomic exchange; the two-rename fallback may lack it only
+    between its two renames); and once the new output was marked complete it is the one the
+    next writer finds in place: a complete run is never stranded in the hidden folder."""
+    script = tmp_path / "writer.py"
+    script.write_text(CRASHING_WRITER)
+
+    def writer(target: Path, crash_at: int, mode: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-S", str(script), str(target), str(crash_at), mode, swap],
+                              env=cli_env(), capture_output=True, text=True, timeout=60)
+
+    def fresh(k: int) -> Path:
+        (tmp_path / f"case{k}").mkdir()
+        make_output(tmp_path / f"case{k}" / "out", OLD)
+        return tmp_path / f"case{k}" / "out"
+
+    names = json.loads(writer(fresh(0), 0, "publish").stdout)
+    assert_published(tmp_path / "case0" / "out", NEW)
+    assert ("exchange new into place" in names) and ("move new into place" in names) == (swap == "renames")
+    # The partial folder's own marker is renamed into place first, the complete one second.
+    complete_at = [k for k, name in enumerate(names, 1) if name == "rename into place"][1]
+    for k in range(1, len(names) + 1):
+        target = fresh(k)
+        assert writer(target, k, "publish").returncode == 9
+        if swap == "exchange" or names[k - 1] != "move old aside":
+            assert contents(target) in (OLD, NEW), (k, names[k - 1])
+            assert json.loads((target / MARKER).read_text())["state"] == "complete"
+        else:  # the fallback's window: between its two renames
+            assert not target.exists()
+        j = 1
+        while (recovery := writer(target, j, "recover")).returncode == 9:
+            j += 1
+        assert recovery.returncode == 0, recovery.stderr
+        assert_published(target, NEW if k >= complete_at else OLD)
+        assert [p.name for p in target.parent.iterdir()] == ["out"], (k, names[k - 1])
 
 
 def test_four_writers_racing_leave_one_whole_result_and_no_leftovers(tmp_path):

@@ -424,3 +424,29 @@ def test_plot_panels_say_what_the_participation_was():
     assert _participation_label({"name": "bernoulli", "p": [0.1, 0.2], "redraw": False}) == "bernoulli:redraw=false"
     assert _participation_label({"name": "bernoulli", "p": [0.5, 0.5], "redraw": False}) == \
         "bernoulli:p=0.5,redraw=false"
+
+
+def _deaf_worker(ready) -> None:
+    """A worker that ignores SIGTERM (as one stuck where its run never reaches the end of a round)."""
+    import signal as _signal
+    import time as _time
+
+    _signal.signal(_signal.SIGTERM, _signal.SIG_IGN)
+    ready.set()
+    _time.sleep(600)
+
+
+def test_a_worker_that_ignores_sigterm_is_killed_after_the_grace():
+    """A stopped sweep returns even when a worker does not exit on SIGTERM: it is killed after the
+    grace, instead of keeping the sweep (and whoever reads its output) waiting for ever."""
+    import multiprocessing as mp
+
+    from focusfl.experiments.executors import _stop_workers
+
+    context = mp.get_context("spawn")
+    ready = context.Event()
+    deaf = context.Process(target=_deaf_worker, args=(ready,))
+    deaf.start()
+    assert ready.wait(120)
+    _stop_workers([deaf], grace=0.5)
+    assert not deaf.is_alive() and deaf.exitcode == -9

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from cli_harness import run_cli
+from cli_harness import assert_one_line_error, run_cli, snapshot
 from focusfl.cli import main
 from focusfl.errors import ConfigError
 from focusfl.io.atomic import read_csv
@@ -155,6 +155,31 @@ def test_tune_shows_booleans_as_a_spec_spells_them_and_keeps_them_in_its_runs(tm
     configs = [json.loads(p.read_text()) for p in (out / "runs").glob("*/config.json")]
     assert len(configs) >= 2 and all(c["algorithm"]["pull"] is True for c in configs)  # the grid and its extension
 
+
+def test_a_tune_folder_of_another_experiment_is_refused_and_the_same_one_is_extended(tmp_path):
+    """The README's two tune examples both wrote runs/tune: the second replaced the first's
+    tables and left its trial folders mixed with its own. Now the default folder (or any) that
+    holds a tune of another setup is refused in one line, before anything is written; a rerun of
+    the same setup with more steps or seeds reuses the trials it has."""
+    ridge = ["tune", "--algorithm", "focus", "--problem", "ridge:dim=5,clients=4,samples=6", "--rounds", "6",
+             "--points", "2"]
+    first = run_cli(*ridge, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    folder = tmp_path / "runs" / "tune"
+    before = snapshot(folder)
+    other = ["tune", "--algorithm", "focus", "--problem", "logistic:dim=4,clients=4,samples=6", "--rounds", "6",
+             "--points", "2"]
+    line = assert_one_line_error(run_cli(*other, cwd=tmp_path), 2, "holds a focusfl tune of another experiment")
+    assert "runs/tune" in line and "problems" in line and "choose another folder" in line
+    longer = [*ridge[:-4], "--rounds", "8", "--points", "2"]
+    assert_one_line_error(run_cli(*longer, cwd=tmp_path), 2, "its rounds is 6, this one's 8")
+    assert snapshot(folder) == before
+    more = run_cli(*ridge[:-1], "3", "--seeds", "2", cwd=tmp_path)  # a larger grid, two seeds: the same setup
+    assert more.returncode == 0, more.stderr
+    assert "reused 2 trial(s)" in more.stdout
+    elsewhere = run_cli(*other, "--out", "runs/tune-logistic", cwd=tmp_path)
+    assert elsewhere.returncode == 0, elsewhere.stderr
+    
 
 # -- the search rule: an interior optimum ------------------------------------------------------------
 def scored(lr, final, diverged=False):

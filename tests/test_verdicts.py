@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from focusfl.experiments import nn_study, reproduce_report  # noqa: F401 (they register their criteria)
+from focusfl.experiments import nn_study, reproduce_report, suite_study  # noqa: F401 (they register their criteria)
 from focusfl.experiments.verdicts import (ANOTHER_AXIS, CRITERIA, INCONCLUSIVE, INCONCLUSIVE_QUICK, NOT_REPRODUCED,
                                           OUTCOMES, REPRODUCED, Claim, Criterion, Verdict, ahead, show)
 
@@ -159,6 +159,23 @@ CASES: dict[str, list[tuple[dict, str]]] = {
         ({"gap_as_run": three(0.1, 0.12, 0.11), "gap_without": three(0.01, 0.02, 0.0), "rounds": 100}, R),
         ({"gap_as_run": three(0.1, 0.12, 0.11), "gap_without": three(0.09, 0.1, 0.08), "rounds": 100}, N),
         ({"gap_as_run": three(0.1, 0.12, 0.11), "gap_without": three(0.01, 0.02, 0.0), "rounds": 2}, I)],
+    "suite-exact-everywhere": [({"runs": 20, "runs_reaching_1e-8": 20}, R), ({"runs": 20, "runs_reaching_1e-8": 19}, N)],
+    "suite-plateau-everywhere": [({"runs": 36, "runs_reaching_1e-8": 0}, R), ({"runs": 36, "runs_reaching_1e-8": 1}, N)],
+    "suite-faster": [
+        ({"candidate_rounds": 80, "baseline_rounds": 110, "step_at_grid_edge": False}, R),
+        ({"candidate_rounds": 110, "baseline_rounds": 110, "step_at_grid_edge": False}, N),
+        ({"candidate_rounds": None, "baseline_rounds": 110, "step_at_grid_edge": False}, I),
+        ({"candidate_rounds": 80, "baseline_rounds": 110, "step_at_grid_edge": True}, I)],
+    "suite-lower-plateau": [
+        ({"processes": 3, "processes_below": 3, "step_at_grid_edge": False}, R),
+        ({"processes": 3, "processes_below": 0, "step_at_grid_edge": False}, N),
+        ({"processes": 3, "processes_below": 1, "step_at_grid_edge": False}, I),
+        ({"processes": 3, "processes_below": 3, "step_at_grid_edge": True}, I)],
+    "suite-between-ends": [
+        ({"processes": 4, "processes_at_least_as_good": 2, "step_at_grid_edge": False}, R),
+        ({"processes": 4, "processes_at_least_as_good": 0, "step_at_grid_edge": False}, N),
+        ({"processes": 4, "processes_at_least_as_good": 1, "step_at_grid_edge": False}, I),
+        ({"processes": 4, "processes_at_least_as_good": 4, "step_at_grid_edge": True}, I)],
 }
 
 
@@ -204,6 +221,16 @@ def test_no_claim_is_given_a_verdict_literal():
             assert isinstance(argument, ast.Call) and getattr(argument.func, "attr", None) == "judge", where
             strings = [n for n in ast.walk(argument) if isinstance(n, ast.Constant) and n.value in OUTCOMES]
             assert not strings, f"{where}: an outcome spelled out in the verdict argument"
+
+
+def test_no_verdict_is_built_outside_a_criterion():
+    # A Verdict made by hand could carry any outcome: only Criterion.judge makes them.
+    for path in EXPERIMENTS.glob("*.py"):
+        if path.name == "verdicts.py":
+            continue
+        built = [node.lineno for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call)
+                 and getattr(node.func, "id", getattr(node.func, "attr", None)) == "Verdict"]
+        assert not built, f"{path.name}: Verdict(...) at lines {built}"
 
 
 def test_the_literal_check_catches_a_literal():

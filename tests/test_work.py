@@ -21,7 +21,7 @@ from focusfl.engine.tree import gather_rows
 from focusfl.errors import ConfigError
 from focusfl.participation import make_participation
 from focusfl.problems import make_problem
-from focusfl.work import WORK, make_work
+from focusfl.work import make_work
 
 RIDGE = "ridge:clients=6,samples=12,dim=5,hetero=0.5"
 RIDGE_SGD = RIDGE + ",batch=4"

@@ -10,7 +10,6 @@ import csv
 import json
 
 import pytest
-import torch
 
 from cli_harness import assert_one_line_error, run_cli
 from focusfl.work import make_work
@@ -136,3 +135,70 @@ def test_work_command_refuses_bad_specs_in_one_line(tmp_path, bad, says):
     proc = run_cli("work", bad, "--clients", "3", "--plot", str(tmp_path / "p.png"))
     assert_one_line_error(proc, contains=says)
     assert not (tmp_path / "p.png").exists()
+
+
+# -- recorded counts: trace:path=FILE --------------------------------------------------------------
+def _steps_csv(path, rounds=4, clients=3, tau=4):
+    lines = ["round,client,steps"] + [f"{r},{c},{(r + c) % tau + 1}" for r in range(rounds) for c in range(clients)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_work_summarizes_a_trace_over_the_rows_it_records(tmp_path):
+    """`focusfl work trace:path=VALID.csv --rounds 50` ended in "TypeError: 'dict' object is not
+    callable"; rounds and clients the trace does not name are left out of its statistics."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("round,client,steps\n0,0,3\n0,1,2\n1,0,5\n")
+    proc = run_cli("work", f"trace:path={trace}", "--clients", "3", "--rounds", "50")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert "the 3 client-rounds the trace records in rounds 0..49 (of 150)" in proc.stdout
+    assert lines[-4].split() == ["0", "4.000", "3", "5", "0.500"]  # rounds 0 and 1: 3 and 5 of tau 5
+    assert lines[-3].split() == ["1", "2.000", "2", "2", "1.000"]
+    assert lines[-2].split() == ["2", "-", "-", "-", "-"]
+    assert lines[-1].split() == ["mean", "3.000", "2.5", "3.5", "0.750"]
+
+
+@pytest.mark.parametrize("text,contains", [
+    ("round,client,steps\n0,0,0\n", "steps=0 must be at least 1"),
+    ("round,client,steps\n0,7,1\n", "names client 7, but the problem has 3 clients"),
+    ("round,client,steps\n0,0,9\n", "took 9 steps, more than local_steps=5"),
+    ("round,client\n0,0\n", "expected the header round,client,steps"),
+    ("round,client,steps\n0,0,1\n0,0,2\n", "round 0, client 0 is given twice"),
+    ("round,client,steps\n", "has a header but no rows"),
+])
+def test_work_refuses_a_bad_trace_in_one_line(tmp_path, text, contains):
+    trace = tmp_path / "t.csv"
+    trace.write_text(text)
+    assert_one_line_error(run_cli("work", f"trace:path={trace}", "--clients", "3"), 2, contains)
+
+
+def test_bias_refuses_rounds_beyond_the_trace_and_takes_its_law(tmp_path):
+    trace = _steps_csv(tmp_path / "steps.csv")
+    common = ["bias", "--problem", "ridge:clients=3", "--local-steps", "4", "--participation", "full",
+              "--work", f"trace:path={trace}", "--mc-rounds", "4"]
+    assert_one_line_error(run_cli(*common, "--rounds", "10"), 2, "has no row for round 4, client 0 (it records "
+                                                                 "rounds up to 3")
+    proc = run_cli(*common, "--rounds", "4")
+    assert proc.returncode == 0, proc.stderr
+    assert "step counts by the trace's recorded rows; mean E[tau_i] = 2.5 of tau = 4" in proc.stdout
+
+
+def test_every_command_of_the_work_page_runs(tmp_path):
+    """docs/work.md's commands, as a user types them (bias's long averages shortened), with the
+    trace they read written first."""
+    from test_docs_run import ROOT, documented_commands
+
+    _steps_csv(tmp_path / "steps.csv")
+    commands = documented_commands("docs/work.md")
+    assert any(words[:2] == ["work", "trace:path=steps.csv"] for _, words in commands)
+    assert len(commands) >= 5
+    inline = "`focusfl matrices --clients 4 --active 1,3 --steps 3,1`"  # in the text, not a code block
+    assert inline in (ROOT / "docs" / "work.md").read_text()
+    commands.append(("docs/work.md (text)", inline.strip("`").split()[1:]))
+    for where, words in commands:
+        if words[0] == "bias" and "--rounds" not in words:
+            words = [*words, "--rounds", "2000", "--mc-rounds", "2000"]
+        words = ["4000" if k and words[k - 1] == "--rounds" and w == "30000" else w for k, w in enumerate(words)]
+        proc = run_cli(*words, cwd=tmp_path)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, f"{where}: focusfl {' '.join(words)}\n{proc.stderr}"

@@ -15,6 +15,7 @@ from pathlib import Path
 from . import __version__
 from .argtypes import non_negative_int, positive_int
 from .errors import DivergenceError, FocusflError
+from .io.atomic import disk_full, full_disk, no_space
 
 
 # -- run ---------------------------------------------------------------------------------------
@@ -74,6 +75,10 @@ def _add_run(sub) -> None:
                    help="save a checkpoint every R rounds (default: once a minute; 0: only when stopped and at the end)")
     p.add_argument("--resume", metavar="DIR", help="continue the stopped or killed run in DIR")
     p.add_argument("--restart", action="store_true", help="discard an interrupted run in --out and start over")
+    p.add_argument("--accept-changed-inputs", action="store_true",
+                   help="with --resume or --config: go on although a file the run read (its dataset, tokenizer, "
+                   "model folder, a trace) has changed since it was recorded; config.json records the change "
+                   "(docs/runs.md)")
     p.add_argument("--tensorboard", metavar="DIR",
                    help="also log every evaluated round to TensorBoard, in DIR/NAME (NAME: the --out folder's "
                    "name, NAME-2... if taken), and the config as hparams when the run ends; --resume keeps "
@@ -103,17 +108,23 @@ def _cmd_run(args) -> int:
         # --allow-model-import: this command line's permission to import the model the run's
         # config.json names (the run of a user's own model can then be resumed).
         result = resume_folder(out, rounds=args.rounds, progress=True, checkpoint_every=args.checkpoint_every,
-                               tensorboard=args.tensorboard, allow_model_import=args.allow_model_import)
+                               tensorboard=args.tensorboard, allow_model_import=args.allow_model_import,
+                               accept_changed_inputs=args.accept_changed_inputs)
     else:
         config = _run_config(args, RunConfig, config_from_json)
         out = args.out or f"runs/{_algorithm_name(config.algorithm)}"
         # Importing a user's model runs their code: only on this command line's say-so.
         allow_import = args.allow_model_import and not args.config
         result = run_to_folder(config, out, progress=True, checkpoint_every=args.checkpoint_every,
-                               restart=args.restart, allow_model_import=allow_import, tensorboard=args.tensorboard)
+                               restart=args.restart, allow_model_import=allow_import, tensorboard=args.tensorboard,
+                               expected_inputs=_replayed_inputs(args),
+                               accept_changed_inputs=args.accept_changed_inputs)
     last = result.last_row
-    shown = ", ".join(f"{k}={v:.6g}" for k, v in last.items() if k not in ("round", "active"))
-    print(f"round {last['round']}: {shown}")
+    if last is None:  # a resumed run whose rounds were all done: its last files were written
+        print(f"round {result.rounds_done}: every round was done already (the rows are in metrics.csv)")
+    else:
+        shown = ", ".join(f"{k}={v:.6g}" for k, v in last.items() if k not in ("round", "active"))
+        print(f"round {last['round']}: {shown}")
     print(f"wrote {out}/metrics.csv, config.json, curve.png")
     _print_log_dir(Path(out))
     if result.diverged_at is not None:
@@ -124,6 +135,22 @@ def _cmd_run(args) -> int:
             f"diverged at round {result.diverged_at} ({detector.reason(last)}); what was computed is in {out}"
         )
     return 0
+
+
+def _replayed_inputs(args):
+    """The inputs a ``--config`` replay expects (runs/inputs.py), the parts given anew left out."""
+    from .errors import ConfigError
+
+    if not args.config:
+        if args.accept_changed_inputs:
+            raise ConfigError("--accept-changed-inputs goes with --resume DIR or --config FILE: "
+                              "a new run has no recorded inputs")
+        return None
+    from .runs.folder import expected_inputs_of, read_config
+
+    given = set(_given(args))
+    return expected_inputs_of(read_config(Path(args.config)), f"config {args.config!r}",
+                              skip=tuple(part for part in ("problem", "participation", "work") if part in given))
 
 
 def _print_log_dir(out: Path) -> None:
@@ -190,13 +217,78 @@ def _add_reproduce(sub) -> None:
 
 # -- participation -------------------------------------------------------------------------------
 def _add_participation(sub) -> None:
-    p = sub.add_parser("participation", help="statistics (p_i, q_i, delays) of a participation process")
-    p.add_argument("spec", help="participation SPEC, e.g. bernoulli or markov:rho=0.8")
-    p.add_argument("--clients", type=positive_int, default=16)
-    p.add_argument("--rounds", type=positive_int, default=1000)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--plot", help="write an availability raster to this PNG, PDF or SVG file")
+    p = sub.add_parser("participation", help="statistics (p_i, q_i, delays) of a participation process; "
+                       "`participation import` converts recorded availability traces")
+    own = _Parser(prog=p.prog, add_help=False)  # the options after SPEC (see _SpecOrSubcommand)
+    for parser in (p, own):
+        parser.add_argument("--clients", type=positive_int, default=16)
+        parser.add_argument("--rounds", type=positive_int, default=1000)
+        parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument("--plot", help="write an availability raster to this PNG, PDF or SVG file")
+    commands = p.add_subparsers(dest="spec", metavar="SPEC", required=True, action=_SpecOrSubcommand,
+                                help="participation SPEC, e.g. bernoulli or markov:rho=0.8; or `import` (below)")
+    commands.own = own
+    _add_participation_import(commands)
     p.set_defaults(handler=_cmd_participation)
+
+
+class _SpecOrSubcommand(argparse._SubParsersAction):
+    """The first word of `focusfl participation`: a subcommand's name (`import`), or else the
+    process SPEC, whose options after it are the command's own."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if values[0] in self._name_parser_map:
+            return super().__call__(parser, namespace, values, option_string)
+        if {"-h", "--help"} & set(values[1:]):
+            parser.print_help()
+            parser.exit()
+        setattr(namespace, self.dest, values[0])
+        self.own.parse_args(values[1:], namespace)
+
+
+def _add_participation_import(commands) -> None:
+    from .participation.importing import CONDITIONS, FORMATS, IDLE, RULES
+
+    p = commands.add_parser("import", help="convert a FedScale, FLASH or clients x rounds availability file into "
+                            "a participation trace, with its statistics")
+    p.add_argument("format", choices=list(FORMATS), help="fedscale (behaviour pickle), flash (state JSON) or "
+                   "matrix (clients x rounds 0/1, .csv or .npy)")
+    p.add_argument("path", help="the recording")
+    p.add_argument("--round-seconds", type=float, metavar="S", help="seconds a round lasts (fedscale, flash)")
+    p.add_argument("--out", help="write the trace to this .csv (replaced only if focusfl wrote it); "
+                   "without it only the statistics are printed")
+    p.add_argument("--rounds", type=positive_int, help="rounds to import (default: the recording's span)")
+    p.add_argument("--clients", type=positive_int, help="import the first N devices only (in the order of their ids)")
+    p.add_argument("--rule", choices=RULES, default="start", help="a client takes part in a round if available at "
+                   "its start, or throughout it (whole)")
+    p.add_argument("--ready", default=",".join(CONDITIONS), help="flash: the conditions of readiness, a comma list "
+                   f"of {', '.join(CONDITIONS)}")
+    p.add_argument("--idle", choices=IDLE, default="locked", help="flash: idle means screen locked or screen off")
+    p.set_defaults(handler=_cmd_participation_import)
+
+
+def _cmd_participation_import(args) -> int:
+    from .errors import ConfigError
+    from .io.atomic import write_text
+    from .participation.importing import ImportOptions, check_trace_size, import_trace, statistics_lines, trace_text
+    from .participation.trace import is_focusfl_trace
+
+    out = Path(args.out) if args.out else None
+    if out is not None:  # before the work: never over a user's file
+        if out.suffix.lower() != ".csv":
+            raise ConfigError(f"--out must end in .csv, got {args.out!r}")
+        if out.is_dir() or ((out.exists() or out.is_symlink()) and not is_focusfl_trace(out)):
+            raise ConfigError(f"--out {args.out!r} exists and is not a trace focusfl wrote; choose another name")
+    options = ImportOptions(round_seconds=args.round_seconds, rounds=args.rounds, clients=args.clients,
+                            rule=args.rule, ready=tuple(c.strip() for c in args.ready.split(",")), idle=args.idle)
+    trace = import_trace(args.format, args.path, options)
+    print("\n".join(statistics_lines(trace)))
+    if out is not None:
+        check_trace_size(trace)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_text(out, trace_text(trace))
+        print(f"wrote {out} (replay it with --participation trace:path={out})")
+    return 0
 
 
 def _cmd_participation(args) -> int:
@@ -273,11 +365,16 @@ def _cmd_work(args) -> int:
     print(f"{process.describe()['name']}: {args.clients} clients, tau {args.local_steps}, {args.rounds} rounds, "
           f"seed {args.seed}")
     print(f"mean steps {stats.mean_steps:.3f} of {args.local_steps}, short rounds {stats.mean_short:.3f}")
+    if min(stats.counted) < args.rounds:  # a trace: only the client-rounds it records count
+        print(f"counted: the {sum(stats.counted):,} client-rounds the trace records in rounds 0..{args.rounds - 1} "
+              f"(of {args.rounds * args.clients:,}); '-': a client it never names there")
     print(f"{'client':>6} {'mean steps':>11} {'min':>4} {'max':>4} {'short':>7}")
     for i in range(args.clients):
+        if not stats.counted[i]:
+            print(f"{i:>6} {'-':>11} {'-':>4} {'-':>4} {'-':>7}")
+            continue
         print(f"{i:>6} {stats.mean[i]:>11.3f} {stats.min[i]:>4} {stats.max[i]:>4} {stats.short[i]:>7.3f}")
-    print(f"{'mean':>6} {stats.mean_steps:>11.3f} {sum(stats.min) / args.clients:>4.1f} "
-          f"{sum(stats.max) / args.clients:>4.1f} {stats.mean_short:>7.3f}")
+    print(f"{'mean':>6} {stats.mean_steps:>11.3f} {stats.mean_min:>4.1f} {stats.mean_max:>4.1f} {stats.mean_short:>7.3f}")
     if args.plot:
         from .io.figures import figure_files
         from .work.plots import plot_work
@@ -462,6 +559,10 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
+    def _check_value(self, action: argparse.Action, value) -> None:
+        if not isinstance(action, _SpecOrSubcommand):  # its word is a SPEC unless it names a subcommand
+            super()._check_value(action, value)
+
 
 class _HelpFormatter(argparse.HelpFormatter):
     """Wraps descriptions, keeps example blocks as written, and appends each option's default."""
@@ -536,7 +637,21 @@ def _command_texts() -> dict[str, tuple[str, str]]:
                           _examples("focusfl participation bernoulli", "focusfl participation markov:rho=0.9 --clients 8",
                                     "focusfl participation weighted:m=4 --rounds 2000 --plot raster.png",
                                     "focusfl participation 'bernoulli:p=0.1;0.5;0.9;0.2' --clients 4   "
-                                    "# a list: quoted, a shell ends the command at ;")),
+                                    "# a list: quoted, a shell ends the command at ;",
+                                    "focusfl participation import fedscale client_behave_trace --round-seconds 60 "
+                                    "--out trace.csv")),
+        "participation import": (
+            "Convert a recorded availability trace into focusfl's participation trace (rounds x clients, 0/1; "
+            "`--participation trace:path=FILE` replays it) and print its statistics: p_i, q_i and the delays "
+            "tau_max, tau_avg. Formats: fedscale (FedScale's client behaviour pickle, read without running code), "
+            "flash (FLASH's state-trace JSON: a device is ready while charging, on WiFi and idle, or the --ready "
+            "conditions) and matrix (clients x rounds, 0/1). Devices never available are dropped "
+            "(docs/participation.md).",
+            _examples("focusfl participation import fedscale client_behave_trace --round-seconds 60 --rounds 1440 "
+                      "--clients 100 --out trace.csv",
+                      "focusfl participation import flash state_traces.json --round-seconds 300 --ready charging,wifi "
+                      "--out flash.csv",
+                      "focusfl participation import matrix availability.csv --out trace.csv")),
         "work": ("Draw a work process and print each client's local steps per round: mean, min, max and the "
                  "fraction of rounds cut short (fewer than --local-steps); the last row is the mean over the "
                  "clients (docs/algorithms.md).",
@@ -660,9 +775,30 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except MemoryError:
         return _fail("focusfl: error: out of memory (try fewer clients, rounds or a smaller problem)", 2)
+    except RuntimeError as exc:  # torch's allocators raise RuntimeError (OutOfMemoryError on a GPU)
+        from .limits import allocation_failure
+
+        reason = allocation_failure(exc)
+        if reason is None:
+            raise
+        return _fail(f"focusfl: error: out of memory: {reason} (try fewer clients, rounds or a smaller problem)", 2)
     except OSError as exc:
+        if full_disk(exc):
+            return _fail(f"focusfl: error: {_disk_full(exc)}", 2)
         where = f" {exc.filename!r}" if getattr(exc, "filename", None) else ""
         return _fail(f"focusfl: error: cannot access{where}: {exc.strerror or exc}", 2)
+    except Exception as exc:
+        if full_disk(exc):  # a library's error raised while the disk was full (a figure, a log)
+            return _fail(f"focusfl: error: {_disk_full(exc)}", 2)
+        raise
+
+
+def _disk_full(exc: BaseException) -> str:
+    """A full disk's one line, naming the folder of the file being written where it is known."""
+    cause = no_space(exc)
+    filename = getattr(cause, "filename", None)
+    where = Path(os.fsdecode(filename)).parent if filename else "a file focusfl was writing"
+    return str(disk_full(where, exc))
 
 
 @contextlib.contextmanager

@@ -15,3 +15,16 @@ class DataError(FocusflError):
 
 class DivergenceError(FocusflError):
     """A run produced NaN or Inf."""
+
+
+class DiskFullError(FocusflError):
+    """A write failed because the disk (or the user's quota) is full; what was written before
+    stays, whole, for the next run to resume from. ``reason``: "no space left on device" or
+    "disk quota exceeded"."""
+
+    def __init__(self, message: str, reason: str = "no space left on device") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+    def __reduce__(self):  # a worker process sends it back to the sweep (pickled)
+        return type(self), (str(self), self.reason)

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import math
 import os
+import re
+import shutil
 import zlib
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -142,6 +144,49 @@ def check_allocation(nbytes: int, what: str, *, error: type[FocusflError] = Data
     room = available_bytes()
     if nbytes > room:
         raise error(f"{what} would need {human_bytes(nbytes)}, more than the {human_bytes(room)} of memory available")
+
+
+def disk_room(folder: str | os.PathLike) -> int:
+    """Bytes one file written into ``folder`` may take: the filesystem's free space, and no more
+    than the largest file the process may write (RLIMIT_FSIZE, ``ulimit -f``)."""
+    rooms = [shutil.disk_usage(folder).free]
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+        if soft != resource.RLIM_INFINITY and soft >= 0:
+            rooms.append(soft)
+    except (ImportError, AttributeError, ValueError, OSError):
+        pass
+    return min(rooms)
+
+
+def check_disk_space(nbytes: int, folder: str | os.PathLike, what: str, *,
+                     error: type[FocusflError] = DataError) -> None:
+    """Refuse, in one line, to write ``nbytes`` into one file in ``folder`` beyond its room
+    (:func:`disk_room`): checked before the first byte is written."""
+    room = disk_room(folder)
+    if int(nbytes) > room:
+        raise error(f"{what} would need {human_bytes(nbytes)} of disk in {str(folder)!r}, more than the "
+                    f"{human_bytes(room)} it may still write")
+
+
+_ALLOCATOR_FAILURES = ("can't allocate memory", "out of memory", "Failed to allocate", "not enough memory")
+
+
+def allocation_failure(exc: BaseException) -> str | None:
+    """What an allocator's error (torch's RuntimeError on CPU, OutOfMemoryError on a GPU) says in
+    a few words, e.g. "tried to allocate 1.5 GiB"; None if ``exc`` is not one."""
+    text = str(exc)
+    if not isinstance(exc, (RuntimeError, MemoryError)) or not any(k in text for k in _ALLOCATOR_FAILURES):
+        return None
+    exact = re.search(r"allocate (\d+) bytes", text)
+    if exact:
+        return f"tried to allocate {human_bytes(int(exact.group(1)))}"
+    sized = re.search(r"[Tt]ried to allocate ([\d.]+ [KMGT]?i?B)", text)
+    if sized:
+        return f"tried to allocate {sized.group(1)}"
+    return text.strip().splitlines()[0].split(". ")[0][:120] if text.strip() else "the allocator failed"
 
 
 # -- capped decompression -----------------------------------------------------------------------

@@ -6,14 +6,18 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..spec import parse_spec
-from .base import Algorithm, Communication, RoundContext, State
+from .amplified_scaffold import AmplifiedScaffold
+from .base import Algorithm, Communication, RoundContext, State, StateSize, check_state_size
+from .debiasing_fedavg import DebiasingFedAvg
 from .fedau import FedAU
 from .fedavg import FedAvg
 from .fedavg_variants import FedAvgAll, FedAvgKnownP
 from .fednova import FedNova
+from .fedpbc import FedPBC
 from .fedawe import FedAWE
 from .fedsum import FedSum
 from .fedsum_b import FedSumB
+from .fedstale import FedStale
 from .fedsum_cr import FedSumCR
 from .fedvarp import FedVarp
 from .focus import Focus, SGFocus
@@ -36,10 +40,14 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
         FedSum,
         FedSumCR,
         Scaffold,
+        AmplifiedScaffold,
         Mifa,
         FedVarp,
+        FedStale,
         FedAU,
         FedAWE,
+        FedPBC,
+        DebiasingFedAvg,
         ProxSkip,
         PushSum,
         PushSumTracking,
@@ -77,12 +85,25 @@ def make_algorithm(spec: str | dict, **overrides: Any) -> Algorithm:
         raise ConfigError(f"algorithm {name!r}: {exc}") from None
 
 
+def algorithm_state_size(spec: str | dict, local_steps: int | None = None):
+    """The state size function (``Algorithm.state_size(N, d) -> StateSize``) of the algorithm a
+    run of ``spec`` makes, for a problem to check the model and that state before it builds the
+    model (None for a spec that does not build: the run refuses it later, in its own words)."""
+    try:
+        return make_algorithm(spec, local_steps=local_steps).state_size
+    except ConfigError:
+        return None
+
+
 __all__ = [
     "Algorithm",
     "ALGORITHMS",
     "Communication",
     "RoundContext",
     "State",
+    "StateSize",
+    "algorithm_state_size",
+    "check_state_size",
     "available_algorithms",
     "make_algorithm",
 ]

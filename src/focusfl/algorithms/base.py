@@ -26,6 +26,7 @@ from typing import Any, ClassVar, NamedTuple
 import torch
 
 from ..errors import ConfigError
+from ..limits import check_allocation
 from ..problems.base import GradientFn
 
 
@@ -59,6 +60,17 @@ class Tracking(NamedTuple):
 
     server: str
     clients: str
+
+
+class StateSize(NamedTuple):
+    """The elements of an algorithm's state (server and clients) for N clients and a model of d
+    parameters: ``floats`` in the model's dtype, ``integers`` int64 (round counters)."""
+
+    floats: int
+    integers: int = 0
+
+    def nbytes(self, float_bytes: int) -> int:
+        return self.floats * float_bytes + self.integers * 8
 
 
 class Communication(NamedTuple):
@@ -122,6 +134,12 @@ class Algorithm(abc.ABC):
         """Initial state for the model x0 [d] and N clients."""
 
     @abc.abstractmethod
+    def state_size(self, num_clients: int, dim: int) -> StateSize:
+        """The elements :meth:`init` allocates for N clients and d parameters (a Python integer
+        formula: a run checks it against the memory available before anything is allocated,
+        and tests/test_algorithm_suite.py checks it against ``init`` for every algorithm)."""
+
+    @abc.abstractmethod
     def client_round(
         self, server: Any, clients: Any, oracle: GradientFn, ctx: RoundContext
     ) -> tuple[Any, Any]:
@@ -166,6 +184,17 @@ class Algorithm(abc.ABC):
         for key, value in self.hyperparameters().items():
             params[key] = list(value) if isinstance(value, tuple) else value
         return {"name": self.name, **params}
+
+
+def check_state_size(algorithm: Algorithm, problem: Any) -> None:
+    """Refuse, in one line, an algorithm state (its [N, d] tables) beyond the memory available,
+    before :meth:`Algorithm.init` allocates it."""
+    n, d = problem.num_clients, problem.dim
+    size = algorithm.state_size(n, d)
+    float_bytes = torch.empty((), dtype=problem.dtype).element_size()
+    check_allocation(size.nbytes(float_bytes),
+                     f"{algorithm.name}'s state for {n:,} clients x {d:,} parameters "
+                     f"({size.floats:,} floats of {float_bytes} bytes)", error=ConfigError)
 
 
 def check_work_process(algorithm: Algorithm, work: Any) -> None:

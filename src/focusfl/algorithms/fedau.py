@@ -29,7 +29,7 @@ from typing import NamedTuple
 import torch
 
 from ..errors import ConfigError
-from .base import Algorithm, Communication, RoundContext, State
+from .base import Algorithm, Communication, RoundContext, State, StateSize
 from .fedavg import ModelDelta, local_sgd, no_client_state
 
 
@@ -46,6 +46,29 @@ def active_mask(ctx: RoundContext, like: torch.Tensor) -> torch.Tensor:
     return mask.index_fill(0, ctx.active, True)
 
 
+def interval_weights(server) -> torch.Tensor:
+    """omega [N]: mean completed participation interval, 1 for clients with none yet (an estimate
+    of 1/p_i; ``server`` has the fields interval_sum and interval_count)."""
+    count = server.interval_count
+    return torch.where(count > 0, server.interval_sum / count.clamp(min=1), torch.ones_like(count))
+
+
+def count_intervals(server, ctx: RoundContext, cutoff: int | None):
+    """Close the intervals that end this round: at a participation, or at the cutoff (None: no
+    cutoff). Returns the new (interval_sum, interval_count, absent_for)."""
+    present = active_mask(ctx, server.x)
+    waited = server.absent_for + 1
+    # Present: an interval of length (rounds absent + 1) ends. Absent: the run grows, and
+    # ends as an interval of length cutoff when it reaches it.
+    at_cutoff = ~present & (waited >= cutoff) if cutoff is not None else torch.zeros_like(present)
+    ends = present | at_cutoff
+    zeros = torch.zeros_like(waited)
+    interval_sum = server.interval_sum + torch.where(ends, waited, zeros)
+    interval_count = server.interval_count + ends.to(waited.dtype)
+    absent_for = torch.where(ends, zeros, waited)
+    return interval_sum, interval_count, absent_for
+
+
 @dataclass(frozen=True)
 class FedAU(Algorithm):
     name = "fedau"
@@ -60,9 +83,12 @@ class FedAU(Algorithm):
         if not isinstance(self.cutoff, int) or isinstance(self.cutoff, bool) or self.cutoff < 1:
             raise ConfigError(f"fedau: cutoff must be an integer >= 1, got {self.cutoff!r}")
 
+    def state_size(self, num_clients: int, dim: int) -> StateSize:
+        return StateSize(floats=dim + 3 * num_clients)  # x, and three counters per client
+
     def init(self, x0: torch.Tensor, num_clients: int) -> State:
-        zeros = x0.new_zeros(num_clients)
-        server = FedAUServer(x=x0.clone(), interval_sum=zeros, interval_count=zeros, absent_for=zeros)
+        server = FedAUServer(x=x0.clone(), interval_sum=x0.new_zeros(num_clients),
+                             interval_count=x0.new_zeros(num_clients), absent_for=x0.new_zeros(num_clients))
         return State(server, no_client_state(x0, num_clients))
 
     def client_round(self, server: FedAUServer, clients, oracle, ctx: RoundContext):
@@ -71,28 +97,13 @@ class FedAU(Algorithm):
 
     def weights(self, server: FedAUServer) -> torch.Tensor:
         """omega [N]: mean completed interval, 1 for clients with none yet."""
-        count = server.interval_count
-        return torch.where(count > 0, server.interval_sum / count.clamp(min=1), torch.ones_like(count))
+        return interval_weights(server)
 
     def server_round(self, server: FedAUServer, message: ModelDelta, ctx: RoundContext) -> FedAUServer:
         omega = self.weights(server).index_select(0, ctx.active)
         step = (omega[:, None] * message.delta).sum(0) / ctx.num_clients
         x = server.x + self.server_lr * step
-        return FedAUServer(x, *self._count_intervals(server, ctx))
-
-    def _count_intervals(self, server: FedAUServer, ctx: RoundContext):
-        """Close the intervals that end this round: at a participation, or at the cutoff."""
-        present = active_mask(ctx, server.x)
-        waited = server.absent_for + 1
-        # Present: an interval of length (rounds absent + 1) ends. Absent: the run grows, and
-        # ends as an interval of length cutoff when it reaches it.
-        at_cutoff = ~present & (waited >= self.cutoff)
-        ends = present | at_cutoff
-        zeros = torch.zeros_like(waited)
-        interval_sum = server.interval_sum + torch.where(ends, waited, zeros)
-        interval_count = server.interval_count + ends.to(waited.dtype)
-        absent_for = torch.where(ends, zeros, waited)
-        return interval_sum, interval_count, absent_for
+        return FedAUServer(x, *count_intervals(server, ctx, self.cutoff))
 
     def communication(self) -> Communication:
         return Communication(down=1, up=1, server_memory=1, client_memory=0)

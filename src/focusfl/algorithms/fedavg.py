@@ -26,7 +26,7 @@ from typing import NamedTuple
 import torch
 
 from ..errors import ConfigError
-from .base import Algorithm, Communication, RoundContext, State, broadcast, live_mask, max_steps
+from .base import Algorithm, Communication, RoundContext, State, StateSize, broadcast, live_mask, max_steps
 
 WEIGHTINGS = ("active", "all", "known_p")
 
@@ -68,6 +68,27 @@ def no_client_state(x0: torch.Tensor, num_clients: int) -> NoClientState:
     return NoClientState(empty=x0.new_zeros((num_clients, 0)))
 
 
+def checked_rates(name: str, p) -> tuple[float, ...]:
+    """The participation rates of a SPEC's ``p`` as a tuple of floats in (0, 1]."""
+    # A SPEC gives one number or a ';' list; anything else (a word, a flag) is one line, not a ValueError.
+    rates = list(p) if isinstance(p, (list, tuple)) else [p]
+    if not all(isinstance(v, numbers.Real) and not isinstance(v, bool) and 0 < v <= 1 for v in rates):
+        raise ConfigError(f"{name}: p must be rates in (0, 1], one per client separated by ';', got {p!r}")
+    return tuple(float(v) for v in rates)
+
+
+def known_rates(name: str, p, problem, participation) -> tuple[float, ...]:
+    """weighting=known_p's rates: ``p`` as given, else the participation process's nominal ones."""
+    if p is None:
+        nominal = participation.nominal_p() if participation is not None else None
+        if nominal is None:
+            raise ConfigError(f"{name}: weighting=known_p needs p, and the participation process has no nominal rates")
+        p = tuple(float(v) for v in nominal)
+    if len(p) != problem.num_clients:
+        raise ConfigError(f"{name}: p has {len(p)} entries for {problem.num_clients} clients")
+    return p
+
+
 @dataclass(frozen=True)
 class FedAvg(Algorithm):
     name = "fedavg"
@@ -87,24 +108,16 @@ class FedAvg(Algorithm):
                 f"fedavg: weighting must be one of {', '.join(WEIGHTINGS)}, got {self.weighting!r}"
             )
         if self.p is not None:
-            # A SPEC gives one number or a ';' list; anything else (a word, a flag) is one line, not a ValueError.
-            rates = list(self.p) if isinstance(self.p, (list, tuple)) else [self.p]
-            if not all(isinstance(v, numbers.Real) and not isinstance(v, bool) and 0 < v <= 1 for v in rates):
-                raise ConfigError(f"fedavg: p must be rates in (0, 1], one per client separated by ';', got {self.p!r}")
-            object.__setattr__(self, "p", tuple(float(v) for v in rates))
+            object.__setattr__(self, "p", checked_rates("fedavg", self.p))
 
     def prepare(self, problem, participation, *, seed: int | None = None) -> "FedAvg":
         if self.weighting != "known_p":
             return self
-        p = self.p
-        if p is None:
-            nominal = participation.nominal_p() if participation is not None else None
-            if nominal is None:
-                raise ConfigError("fedavg: weighting=known_p needs p, and the participation process has no nominal rates")
-            p = tuple(float(v) for v in nominal)
-        if len(p) != problem.num_clients:
-            raise ConfigError(f"fedavg: p has {len(p)} entries for {problem.num_clients} clients")
-        return dataclasses.replace(self, p=p)  # keeps the class: fedavg_known_p stays itself
+        # replace keeps the class: fedavg_known_p stays itself
+        return dataclasses.replace(self, p=known_rates("fedavg", self.p, problem, participation))
+
+    def state_size(self, num_clients: int, dim: int) -> StateSize:
+        return StateSize(floats=dim)  # x; clients keep nothing
 
     def init(self, x0, num_clients):
         return State(ModelServer(x=x0.clone()), no_client_state(x0, num_clients))

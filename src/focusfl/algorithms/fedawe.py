@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import torch
 
-from .base import Algorithm, Communication, RoundContext, State, live_mask, max_steps
+from .base import Algorithm, Communication, RoundContext, State, StateSize, live_mask, max_steps
 from .fedavg import ModelServer
 
 
@@ -50,6 +50,9 @@ class FedAWE(Algorithm):
 
     def validate(self) -> None:
         self._check_positive("server_lr", self.server_lr)
+
+    def state_size(self, num_clients: int, dim: int) -> StateSize:
+        return StateSize(floats=dim + num_clients * dim, integers=num_clients)  # x; each x_i, t_i
 
     def init(self, x0: torch.Tensor, num_clients: int) -> State:
         clients = FedAWEClients(

@@ -30,7 +30,8 @@ from typing import NamedTuple
 
 import torch
 
-from .base import Algorithm, Communication, RoundContext, State, Tracking, broadcast, live_mask, max_steps, per_row
+from .base import (Algorithm, Communication, RoundContext, State, StateSize, Tracking, broadcast, live_mask, max_steps,
+                   per_row)
 
 
 class SumServer(NamedTuple):
@@ -65,6 +66,9 @@ class FedSumB(Algorithm):
 
     def validate(self) -> None:
         self._check_positive("server_lr", self.server_lr)
+
+    def state_size(self, num_clients: int, dim: int) -> StateSize:
+        return StateSize(floats=2 * dim + num_clients * dim)  # x, v; each c_i
 
     def init(self, x0: torch.Tensor, num_clients: int) -> State:
         zeros = torch.zeros_like(x0)

@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 import torch
 
-from .base import Communication, RoundContext, State
+from .base import Communication, RoundContext, State, StateSize
 from .fedsum import FedSum, corrected_local_steps
 from .fedsum_b import SumMessage, SumServer
 
@@ -47,6 +47,9 @@ class FedSumCR(FedSum):
 
     name = "fedsum_cr"
     summary = "FedSUM-CR [reconstructed]: FedSUM with the correction rebuilt from model differences; 1 down"
+
+    def state_size(self, num_clients: int, dim: int) -> StateSize:
+        return StateSize(floats=2 * dim + 2 * num_clients * dim, integers=num_clients)  # x, v; c_i, x_last_i, s_i
 
     def init(self, x0: torch.Tensor, num_clients: int) -> State:
         state = super().init(x0, num_clients)

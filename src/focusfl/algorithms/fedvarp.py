@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import torch
 
-from .base import Algorithm, Communication, RoundContext, State
+from .base import Algorithm, Communication, RoundContext, State, StateSize
 from .fedavg import ModelDelta, local_sgd, no_client_state
 
 
@@ -45,6 +45,9 @@ class FedVarp(Algorithm):
 
     def validate(self) -> None:
         self._check_positive("server_lr", self.server_lr)
+
+    def state_size(self, num_clients: int, dim: int) -> StateSize:
+        return StateSize(floats=dim + num_clients * dim)  # x and the server's table of N updates
 
     def init(self, x0: torch.Tensor, num_clients: int) -> State:
         table = torch.zeros_like(x0).expand(num_clients, *x0.shape).clone()

@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 import torch
 
-from .base import Algorithm, Communication, RoundContext, State, Tracking, broadcast, live_mask, max_steps
+from .base import Algorithm, Communication, RoundContext, State, StateSize, Tracking, broadcast, live_mask, max_steps
 
 
 class FocusServer(NamedTuple):
@@ -59,6 +59,9 @@ class Focus(Algorithm):
     partial_work = True
 
     skip_empty: bool = False
+
+    def state_size(self, num_clients: int, dim: int) -> StateSize:
+        return StateSize(floats=2 * dim + num_clients * dim)  # x, y; each g_prev_i
 
     def init(self, x0: torch.Tensor, num_clients: int) -> State:
         zeros = torch.zeros_like(x0)

@@ -38,7 +38,7 @@ from typing import NamedTuple
 import torch
 
 from ..errors import ConfigError
-from .base import Algorithm, Communication, RoundContext, State
+from .base import Algorithm, Communication, RoundContext, State, StateSize
 from .fedavg import local_sgd, no_client_state
 
 
@@ -68,6 +68,10 @@ class Mifa(Algorithm):
         self._check_positive("server_lr", self.server_lr)
         if not isinstance(self.notebook, bool):
             raise ConfigError(f"mifa: notebook must be true or false, got {self.notebook!r}")
+
+    def state_size(self, num_clients: int, dim: int) -> StateSize:
+        tables = 2 if self.notebook else 1  # the server's table of N updates (and each z_prev_i)
+        return StateSize(floats=dim + tables * num_clients * dim)
 
     def init(self, x0: torch.Tensor, num_clients: int) -> State:
         table = torch.zeros_like(x0).expand(num_clients, *x0.shape).clone()

@@ -65,7 +65,7 @@ import torch
 
 from ..errors import ConfigError
 from ..rng import uniform
-from .base import Algorithm, Communication, RoundContext, State, live_mask, max_steps
+from .base import Algorithm, Communication, RoundContext, State, StateSize, live_mask, max_steps
 from .fedavg import ModelServer
 
 # Third coordinate of the coin's hash: keeps the coin apart from every other keyed draw.
@@ -137,6 +137,9 @@ class ProxSkip(Algorithm):
         if ctx.steps is not None and self.random_steps:
             raise ConfigError("proxskip: random_steps draws the local steps already; use a fixed work process with it")
         super().check_work(ctx)
+
+    def state_size(self, num_clients: int, dim: int) -> StateSize:
+        return StateSize(floats=dim + 2 * num_clients * dim)  # x; each x_i, h_i
 
     def init(self, x0: torch.Tensor, num_clients: int) -> State:
         clients = ProxClients(

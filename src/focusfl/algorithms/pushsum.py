@@ -45,7 +45,7 @@ from typing import ClassVar, NamedTuple
 import torch
 
 from ..errors import ConfigError
-from .base import Algorithm, Communication, RoundContext, State, live_mask, max_steps
+from .base import Algorithm, Communication, RoundContext, State, StateSize, live_mask, max_steps
 
 
 class PushSumServer(NamedTuple):
@@ -101,6 +101,9 @@ class PushSum(PullPushShares):
     name = "pushsum"
     summary = "[experimental] push-sum over column-stochastic matrices; inexact with a constant step"
     partial_work = True
+
+    def state_size(self, num_clients: int, dim: int) -> StateSize:
+        return StateSize(floats=dim + 1 + num_clients * (dim + 1))  # (z, w) at the server and each client
 
     def init(self, x0: torch.Tensor, num_clients: int) -> State:
         ones = x0.new_ones(num_clients)

@@ -40,7 +40,7 @@ from typing import NamedTuple
 
 import torch
 
-from .base import Communication, RoundContext, State, live_mask, max_steps
+from .base import Communication, RoundContext, State, StateSize, live_mask, max_steps
 from .pushsum import PullPushShares, pull_share, server_keep
 
 
@@ -70,6 +70,9 @@ class PushSumTracking(PullPushShares):
     name = "pushsum_tracking"
     summary = "[experimental] push-sum + gradient tracking (Push-DIGing form); exact in our measurements"
     partial_work = True
+
+    def state_size(self, num_clients: int, dim: int) -> StateSize:
+        return StateSize(floats=2 * dim + 1 + num_clients * (3 * dim + 1))  # (u, w, y); each (u, w, y, g_prev)
 
     def init(self, x0: torch.Tensor, num_clients: int) -> State:
         zeros = torch.zeros_like(x0)

@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import torch
 
-from .base import Algorithm, Communication, RoundContext, State, broadcast, live_mask, max_steps
+from .base import Algorithm, Communication, RoundContext, State, StateSize, broadcast, live_mask, max_steps
 
 
 class ScaffoldServer(NamedTuple):
@@ -54,6 +54,9 @@ class Scaffold(Algorithm):
 
     def validate(self) -> None:
         self._check_positive("server_lr", self.server_lr)
+
+    def state_size(self, num_clients: int, dim: int) -> StateSize:
+        return StateSize(floats=2 * dim + num_clients * dim)  # x, c; each c_i
 
     def init(self, x0: torch.Tensor, num_clients: int) -> State:
         zeros = torch.zeros_like(x0)

@@ -31,6 +31,7 @@ class Dataset:
     train: ImageData
     test: ImageData | None
     num_classes: int
+    files: tuple[Path, ...] = ()  # the files it was read from (a run records their digest)
 
     def __post_init__(self) -> None:
         check_classes(self.name, self.train, self.test, self.num_classes)
@@ -60,7 +61,8 @@ def _check_two_present(where: str, present: np.ndarray) -> None:
         raise DataError(f"{where}: the training images hold {present.size} class{only}; classification needs at least two")
 
 
-def infer_classes(labels: np.ndarray, source: str) -> int:
+def infer_classes(labels: np.ndarray, source: str,
+                  declare: str = "store the class count as 'num_classes' in the .npz") -> int:
     """The class count of labels that must be exactly 0..K-1, all present.
 
     A gap means a stray label (1000 among digits) or classes absent from the file; either way
@@ -72,8 +74,8 @@ def infer_classes(labels: np.ndarray, source: str) -> int:
     if gaps.size:
         first = int(gaps[0])
         raise DataError(
-            f"{source}: label {int(present[first])} leaves a gap (no image has label {first}); labels must be "
-            f"the classes 0..K-1, or store the class count as 'num_classes' in the .npz"
+            f"{source}: label {int(present[first])} leaves a gap (no sample has label {first}); labels must be "
+            f"the classes 0..K-1, or {declare}"
         )
     return int(present.size)
 
@@ -100,7 +102,7 @@ def _load_idx(name: str, folders: list[Path]) -> Dataset:
     paths = [_find(folders, n, compressed_ok=True) for n in _IDX_NAMES]
     if any(p is None for p in paths):
         raise _missing(name, folders[0], [n + ".gz" for n in _IDX_NAMES], "raw or .gz")
-    return Dataset(name, idx_split(paths[0], paths[1]), idx_split(paths[2], paths[3]), 10)
+    return Dataset(name, idx_split(paths[0], paths[1]), idx_split(paths[2], paths[3]), 10, tuple(paths))
 
 
 def _cifar_folder(folders: list[Path], base: str, archive: str) -> Path | None:
@@ -121,7 +123,8 @@ def _load_cifar10(name: str, folders: list[Path]) -> Dataset:
     if folder is None or any(not (folder / f).is_file() for f in files):
         raise _missing(name, folders[0], ["cifar-10-python.tar.gz"], "or its unpacked folder cifar-10-batches-py/")
     train = concat([read_cifar_batch(folder / f, b"labels") for f in files[:5]])
-    return Dataset(name, train, read_cifar_batch(folder / "test_batch", b"labels"), 10)
+    return Dataset(name, train, read_cifar_batch(folder / "test_batch", b"labels"), 10,
+                   tuple(folder / f for f in files))
 
 
 def _load_cifar100(name: str, folders: list[Path]) -> Dataset:
@@ -129,14 +132,15 @@ def _load_cifar100(name: str, folders: list[Path]) -> Dataset:
     if folder is None or any(not (folder / f).is_file() for f in ("train", "test")):
         raise _missing(name, folders[0], ["cifar-100-python.tar.gz"], "or its unpacked folder cifar-100-python/")
     train = read_cifar_batch(folder / "train", b"fine_labels")
-    return Dataset(name, train, read_cifar_batch(folder / "test", b"fine_labels"), 100)
+    return Dataset(name, train, read_cifar_batch(folder / "test", b"fine_labels"), 100,
+                   (folder / "train", folder / "test"))
 
 
 def _load_svhn(name: str, folders: list[Path]) -> Dataset:
     paths = [_find(folders, n) for n in ("train_32x32.mat", "test_32x32.mat")]
     if any(p is None for p in paths):
         raise _missing(name, folders[0], ["train_32x32.mat", "test_32x32.mat"], "cropped digits")
-    return Dataset(name, svhn_split(paths[0]), svhn_split(paths[1]), 10)
+    return Dataset(name, svhn_split(paths[0]), svhn_split(paths[1]), 10, tuple(paths))
 
 
 @dataclass(frozen=True)
@@ -191,7 +195,7 @@ def _load_npz(path: Path, data_dir: str | Path | None) -> Dataset:
         declared = infer_classes(train.labels, str(path))
     elif len(train) and declared > len(train):
         raise DataError(f"{path}: num_classes={declared} is more than its {len(train)} training images")
-    return Dataset(path.stem, train, test, declared)
+    return Dataset(path.stem, train, test, declared, (path,))
 
 
 __all__ = [

@@ -18,6 +18,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from tqdm import tqdm
+
 from ..errors import DataError
 from ..io.atomic import open_atomic
 
@@ -156,8 +158,6 @@ def _first_line(reason: object) -> str:
 
 
 def _progress_bar(name: str, total: int | None):
-    from tqdm import tqdm
-
     return tqdm(total=total, desc=f"download {name}", unit="B", unit_scale=True, disable=None,
                 leave=False)
 

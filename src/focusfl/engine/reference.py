@@ -7,7 +7,6 @@ client round, and the messages are stacked only for the server. Tests compare th
 """
 from __future__ import annotations
 
-import torch
 
 from ..algorithms.base import Algorithm, RoundContext, State
 from ..problems.base import Problem, live_losses

@@ -399,7 +399,7 @@ def read_folders(paths: Sequence[str | Path], metric: str | None) -> tuple[list[
                 chosen = chosen or default_metric(reader.fieldnames or [])
                 _require(chosen, reader.fieldnames or [], path / METRICS)
                 axes = _run_axes(info, path)
-                group, details = _identity(info, source)
+                group, details = _identity(info, None)  # run folders are not tagged by their folder
                 reducer = _Reducer(Series(axes, str(info.get("status", "complete")), group=group, details=details),
                                    chosen, (), _stride(axes["rounds"], axes["eval_every"]))
                 for row in reader:

@@ -16,17 +16,29 @@ same bytes whichever executor ran it, given the same torch thread count (``DEFAU
 """
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
+import socket
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable, Iterator
 
+import torch
+
+import focusfl
+
 from .. import __version__
-from ..errors import ConfigError, DataError, FocusflError
+from ..errors import ConfigError, DataError, DiskFullError, FocusflError
+from ..io.atomic import disk_full, full_disk
+from ..io.folders import MARKER, open_output
+from ..runs.config import RunConfig
+from ..runs.folder import Interrupted, _clear, resume_folder, run_to_folder
 from ..threads import DEFAULT_THREADS
 
 EXECUTORS = ("local", "ray")
@@ -52,9 +64,6 @@ def run_task(task: RunTask) -> dict:
     """Execute one run; never raises for the run's own failure: the outcome says what happened
     (``status`` complete / diverged / interrupted / failed, ``error``, ``seconds``; ``restarted``:
     why a run that was to be resumed ran again from its start)."""
-    from ..runs.folder import Interrupted, resume_folder, run_to_folder
-    from ..runs.config import RunConfig
-
     started = time.perf_counter()
     config = RunConfig.from_dict(task.config, where=f"run {task.key}")
     try:
@@ -83,12 +92,23 @@ def run_task(task: RunTask) -> dict:
         return {"status": "interrupted", "error": str(exc), "seconds": time.perf_counter() - started,
                 "exit_code": exc.exit_code}
     except FocusflError as exc:
+        _stop_on_full_disk(exc, task)
         return {"status": "failed", "error": str(exc), "seconds": time.perf_counter() - started}
     except MemoryError:
         return {"status": "failed", "error": "out of memory", "seconds": time.perf_counter() - started}
     except Exception as exc:  # a bug or an environment fault in one run must not end the sweep
+        _stop_on_full_disk(exc, task)
         text = str(exc).splitlines()[0] if str(exc) else ""
         return {"status": "failed", "error": f"{type(exc).__name__}: {text}", "seconds": time.perf_counter() - started}
+
+
+def _stop_on_full_disk(exc: BaseException, task: RunTask) -> None:
+    """A full disk ends the sweep, in one line (every other run would fail the same way): the
+    runs done and the checkpoints written stay, and the same command resumes once there is space."""
+    if isinstance(exc, DiskFullError):
+        raise exc
+    if full_disk(exc):
+        raise disk_full(task.out, exc) from None
 
 
 def _outcome(result, started: float, **extra) -> dict:
@@ -98,9 +118,6 @@ def _outcome(result, started: float, **extra) -> dict:
 
 def publish_shipped(task: RunTask, files: dict[str, bytes]) -> None:
     """Write a run folder that a remote task returned as bytes (atomically, like any run)."""
-    from ..io.folders import open_output
-    from ..runs.folder import _clear
-
     with open_output(task.out, kind="run") as output:
         _clear(output.work)
         for name, data in files.items():
@@ -123,8 +140,6 @@ def _ignore_interrupt(signum, frame) -> None:
 
 
 def _init_worker(threads: int, parent: int) -> None:
-    import torch
-
     torch.set_num_threads(threads)
     signal.signal(signal.SIGINT, _ignore_interrupt)
     if sys.platform.startswith("linux"):
@@ -138,6 +153,27 @@ def _init_worker(threads: int, parent: int) -> None:
             pass
     if os.getppid() != parent:  # the parent died before prctl took effect
         os._exit(1)
+
+
+# How long a stopped worker has to finish its round and write its checkpoint before it is killed
+# (its run then resumes from the checkpoint before). Without a bound, a worker that never exits
+# (seen in CI: the sweep printed its full-disk line, then waited 300 s at exit for a worker) keeps
+# the sweep, and whoever reads its output, waiting for ever.
+STOP_GRACE_SECONDS = 60.0
+
+
+def _stop_workers(processes, grace: float = STOP_GRACE_SECONDS) -> None:
+    """SIGTERM to every live worker (a run checkpoints and stops at the end of its round), then
+    SIGKILL to those still alive ``grace`` seconds later; returns when all have exited."""
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    deadline = time.monotonic() + grace
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join()
 
 
 class LocalExecutor:
@@ -158,8 +194,6 @@ class LocalExecutor:
         if not tasks:
             return
         if self.workers == 1:
-            import torch
-
             torch.set_num_threads(self.threads)
             for task in tasks:
                 outcome = run_task(task)
@@ -167,10 +201,6 @@ class LocalExecutor:
                 if outcome["status"] == "interrupted":  # Ctrl-C: the run saved a checkpoint; stop here
                     return
             return
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-        from concurrent.futures.process import BrokenProcessPool
-
         pool = ProcessPoolExecutor(min(self.workers, len(tasks)), mp_context=multiprocessing.get_context("spawn"),
                                    initializer=_init_worker, initargs=(self.threads, os.getpid()))
         futures = {pool.submit(run_task, task): task for task in tasks}
@@ -181,11 +211,10 @@ class LocalExecutor:
                 except BrokenProcessPool:
                     outcome = {"status": "failed", "error": "its worker process died (killed, or out of memory)"}
                 yield futures[future], outcome
-        except BaseException:  # Ctrl-C, or the consumer stopped: stop the runs in flight cleanly
+        except BaseException:  # Ctrl-C, a full disk, or the consumer stopped: stop the runs in flight cleanly
+            processes = list((getattr(pool, "_processes", None) or {}).values())  # shutdown forgets them
             pool.shutdown(wait=False, cancel_futures=True)
-            for process in list(getattr(pool, "_processes", {}).values()):
-                if process.is_alive():
-                    process.terminate()  # SIGTERM: the run checkpoints and stops at the end of its round
+            _stop_workers(processes)
             raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
@@ -200,8 +229,6 @@ class LocalExecutor:
 # -- Ray -----------------------------------------------------------------------------------------
 def ray_runtime_env() -> dict:
     """For a Ray started here: its workers import the focusfl this process imported."""
-    import focusfl
-
     root = str(Path(focusfl.__file__).resolve().parents[1])
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
     return {"env_vars": {"PYTHONPATH": path}}
@@ -209,10 +236,6 @@ def ray_runtime_env() -> dict:
 
 def _ray_task(task: RunTask, threads: int) -> dict:
     """A Ray task: one run, in place when the sweep folder is visible here, else shipped back."""
-    import torch
-
-    from ..io.folders import MARKER
-
     torch.set_num_threads(threads)
     sweep_folder = Path(task.out).parent.parent
     if not (sweep_folder / MARKER).is_file():
@@ -318,8 +341,6 @@ class RayExecutor:
 def _check_listening(address: str) -> None:
     """A HOST:PORT (or ray://HOST:PORT) where nothing listens is one line within seconds; Ray
     itself retries such an address for minutes. ``auto`` and other forms are left to Ray."""
-    import socket
-
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if not host or not port.isdigit():
         return

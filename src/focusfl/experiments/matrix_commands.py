@@ -14,8 +14,15 @@ import numpy as np
 from .. import __version__
 from ..argtypes import positive_float, positive_int
 from ..errors import ConfigError, DivergenceError
+from ..io.atomic import write_json
+from ..io.folders import output_folder
+from ..matrix import bias
 from ..matrix.bias import DEFAULT_BIAS_PROBLEM, FEDAVG_STEP, FOCUS_STEP, MIN_ROUNDS, WARMUP_EFOLDS
-
+from ..matrix.pictures import figure1_panels, render_all, render_work, work_panels
+from ..matrix.stochastic import active_nodes
+from ..participation import make_participation
+from ..problems import make_problem
+from ..work import make_work, step_law
 
 
 # -- bias ---------------------------------------------------------------------------------------
@@ -59,11 +66,6 @@ class BiasOptions:
 
 
 def run_bias(args: BiasOptions) -> int:
-    from ..participation import make_participation
-    from ..problems import make_problem
-    from ..matrix import bias
-    from ..work import make_work, step_law
-
     if args.seed < 0:
         raise ConfigError(f"seed must be >= 0, got {args.seed}")
     problem = make_problem(args.problem)
@@ -133,8 +135,6 @@ def run_bias(args: BiasOptions) -> int:
 def print_work_limits(args, quad, x_star, weights, law, limits, process, work, lr, window) -> None:
     """FedAvg's and FedNova's predicted limits under unequal work against the measured ones
     (docs/work.md); ``window`` = (first, last) round of the averaged iterates."""
-    from ..matrix import bias
-
     start, rounds = window
     predicted = bias.fedavg_work_limit(quad, weights.q, lr, law.probabilities)
     small_step = bias.step_weighted_target(quad, weights.q, law.mean())
@@ -147,7 +147,8 @@ def print_work_limits(args, quad, x_star, weights, law, limits, process, work, l
           f"||x - x_w|| = {_distance(limits.fedavg_average, predicted):.6g}{_relative(limits.fedavg_average, predicted, gap)}"
           f" (standard error of the mean about {limits.fedavg_error:.2g}); last round ||x - x_w|| = "
           f"{_distance(limits.fedavg_last, predicted):.3g}")
-    mask, steps = process.mask(args.mc_rounds), work.table(args.mc_rounds)
+    mask = process.mask(args.mc_rounds)
+    steps = work.active_table(mask)
     nova = bias.fednova_work_limit(quad, lr, mask, steps)
     nova_gap = _distance(nova, x_star)
     target = bias.weighted_target(quad, weights.q)
@@ -229,11 +230,6 @@ class MatricesOptions:
 
 
 def run_matrices(args: MatricesOptions) -> int:
-    from ..io.atomic import write_json
-    from ..io.folders import output_folder
-    from ..matrix.pictures import figure1_panels, render_all, render_work, work_panels
-    from ..matrix.stochastic import active_nodes
-
     nodes = active_nodes(parse_active(args.active), args.clients)
     steps = None if args.steps is None else parse_steps(args.steps)
     if steps is not None:

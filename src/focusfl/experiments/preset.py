@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..engine import RunResult
+
 
 @dataclass(frozen=True)
 class Preset:
@@ -37,8 +39,6 @@ def cached_run(cache, key: dict[str, Any], run: Callable[[], Any]):
     an interrupted preset rebuilds the result instead of running it again; without one
     (``cache=None``) it simply runs.
     """
-    from ..engine import RunResult
-
     def timed() -> list[dict]:
         start = time.perf_counter()
         result = run()

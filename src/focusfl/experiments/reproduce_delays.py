@@ -28,6 +28,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..io.atomic import write_csv
 from ..io.folders import output_folder
+from ..participation import make_participation, summarize
 from .cache import ResultCache
 from .preset import Preset
 
@@ -72,8 +73,6 @@ def measure(clients: int, rounds: int, seeds: list[int], cache=None):
 
 def measure_one(label: str, spec: str, clients: int, rounds: int, seed: int, trace: bool) -> list[dict]:
     """One pattern and seed: its row, then (if ``trace``) one row {"tau": tau(r)} per round."""
-    from ..participation import make_participation, summarize
-
     stats = summarize(make_participation(spec, clients, seed=seed).mask(rounds))
     row = {"pattern": label, "spec": spec, "seed": seed, "tau_max": stats.tau_max,
            "tau_avg": stats.tau_avg, "mean_active": stats.mean_active, "empty_rounds": stats.empty_rounds}

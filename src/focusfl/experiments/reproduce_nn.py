@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from ..algorithms import ALGORITHMS, make_algorithm
+from ..algorithms import ALGORITHMS
 from ..errors import ConfigError
 from ..io.atomic import read_csv, write_csv
 from ..io.folders import open_store

@@ -32,7 +32,8 @@ from ..io.atomic import write_csv
 from ..io.folders import output_folder
 from .nn_study import FULL_STUDY, QUICK_STUDY, check_study_folder, nn_section
 from .preset import Preset
-from .verdicts import (ANOTHER_AXIS, NOT_REPRODUCED, REPRODUCED, Claim, Criterion, Section, ahead, all_of,
+from .suite_study import report_section as suite_report_section
+from .verdicts import (ANOTHER_AXIS, CRITERIA, NOT_REPRODUCED, REPRODUCED, Claim, Criterion, Section, ahead, all_of,
                        claims_rows, claims_table, finite, show)
 
 FOCUS = "FOCUS paper (seed 002)"
@@ -858,6 +859,16 @@ def _plot_work_curves(rows: list[dict], path: Path, rounds: int) -> None:
     plt.close(fig)
 
 
+def suite_section(sizes: Sizes, images: Path) -> Section:
+    """The suite under one roof (experiments/suite_study.py owns its runs and criteria): each claim
+    judged here by its criterion over the numbers the study measured."""
+    part = suite_report_section(quick=sizes.quick, images=images)
+    claims = [Claim(c["paper"], c["where"], c["claim"], c["ran"], c["number"],
+                    CRITERIA[c["criterion"]].judge(c["values"], quick=sizes.quick, reason=c["note"]))
+              for c in part["claims"]]
+    return Section(part["title"], claims, part["text"])
+
+
 # -- the report -----------------------------------------------------------------------------------
 QUICK_BANNER = ("**This is a quick report** (`--quick`): every check ran at toy sizes to test the command, so its "
                 "numbers are not the report's and a verdict reads **inconclusive (quick)** wherever those sizes "
@@ -957,6 +968,7 @@ def run(args: ReportOptions) -> int:
         for make in (lambda: ridge_section(sizes, images), lambda: exactness_section(sizes),
                      lambda: bias_section(sizes), lambda: fedsum_section(sizes, images),
                      lambda: studies_section(sizes, images), lambda: work_section(sizes, images),
+                     lambda: suite_section(sizes, images),
                      lambda: nn_section(args.data, QUICK_STUDY if args.quick else FULL_STUDY, images,
                                         study_folder, args.workers)):
             start = time.perf_counter()

@@ -36,18 +36,25 @@ import argparse
 import dataclasses
 import math
 import re
+import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
+from importlib import resources
 from pathlib import Path
 
 import torch
+from cycler import cycler
 
 from ..algorithms import ALGORITHMS
+from ..argtypes import non_negative_int, positive_int
 from ..errors import ConfigError
+from ..io.atomic import read_csv, write_text
 from ..metrics import first_below
-from ..plots import plot_panels
-from .preset import Preset, cached_run
+from ..plots import palette, plot_panels
 from ..runs.driver import build, execute
+from .aggregate import aggregate, plot_series, read_folders
+from .preset import Preset, cached_run
+from .sweep import check_size, expand, parse_experiment, restart_note, run_sweep
 
 # Panel titles of the figures run_figure4 draws (reproduce report), by participation SPEC. The
 # sampling weights of the arbitrary scenario are called w_i here: q_i means E[1{i in S}/|S|]
@@ -70,18 +77,12 @@ NOTEBOOK_AXIS = {"scaffold": 2.0, "proxskip": 2.0, "proxskip:partial=plain": 2.0
 
 def preset_text(setting: str) -> str:
     """The experiment file of a setting, as shipped with focusfl."""
-    from importlib import resources
-
     return resources.files("focusfl.experiments").joinpath("presets").joinpath(PRESET_FILES[setting]).read_text(encoding="utf-8")
 
 
 @lru_cache(maxsize=None)
 def load_setting(setting: str):
     """The shipped experiment of a setting, parsed and checked (sweep.Experiment)."""
-    import tomllib
-
-    from .sweep import parse_experiment
-
     text = preset_text(setting)
     return parse_experiment(tomllib.loads(text), text)
 
@@ -97,8 +98,6 @@ def figure_algorithms() -> list[str]:
 
 def configured(setting_name: str, *, rounds: int | None = None, seeds: int | None = None, seed: int = 0):
     """The setting's experiment with ``rounds`` and seeds ``seed .. seed + seeds - 1`` (if given)."""
-    from .sweep import check_size
-
     experiment = load_setting(setting_name)
     changes = {}
     if rounds is not None:
@@ -137,8 +136,6 @@ def run_figure4(rounds: int = 500, seed: int = 0, algorithms=None, progress: boo
     """Run every (scenario, algorithm) pair of a setting in this process; returns (panels,
     summary rows). With a ``ResultCache``, runs finished by an interrupted earlier call are not
     run again. ``focusfl reproduce ridge`` runs the same experiment through the sweep machinery."""
-    from .sweep import expand
-
     chosen = setting_name = setting
     experiment = configured(setting_name, rounds=rounds, seeds=1, seed=seed)
     titles = {spec: title for title, spec in SCENARIOS.items()}
@@ -196,10 +193,6 @@ def many_lines_style():
     the communication figure, and 20 distinct styles for any curve drawn without its own
     (``plot_panels`` gives every algorithm its colour and marker itself)."""
     import matplotlib
-    from cycler import cycler
-
-    from ..plots import palette
-
     styles = cycler(color=palette(20)) + cycler(linestyle=["-"] * 10 + ["--"] * 10)
     return matplotlib.rc_context({"axes.prop_cycle": styles, "axes.formatter.limits": (-3, 4)})
 
@@ -208,8 +201,6 @@ DEFAULT_OUT = {"paper": "runs/reproduce-ridge", "notebook": "runs/reproduce-ridg
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..argtypes import non_negative_int, positive_int
-
     parser.add_argument("--out", default=None,
                         help="output folder; a rerun skips the runs finished there (default runs/reproduce-ridge, "
                         "runs/reproduce-ridge-notebook for --setting notebook)")
@@ -246,9 +237,6 @@ class RidgeOptions:
 
 
 def run(args: RidgeOptions) -> int:
-    from ..io.atomic import read_csv
-    from .sweep import restart_note, run_sweep
-
     if args.export is not None:
         return export(args)
     experiment = configured(args.setting, rounds=args.rounds, seeds=args.seeds, seed=args.seed)
@@ -276,8 +264,6 @@ def run(args: RidgeOptions) -> int:
 
 def export(args: RidgeOptions) -> int:
     """``--export FILE``: the experiment file, never over an existing file."""
-    from ..io.atomic import write_text
-
     if not args.export.strip():
         raise ConfigError("--export needs a file name, e.g. --export experiment.toml")
     target = Path(args.export)
@@ -295,8 +281,6 @@ def export(args: RidgeOptions) -> int:
 def figure_tables(experiment, runs, folder: Path, *, band: str, failures, setting: str) -> list[str]:
     """The sweep's results.csv, summary.csv, figure.* and figure_communication.*, plus, for the
     notebook setting, figure_notebook_axis.*."""
-    from .aggregate import aggregate, plot_series, read_folders
-
     with many_lines_style():
         titles = {spec: f"{title} ({spec})" for title, spec in SCENARIOS.items()}
         written = aggregate(experiment, runs, folder, band=band, failures=failures, panel_titles=titles)

@@ -31,18 +31,26 @@ import json
 import math
 import re
 import time
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
+from tqdm import tqdm
+
 from ..algorithms import ALGORITHMS
 from ..engine.simulate import ENGINES, SCHEDULES
 from ..errors import ConfigError, FocusflError
-from ..runs.config import DTYPES, RunConfig, field_defaults, run_key
+from ..io.atomic import write_text
+from ..io.folders import open_store
+from ..runs.config import DTYPES, RunConfig, field_defaults, run_key  # noqa: F401 (re-exported)
 from ..runs.driver import build
-from ..runs.folder import run_state
+from ..runs.folder import Interrupted, run_state
+from ..runs.tensorboard import check_root, has_hparams, log_folder, require, safe_name
 from ..spec import format_spec, parse_spec
 from ..threads import DEFAULT_THREADS
+from .aggregate import aggregate
+from .executors import RunTask, make_executor
 from .layout import EXPERIMENT, RUNS
 
 MAX_RUNS = 100_000
@@ -116,8 +124,6 @@ def load_experiment(path: str | Path, *, work: str | None = None) -> Experiment:
     ``work``: a work SPEC that replaces the file's ``work`` axis (``focusfl sweep --work``); the
     experiment's text (copied into the sweep folder) is then the file rewritten with it, so that
     the copy reruns the same grid."""
-    import tomllib
-
     path = Path(path)
     try:
         if path.stat().st_size > MAX_FILE_BYTES:
@@ -530,21 +536,16 @@ def run_sweep(
     kind: str = "sweep",
     tables=None,
     tensorboard: str | Path | None = None,
+    experiment_identity: dict | None = None,
 ) -> SweepReport:
     """Run every run of ``experiment`` not yet finished in ``out``, then write results.csv,
     summary.csv and the figures from all of them (or what ``tables(experiment, runs, folder,
     band=, failures=)`` writes instead: ``focusfl tune``'s tables; it returns the names).
     ``tensorboard``: a folder in which to log every finished run (:func:`log_name`), those
-    finished earlier included unless their log is complete already."""
-    from .aggregate import aggregate
-    from .executors import RunTask, make_executor
-    from ..io.atomic import write_text
-    from ..io.folders import open_store
-
+    finished earlier included unless their log is complete already. ``experiment_identity``:
+    what makes two experiments the same (io.folders.open_store refuses a folder of another)."""
     root = None
     if tensorboard is not None:
-        from ..runs.tensorboard import check_root, require
-
         require()
         root = check_root(tensorboard, out, what="the sweep folder")
     pool = make_executor(executor, workers=workers, threads=threads, address=address)  # checks Ray is there
@@ -561,7 +562,7 @@ def run_sweep(
         raise
     report = SweepReport(total=len(runs), runs=runs)
     started = time.monotonic()
-    with open_store(out, kind=kind) as store:
+    with open_store(out, kind=kind, experiment=experiment_identity) as store:
         write_text(store.path / EXPERIMENT, experiment.text)
         folder = store.path / RUNS
         folder.mkdir(exist_ok=True)
@@ -598,8 +599,6 @@ def run_sweep(
         finally:
             pool.close()
         if report.interrupted:
-            from ..runs.folder import Interrupted
-
             raise Interrupted(f"sweep interrupted: {report.interrupted} run(s) stopped with a checkpoint; "
                               "run the same command again to continue", exit_code or 130)
         report.written = (tables or aggregate)(experiment, runs, store.path, band=band or experiment.band,
@@ -620,8 +619,6 @@ def restart_note(report: SweepReport) -> str:
 def log_name(run: SweepRun) -> str:
     """The TensorBoard run of a sweep's run: readable, and unique by its hash, e.g.
     ``focus-lr0.0002-seed3-1f2e3d4c``."""
-    from ..runs.tensorboard import safe_name
-
     lr = run.axes.get("lr")
     lr = f"{lr:g}" if isinstance(lr, (int, float)) and not isinstance(lr, bool) else str(lr)
     readable = safe_name(f"{run.axes['algorithm']}-lr{lr}-seed{run.axes['seed']}")
@@ -638,8 +635,6 @@ def _log_run(root: Path | None, run: SweepRun, folder: Path) -> int:
     without --tensorboard gets its logs on the next call)."""
     if root is None:
         return 0
-    from ..runs.tensorboard import has_hparams, log_folder
-
     log_dir = root / log_name(run)
     if has_hparams(log_dir):
         return 0
@@ -653,8 +648,6 @@ def _with_progress(outcomes: Iterable, total: int, progress: bool, slots: int):
     if not progress or total == 0:
         yield from outcomes
         return
-    from tqdm import tqdm
-
     failed = 0
     with tqdm(total=total, desc="runs", unit="run", disable=None, leave=False) as bar:
         bar.set_postfix_str(f"running {min(slots, total)}, failed 0", refresh=False)

@@ -486,6 +486,16 @@ def algorithm_table(spec: str, lrs: Sequence[float]) -> dict:
     return {"name": name, **params, "lr": sorted(lrs)}
 
 
+# What a tune's folder may be extended with (more steps, seeds or algorithms reuse its trials).
+SEARCH_KEYS = ("name", "algorithms", "lr", "seeds", "targets")
+
+
+def tune_identity(data: dict) -> dict:
+    """The setup a tune's trials share (problem, participation, work, rounds, ...): a folder
+    that holds a tune of another setup is refused rather than mixed with (io.folders)."""
+    return {key: value for key, value in data.items() if key not in SEARCH_KEYS}
+
+
 def tune(setup: TuneSetup, search: TuneSearch) -> int:
     """Run the grid as a sweep into ``search.out``, extending it past an end where an algorithm's
     best step sits (:func:`search_steps`), print the chosen step per algorithm with its neighbours
@@ -501,8 +511,9 @@ def tune(setup: TuneSetup, search: TuneSearch) -> int:
     found: dict = {}
     reports = []
 
-    def experiment():
-        return make_experiment(
+    def data() -> dict:
+        # Each algorithm's table carries the steps its search has tried so far.
+        return dict(
             name="tune", algorithms=[algorithm_table(spec, lrs) for spec, lrs in steps.items()],
             problems=[run.problem], participation=[run.participation], seeds=seeds, rounds=run.rounds,
             eval_every=run.eval_every, schedule=run.schedule, dtype=run.dtype, device=run.device, engine=run.engine,
@@ -534,8 +545,10 @@ def tune(setup: TuneSetup, search: TuneSearch) -> int:
         for spec, new in asked.items():
             steps[spec] = sorted(set(steps[spec]) | set(new))
         # Every trial is a run folder under OUT/runs/: a rerun after a crash skips the finished ones.
-        reports.append(run_sweep(experiment(), search.out, workers=search.workers, threads=run.threads,
-                                 progress=True, kind="tune", tables=tables))
+        asked_data = data()
+        reports.append(run_sweep(make_experiment(**asked_data), search.out, workers=search.workers,
+                                 threads=run.threads, progress=True, kind="tune", tables=tables,
+                                 experiment_identity=tune_identity(asked_data)))
         return {spec: [t for t in found["trials"] if t["algorithm"] == labels[spec] and t["lr"] in new]
                 for spec, new in asked.items()}
 

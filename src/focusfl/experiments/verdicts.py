@@ -64,6 +64,7 @@ class Verdict:
     criterion: str
     values: dict
     reason: str = ""
+    name: str = ""  # the criterion's name (CRITERIA)
 
     def measured(self) -> str:
         return ", ".join(f"{name} = {show(value)}" for name, value in self.values.items())
@@ -115,7 +116,7 @@ class Criterion:
         if outcome == INCONCLUSIVE_QUICK:
             parts.insert(0, "the quick report's sizes cannot decide this")
         shown = {name: values[name] for name in self.names}
-        return Verdict(outcome, self.statement, shown, "; ".join(parts))
+        return Verdict(outcome, self.statement, shown, "; ".join(parts), self.name)
 
 
 # -- helpers the criteria share ------------------------------------------------------------------

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import json
 import tempfile
+import uuid
 from pathlib import Path
 
-from ..errors import ConfigError
+import numpy as np
+
+from ..argtypes import positive_float
+from ..errors import ConfigError, DataError
 from ..runs.cli import add_run_options, run_config_of
 
 EXAMPLES = """examples:
@@ -67,7 +71,8 @@ def _common(p) -> None:
     add_run_options(p, RUN_OPTIONS, defaults=FEDERATION_DEFAULTS, helps={
         "problem": "problem SPEC; each node builds its client from it",
         "participation": "'available' (every node that answers in time) or a participation SPEC (S_r requested)"})
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds a round waits for replies")
+    p.add_argument("--timeout", type=positive_float, default=60.0,
+                   help="seconds a round waits for replies (a positive, finite number)")
     p.add_argument("--out", help="run folder (metrics.csv, config.json, curve.png, trace.csv, ...)")
 
 
@@ -141,25 +146,124 @@ def _data_paths(args) -> dict[int, str]:
 
 
 def _local(args) -> int:
-    from .local import LocalFederation, signals_interrupt
+    from .local import LocalFederation, check_tools, signals_interrupt
     from .problems_nodes import check_nodes
+    from .server_app import FederationConfig
 
-    config = _config(args)
+    # Every option is checked before anything starts or is written.
+    if args.nodes < 1:
+        raise ConfigError(f"--nodes must be at least 1, got {args.nodes}")
+    # A token of its own: the interrupted run folder it may leave is told from an older one.
+    given = _config(args)
+    config = FederationConfig(given.run, timeout=given.timeout, out=given.out, token=uuid.uuid4().hex,
+                              audit=given.audit)
+    _check_out(config.out)
     data_paths = _data_paths(args)  # before the problem is built (seconds for a text model)
-    deadlines = _deadlines(args, _check(config))
+    strategy = _check(config)
+    deadlines = _deadlines(args, strategy)
     check_nodes(config, args.nodes)
+    check_work_covers(strategy)
+    check_tools()
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="focusfl-federation-"))
     print(f"federation: {args.nodes} SuperNodes on 127.0.0.1{' with TLS' if args.tls else ''}"
-          f"{' and node authentication' if args.auth else ''}; logs in {workdir / 'logs'}")
-    with signals_interrupt(), LocalFederation(workdir, args.nodes, tls=args.tls, auth=args.auth,
-                                              deadlines=deadlines, data_paths=data_paths) as federation:
-        result = federation.run(config, timeout=max(600.0, args.rounds * (3 * args.timeout + 30)))
+          f"{' and node authentication' if args.auth else ''}; logs in {workdir / 'logs'}", flush=True)
+    try:
+        with signals_interrupt(), LocalFederation(workdir, args.nodes, tls=args.tls, auth=args.auth,
+                                                  deadlines=deadlines, data_paths=data_paths) as federation:
+            result = federation.run(config, timeout=federation_wait(args.rounds, args.timeout))
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (signals_interrupt)
+        raise _kept(exc, config) from None
     print("\n".join(line for line in result.stdout.splitlines() if line.startswith(("focusfl", "audit", "done", "work:"))))
     if result.returncode != 0 or (config.out and not (Path(config.out) / "metrics.csv").is_file()):
-        raise ConfigError(f"the federation failed (flwr run exit {result.returncode}); see {workdir / 'logs'}")
+        raise ConfigError(f"the federation failed{_server_app_reason(result.stdout)} (flwr run exit "
+                          f"{result.returncode}); see {workdir / 'logs'}")
     if config.out:
         print(f"results in {config.out}")
     return 0
+
+
+def federation_wait(rounds: int, timeout: float) -> float:
+    """The longest a federation may take: each round's exchanges (train, finish, handshake) wait
+    ``timeout`` each, plus 30 s of slack a round, and 10 minutes at least. A float, however many
+    rounds (the waits are split up where they are taken: local.py)."""
+    return max(600.0, float(rounds) * (3.0 * float(timeout) + 30.0))
+
+
+def _check_out(out: str | None) -> None:
+    """``--out`` can take a run folder (writable, not a user's folder, not a file or '/'):
+    checked before the federation runs, as it is written only when the federation ends."""
+    if out is not None:
+        from ..io.folders import check_target
+
+        check_target(out)
+
+
+def check_work_covers(strategy) -> None:
+    """A work trace (``--work trace:path=...``) names every client the federation asks in every
+    round: else the ServerApp would stop at the first (round, client) it lacks. The trace's own
+    check (``TraceWork.active_table``), on the rows the federation asks: all clients, or the
+    participation process's draws."""
+    work = strategy.work
+    if not hasattr(work, "active_table"):
+        return
+    rounds, clients = strategy.rounds, strategy.problem.num_clients
+    if strategy.participation is None:
+        asked = np.ones((rounds, clients), dtype=bool)  # every node's client, every round
+    else:
+        asked = strategy.participation.rows(0, rounds)
+    try:
+        work.active_table(asked)
+    except DataError as exc:
+        raise ConfigError(f"--work: {exc}; give a trace that covers the {rounds} rounds of this federation, "
+                          "or fewer --rounds") from None
+
+
+def _kept(exc: KeyboardInterrupt, config):
+    """The interruption, saying where the rounds done are (the ServerApp, stopped, wrote them)."""
+    from ..runs.folder import Interrupted
+
+    code = getattr(exc, "exit_code", 130)
+    what = str(exc) or "interrupted"
+    done = _rounds_kept(config)
+    if done is None:
+        return Interrupted(f"{what}; no round was done, nothing was written", code)
+    return Interrupted(f"{what}; the {done} rounds done are in {config.out} (config.json says interrupted; "
+                       f"replay them with `focusfl run --config {config.out}/config.json --out DIR`)", code)
+
+
+def _rounds_kept(config) -> int | None:
+    """The rounds this federation (its token) wrote to ``config.out`` when it was stopped, or None."""
+    if not config.out:
+        return None
+    try:
+        text = (Path(config.out) / "federation.json").read_text()
+        info = json.loads(text) if len(text) < (1 << 20) else {}
+    except (OSError, ValueError):
+        return None
+    if not isinstance(info, dict) or not info.get("interrupted"):
+        return None
+    if (info.get("federation") or {}).get("token") != config.token:
+        return None  # an older federation's folder
+    return _rows_done(Path(config.out))
+
+
+def _rows_done(out: Path) -> int | None:
+    from ..runs.folder import read_config
+
+    try:
+        done = read_config(out).get("rounds_done")
+    except ConfigError:
+        return None
+    return done if isinstance(done, int) else None
+
+
+def _server_app_reason(output: str) -> str:
+    """The ServerApp's own error, from flwr run's stream (': reason'), or ''."""
+    marker = "ServerApp failed with exception: "
+    for line in reversed(output.splitlines()):
+        if marker in line:
+            return ": " + line.split(marker, 1)[1].strip()[:300]
+    return ""
 
 
 def _app(args) -> int:

@@ -24,9 +24,22 @@ import torch
 from flwr.app import ConfigRecord, Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
 
+from ..algorithms.base import Algorithm
 from ..threads import fixed_threads
-from .codec import (CTX, MESSAGE, ROWS, RUN, SERVER, STATUS, Malformed, decode_ctx, decode_run, decode_tree,
-                    encode_tree, round_context)
+from .codec import (
+    CTX,
+    MESSAGE,
+    ROWS,
+    RUN,
+    SERVER,
+    STATUS,
+    Malformed,
+    decode_ctx,
+    decode_run,
+    decode_tree,
+    encode_tree,
+    round_context,
+)
 from .deadline import local_work, node_deadline
 from .node import NO_ROUND, LostState, Memory, build, data_fingerprint, fresh, has_memory, load, store, sync
 
@@ -146,8 +159,6 @@ def _own(rows):
 
 
 def has_finish(algorithm) -> bool:
-    from ..algorithms.base import Algorithm
-
     return type(algorithm).client_finish is not Algorithm.client_finish
 
 

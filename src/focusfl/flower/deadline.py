@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from ..errors import ConfigError
-from ..problems.base import live_losses
+from ..problems.base import live_losses, masked_gradients
 from .codec import Malformed
 
 
@@ -49,15 +49,27 @@ def node_deadline(node_config: dict) -> float | None:
     return seconds
 
 
-def _with_deadline(oracle, end: float):
+class _WithDeadline:
     """``oracle`` that raises DeadlineReached(t) when asked for step t >= 1 at or after ``end``."""
 
-    def gradients(z: torch.Tensor, step: int) -> torch.Tensor:
-        if step >= 1 and time.monotonic() >= end:
-            raise DeadlineReached(step)
-        return oracle(z, step)
+    def __init__(self, oracle, end: float) -> None:
+        self.oracle, self.end = oracle, end
 
-    return gradients
+    def __call__(self, z: torch.Tensor, step: int) -> torch.Tensor:
+        self._check(step)
+        return self.oracle(z, step)
+
+    def masked(self, z: torch.Tensor, step: int, live: torch.Tensor) -> torch.Tensor:
+        self._check(step)
+        return masked_gradients(self.oracle, z, step, live)
+
+    def _check(self, step: int) -> None:
+        if step >= 1 and time.monotonic() >= self.end:
+            raise DeadlineReached(step)
+
+
+def _with_deadline(oracle, end: float) -> _WithDeadline:
+    return _WithDeadline(oracle, end)
 
 
 def local_work(algorithm, problem, server: Any, rows: Any, ctx, seed: int,

@@ -1,7 +1,8 @@
 """A real Flower deployment on loopback: one SuperLink and N SuperNodes as subprocesses.
 
 ``LocalFederation`` starts ``flower-superlink`` and ``flower-supernode`` processes on free ports
-of 127.0.0.1, each in its own process group, with their own ``FLWR_HOME`` and telemetry off;
+of 127.0.0.1 (drawn outside the system's ephemeral range, and drawn again for a process that
+finds its port taken by then, so that federations started side by side never collide), each in its own process group, with their own ``FLWR_HOME`` and telemetry off;
 writes the Flower app (a pyproject naming focusfl's ServerApp and ClientApp) and a SuperLink
 connection; submits the run with ``flwr run``; and stops everything it started when it is
 closed, also on Ctrl-C and on errors, so no process outlives it. Stopping by process group is
@@ -19,17 +20,19 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
+import shutil
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..signals import handled
 
 APP_PYPROJECT = """[build-system]
 requires = ["hatchling"]
@@ -59,6 +62,14 @@ focusfl = "{}"
 
 TAG = "FOCUSFL_FEDERATION"  # environment variable naming the federation a process belongs to
 GRACE = 3.0  # seconds processes get to exit after SIGTERM before SIGKILL (node state is durable)
+# Seconds a stopped ServerApp gets to write the rounds done (run folder, figures) before the rest stops.
+SERVER_APP_GRACE = 30.0
+SERVER_APP = "flwr-serverapp"
+WAIT_CHUNK = 3600.0  # a wait is split into waits of at most this long: poll() takes milliseconds in a C int
+# Flower's executables a local federation starts, directly or through the SuperLink's SuperExec
+# (which finds them on PATH): warm nodes run in this Python (warm.py), cold ones start their own.
+TOOLS = ("flower-superlink", "flower-superexec", "flwr", SERVER_APP)
+COLD_NODE_TOOLS = ("flower-supernode", "flwr-clientapp")
 
 
 def write_app(folder: Path) -> Path:
@@ -68,10 +79,55 @@ def write_app(folder: Path) -> Path:
     return folder
 
 
-def free_port() -> int:
+# A SuperLink or SuperNode binds the port it is given when it starts, seconds after focusfl chose
+# it; another process may take it in between (a second federation on this machine, or any
+# outgoing connection, which gets a port of the system's ephemeral range). Ports are therefore
+# chosen at random below that range, where the system hands out none, and a process that finds
+# its port taken is started again on another, up to PORT_TRIES times.
+PORT_TRIES = 8
+LOWEST_PORT = 10000
+TAKEN = ("address already in use", "errno 98", "failed to bind")
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    """The ports the system gives outgoing connections (Linux's ip_local_port_range; else its default)."""
+    try:
+        low, high = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    """A port of 127.0.0.1 free now, drawn at random outside the ephemeral range (see PORT_TRIES)."""
+    low, high = _ephemeral_range()
+    spans = [(LOWEST_PORT, low)] if low - LOWEST_PORT >= 1000 else [(high + 1, 65536)] if high < 64535 else []
+    draw = random.SystemRandom()
+    for start, stop in spans:
+        for _ in range(64):
+            port = draw.randrange(start, stop)
+            if _bindable(port):
+                return port
+    with socket.socket() as probe:  # no room outside the ephemeral range: one the system picks
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def _port_taken(log: Path, process: subprocess.Popen) -> bool:
+    """Whether ``process`` exited because the port it was given was taken (its log says so)."""
+    if process.poll() is None or not log.is_file():
+        return False
+    text = log.read_text(errors="replace").lower()
+    return any(words in text for words in TAKEN)
 
 
 def _wait_for(path: Path, text: str, seconds: float, process: subprocess.Popen) -> None:
@@ -112,6 +168,9 @@ class LocalFederation:
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(FLWR_HOME=str(self.home), FLWR_TELEMETRY_ENABLED="0", PYTHONUNBUFFERED="1")
+        # Flower starts flower-superexec and flwr-serverapp by name: the ones beside this Python
+        # come first, so an unactivated venv (or a pipx install) called by its full path works.
+        env["PATH"] = os.pathsep.join([tools_folder(), *filter(None, [env.get("PATH", os.defpath)])])
         env[TAG] = self.tag  # inherited by the SuperExec and the flwr-serverapp it starts
         if self.warm:  # the SuperLink's SuperExec asks for the ServerApp task every 0.05 s, not 1 s
             env["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"] = "0.05"
@@ -146,6 +205,7 @@ class LocalFederation:
         self.stop()
 
     def start(self) -> None:
+        check_tools(self.warm)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.home.mkdir(parents=True, exist_ok=True)
         write_app(self.workdir / "app")
@@ -153,7 +213,16 @@ class LocalFederation:
             from .tls import make_certificates
 
             self.certs = make_certificates(self.workdir / "certs")
-        self.port = free_port()
+        self._start_superlink()
+        self._write_connection()
+        for k in range(self.nodes):
+            if self.auth:
+                self.register_node(k)
+            self.start_node(k)
+        for k in range(self.nodes):
+            self._wait_for_node(k)
+
+    def _superlink_args(self) -> list[str]:
         args = [_tool("flower-superlink"), "--disable-runtime-dependency-installation",
                 "--host", "127.0.0.1", "--port", str(self.port)]
         if self.tls:
@@ -163,15 +232,34 @@ class LocalFederation:
             args += ["--insecure"]
         if self.auth:
             args += ["--enable-supernode-auth"]
-        link = self._spawn("superlink", args)
-        _wait_for(self.logs / "superlink.log", "Uvicorn running", self.start_timeout, link)
-        self._write_connection()
-        for k in range(self.nodes):
-            if self.auth:
-                self.register_node(k)
-            self.start_node(k)
-        for k in range(self.nodes):
-            _wait_for(self.logs / f"node{k}.log", "SuperNode ID", self.start_timeout, self.processes[f"node{k}"])
+        return args
+
+    def _start_superlink(self) -> None:
+        """The SuperLink on a free port: another one when the chosen port was taken meanwhile."""
+        log = self.logs / "superlink.log"
+        for attempt in range(PORT_TRIES):
+            self.port = free_port()
+            link = self._spawn("superlink", self._superlink_args())
+            try:
+                _wait_for(log, "Uvicorn running", self.start_timeout, link)
+                return
+            except ConfigError:
+                if attempt == PORT_TRIES - 1 or not _port_taken(log, link):
+                    raise
+                self.retired.append(self.processes.pop("superlink"))
+                log.rename(self.logs / f"superlink.port-{self.port}-taken.log")
+
+    def _wait_for_node(self, k: int) -> None:
+        """Wait until node k has joined; restart it on another port when its port was taken."""
+        for attempt in range(PORT_TRIES):
+            log, process = self.logs / f"node{k}.log", self.processes[f"node{k}"]
+            try:
+                _wait_for(log, "SuperNode ID", self.start_timeout, process)
+                return
+            except ConfigError:
+                if attempt == PORT_TRIES - 1 or not _port_taken(log, process):
+                    raise
+                self.start_node(k)  # its old log moves aside; node_args draws a new port
 
     def _write_connection(self) -> None:
         lines = ['[superlink]', 'default = "focusfl-local"', '', '[superlink.focusfl-local]',
@@ -243,7 +331,7 @@ class LocalFederation:
                                    stderr=subprocess.STDOUT, text=True, start_new_session=True)
         self.processes["flwr-run"] = process
         try:
-            output, _ = process.communicate(timeout=timeout)
+            output = _communicate(process, timeout)
         except subprocess.TimeoutExpired:
             _kill_group(process, signal.SIGKILL)
             output, _ = process.communicate()
@@ -258,6 +346,7 @@ class LocalFederation:
         while this runs is held off, so that it cannot leave orphans behind."""
         every = [*self.retired, *self.processes.values()]
         with _signals_held():
+            self._stop_server_app()
             self._signal_all(every, signal.SIGTERM)
             deadline = time.monotonic() + GRACE
             while time.monotonic() < deadline and (federation_processes(self.tag)
@@ -274,6 +363,18 @@ class LocalFederation:
                 if not federation_processes(self.tag) or time.monotonic() > deadline:
                     break
                 time.sleep(0.1)
+
+    def _stop_server_app(self) -> None:
+        """SIGTERM to the running ServerApp first, and time to write the rounds done
+        (server_app.py keeps them as an interrupted run folder) while the SuperLink still runs."""
+        apps = [pid for pid in federation_processes(self.tag) if SERVER_APP in _command_line(pid)]
+        for pid in apps:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + SERVER_APP_GRACE
+        while apps and time.monotonic() < deadline:
+            apps = [pid for pid in apps if _alive(pid)]
+            time.sleep(0.1)
 
     def _signal_all(self, processes: list[subprocess.Popen], sig: int) -> None:
         for process in processes:
@@ -319,43 +420,21 @@ def federation_processes(tag: str) -> list[int]:
     return found
 
 
-@contextlib.contextmanager
 def _signals_held():
     """SIGINT and SIGTERM ignored inside (main thread only; elsewhere signals cannot be set)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            if handler is not None:  # None: set outside Python, cannot be restored from here
-                signal.signal(sig, handler)
+    return handled((signal.SIGINT, signal.SIGTERM), signal.SIG_IGN)
 
 
-@contextlib.contextmanager
 def signals_interrupt():
     """SIGTERM and SIGHUP raise KeyboardInterrupt (exit status 128+N) as Ctrl-C does, so that a
     federation killed by its caller stops its processes (``with LocalFederation``) instead of
     leaving them running. Main thread only; signals ignored when focusfl started stay ignored."""
     from ..runs.folder import Interrupted
 
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
     def handler(signum, frame) -> None:
         raise Interrupted(f"interrupted by {signal.Signals(signum).name}", 128 + signum)
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)
-                if signal.getsignal(sig) is not signal.SIG_IGN}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            if old is not None:
-                signal.signal(sig, old)
+    return handled((signal.SIGTERM, signal.SIGHUP), handler, keep_ignored=True)
 
 
 def _kill_group(process: subprocess.Popen, sig: int) -> None:
@@ -365,7 +444,66 @@ def _kill_group(process: subprocess.Popen, sig: int) -> None:
         pass
 
 
+def tools_folder() -> str:
+    """The folder of this Python's console scripts (a venv's bin, not the interpreter it links to)."""
+    return str(Path(sys.executable).parent)
+
+
 def _tool(name: str) -> str:
-    """A Flower console script next to this Python (the one focusfl runs in)."""
-    candidate = Path(sys.executable).parent / name
-    return str(candidate) if candidate.exists() else name
+    """A Flower console script next to this Python (the one focusfl runs in), else on PATH."""
+    candidate = Path(tools_folder()) / name
+    if candidate.is_file() and os.access(candidate, os.X_OK):
+        return str(candidate)
+    found = shutil.which(name)
+    if found is None:
+        raise ConfigError(f"Flower's executable {name!r} was found neither next to this Python "
+                          f"({tools_folder()}) nor on PATH; install Flower into the Python that runs focusfl: "
+                          f"{sys.executable} -m pip install 'focusfl[flower]'")
+    return found
+
+
+def check_tools(warm: bool = True) -> None:
+    """Every Flower executable a local federation needs is there: one line naming a missing one,
+    before any process starts."""
+    for name in (*TOOLS, *(() if warm else COLD_NODE_TOOLS)):
+        _tool(name)
+
+
+def _communicate(process: subprocess.Popen, timeout: float) -> str:
+    """``process.communicate(timeout)`` in waits of at most WAIT_CHUNK seconds: one wait of more
+    than about 24 days overflows poll()'s millisecond argument (OverflowError); an infinite
+    ``timeout`` waits for ever."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            output, _ = process.communicate(timeout=max(0.0, min(left, WAIT_CHUNK)))
+            return output
+        except subprocess.TimeoutExpired:
+            if left <= WAIT_CHUNK:
+                raise
+
+
+def _command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        try:
+            import psutil
+
+            return " ".join(psutil.Process(pid).cmdline())
+        except Exception:  # psutil missing, or the process is gone
+            return ""
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie, exited and waiting for its parent, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True

@@ -20,6 +20,7 @@ that a SuperNode killed with SIGKILL and restarted continues exactly.
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -49,8 +50,6 @@ class Built(NamedTuple):
 
 @functools.lru_cache(maxsize=4)
 def _build(run_key: str, data_path: str | None) -> Built:
-    import json
-
     spec = RunSpec(**json.loads(run_key))
     if spec.dtype not in DTYPES:
         raise Malformed("malformed", f"unknown dtype {spec.dtype!r}")

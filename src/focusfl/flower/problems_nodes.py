@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 from ..errors import ConfigError
+from .server_app import build_strategy
 
 
 def check_nodes(config, nodes: int) -> None:
     """``federation local`` runs client k on node k: the problem needs exactly that many clients."""
-    from .server_app import build_strategy
-
     strategy, _ = build_strategy(config, log=lambda text: None)
     clients = strategy.problem.num_clients
     if nodes != clients:

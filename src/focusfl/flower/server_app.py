@@ -24,6 +24,8 @@ Outputs (``out``):
 from __future__ import annotations
 
 import json
+import math
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,15 +38,16 @@ from flwr.serverapp import Grid, ServerApp
 from .. import __version__
 from ..algorithms.base import State
 from ..errors import ConfigError
-from ..runs.checkpoint import MODEL, save_model
 from ..io.atomic import write_csv, write_json
 from ..io.folders import open_output
+from ..runs.checkpoint import MODEL, save_model
 from ..runs.config import RunConfig, WithRun, record
 from ..runs.driver import build
-from ..runs.folder import COMPLETE, DIVERGED, write_finished
+from ..runs.folder import COMPLETE, DIVERGED, INTERRUPTED, write_finished
+from ..signals import handled
 from ..threads import fixed_threads
 from ..work.trace import trace_record, trace_text
-from .strategy import AlgorithmStrategy, FederationResult
+from .strategy import AlgorithmStrategy, FederationResult, StopRounds
 
 RUN_CONFIG_KEY = "focusfl"
 
@@ -108,9 +111,17 @@ def available(participation: str | dict) -> bool:
     return participation in ("available", {"name": "available"})
 
 
+def check_timeout(timeout: Any) -> None:
+    """A round's wait: a positive, finite number of seconds (0, nan or -5 would end every round
+    with no client at once; inf would never end one)."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
+        raise ConfigError(f"timeout must be a positive, finite number of seconds, got {timeout!r}")
+
+
 def build_strategy(config: FederationConfig, log=print) -> tuple[AlgorithmStrategy, Any]:
     """The run built by the one builder (runs.driver.build), as the reference engine computes
     it, and the strategy that runs it over a Grid."""
+    check_timeout(config.timeout)
     run = config.resolved().run
     anyone = available(run.participation)
     built = build(run.replace(participation="full" if anyone else run.participation, engine="reference"))
@@ -125,15 +136,21 @@ def run_federation(grid: Grid, config: FederationConfig, log=print) -> Federatio
     config = config.resolved()
     strategy, built = build_strategy(config, log=log)
     started = time.monotonic()
-    with fixed_threads():  # the server's steps and evaluations, as the reference replay computes them
+    with fixed_threads(), _stop_rounds_on_signals():  # threads: as the reference replay computes
         result = strategy.start(grid)
-    if config.audit:
+    if config.audit and result.interrupted is None:
         result.audit = strategy.audit(grid)
         gap = result.audit.get("tracking")
         if gap:
             log(f"audit: {gap} holds to {result.audit['tracking_gap']:.3e} (relative)")
         if result.audit["unverified_clients"]:
             log(f"audit: clients {result.audit['unverified_clients']} could not be verified")
+    for node, why in sorted(strategy.refusals.items()):
+        log(f"audit: node {node} was refused at the handshake ({why})")
+    if result.interrupted is not None:
+        _keep_interrupted(config, strategy, built, result, time.monotonic() - started, log)
+        signal.raise_signal(result.interrupted)  # then as the signal asks (Flower's graceful exit)
+        return result
     seconds = time.monotonic() - started
     last = result.rows[-1] if result.rows else {}
     log(f"done: {len(result.mask)} rounds in {seconds:.1f} s; "
@@ -144,6 +161,28 @@ def run_federation(grid: Grid, config: FederationConfig, log=print) -> Federatio
     if config.out:
         write_results(Path(config.out), strategy, built, config, result, seconds)
     return result
+
+
+def _stop_rounds_on_signals():
+    """SIGTERM and SIGINT (``federation local`` stopped by Ctrl-C, ``flwr stop``) stop the round
+    loop (StopRounds) so that the rounds done are written; main thread only, as Python allows."""
+    def handler(signum, frame) -> None:
+        raise StopRounds(signum)
+
+    return handled((signal.SIGTERM, signal.SIGINT), handler)
+
+
+def _keep_interrupted(config: FederationConfig, strategy: AlgorithmStrategy, built, result: FederationResult,
+                      seconds: float, log) -> None:
+    """A stopped federation's rounds done, as a run folder whose config.json says ``interrupted``
+    (and replays them); nothing when no round was done."""
+    done = int(result.mask.shape[0])
+    name = signal.Signals(result.interrupted).name
+    if not config.out or done == 0:
+        log(f"focusfl: {name}: stopped after {done} rounds; nothing written")
+        return
+    write_results(Path(config.out), strategy, built, config, result, seconds)
+    log(f"focusfl: {name}: stopped after {done} rounds; the rounds done are in {config.out}")
 
 
 def write_results(out: Path, strategy: AlgorithmStrategy, built, config: FederationConfig,
@@ -168,11 +207,13 @@ def write_results(out: Path, strategy: AlgorithmStrategy, built, config: Federat
         write_csv(work / "participation.csv", _participation_events(result),
                   ["round", "client", "outcome", "reason", "detail"])
         title = f"{strategy.algorithm.name} on {built.problem.name}, federated ({len(result.nodes)} nodes)"
-        write_finished(work, record(replay, algorithm=strategy.algorithm.describe(), problem=built.problem.describe(),
-                                    participation={"name": "trace", "path": str(out / "trace.csv")},
-                                    work=trace_record(out / "work.csv", work_text) if counted else None),
-                       result.rows, status=DIVERGED if result.diverged_at is not None else COMPLETE,
-                       rounds_done=rounds, title=title)
+        recorded = record(replay, algorithm=strategy.algorithm.describe(), problem=built.problem.describe(),
+                          participation={"name": "trace", "path": str(out / "trace.csv")},
+                          work=trace_record(out / "work.csv", work_text) if counted else None)
+        status = DIVERGED if result.diverged_at is not None else COMPLETE
+        if result.interrupted is not None:
+            status, recorded["interrupted_after_round"] = INTERRUPTED, rounds
+        write_finished(work, recorded, result.rows, status=status, rounds_done=rounds, title=title)
         audit = dict(result.audit or {})
         audit.pop("clients", None)
         audit.pop("rows", None)
@@ -184,6 +225,7 @@ def write_results(out: Path, strategy: AlgorithmStrategy, built, config: Federat
             "work": built.work.describe(), "partial_work": result.partial,
             "deadlines": {str(client): seconds for client, seconds in result.deadlines.items()},
             "audit": audit, "seconds": round(seconds, 3),
+            "interrupted": None if result.interrupted is None else signal.Signals(result.interrupted).name,
             # The trace replays with --participation trace:path=... only if every client took part.
             "replayable": every_client,
         })

@@ -33,7 +33,10 @@ has a timeout, and a round with nobody in it still takes the server step, as in 
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import signal
+import threading
 import time
 import uuid
 from collections import Counter
@@ -48,7 +51,8 @@ from flwr.serverapp.strategy import Strategy
 
 from ..algorithms.base import Algorithm, RoundContext, State, check_work_process
 from ..engine.divergence import BlowUpDetector
-from ..engine.loop import Resume, RunResult, run_rounds
+from ..engine.loop import Resume, run_rounds
+from ..engine.rows import evaluation_row
 from ..engine.round import Collected
 from ..engine.simulate import schedule_of
 from ..engine.tree import concat_rows, gather_rows
@@ -95,6 +99,14 @@ class RoundLog:
     steps: dict[int, int] = field(default_factory=dict)  # accepted client -> local steps it took
 
 
+class StopRounds(KeyboardInterrupt):
+    """A stop signal in the round loop (server_app's handler raises it): the rounds done are kept."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
 @dataclass
 class FederationResult:
     rows: list[dict]
@@ -110,6 +122,7 @@ class FederationResult:
     work: np.ndarray | None = None  # [rounds, N] int64: local steps of each accepted client (0: not accepted)
     partial: int = 0  # accepted client rounds with fewer steps than asked (deadlines)
     deadlines: dict[int, float] = field(default_factory=dict)  # client -> its node's deadline, seconds
+    interrupted: int | None = None  # the signal that stopped the rounds (mask: the rounds done before it)
 
 
 class AlgorithmStrategy(Strategy):
@@ -156,6 +169,7 @@ class AlgorithmStrategy(Strategy):
         self.on_row, self.on_round, self.log = on_row, on_round, log or (lambda text: None)
         self.requested_total = 0
         self.refused: set[int] = set()  # nodes whose handshake was malformed: never asked again
+        self.refusals: dict[int, str] = {}  # refused node -> why (the audit reports them)
         self.told: set[tuple[int, str]] = set()  # (node, reason) of handshake failures logged
         self.data = data_fingerprint(problem)  # nn: every node must hold the same client data
 
@@ -211,9 +225,19 @@ class AlgorithmStrategy(Strategy):
         rounds = self.rounds if num_rounds is None else num_rounds
         self.summary()
         exchange = _Exchange(self, grid, rounds)
-        result = run_rounds(self.algorithm, self.problem, self.participation, rounds, exchange, seed=self.seed,
-                            eval_every=self.eval_every, schedule=self.schedule, work=self.work,
-                            resume=Resume(self.initial, 0), on_row=self.on_row)
+        rows: list[dict] = []  # as they come: a stop keeps those of the rounds done
+
+        def keep(row: dict) -> None:
+            rows.append(row)
+            if self.on_row is not None:
+                self.on_row(row)
+
+        try:
+            result = run_rounds(self.algorithm, self.problem, self.participation, rounds, exchange, seed=self.seed,
+                                eval_every=self.eval_every, schedule=self.schedule, work=self.work,
+                                resume=Resume(self.initial, 0), on_row=keep)
+        except StopRounds as stop:  # server_app's signal handler: keep the rounds done
+            return self._stopped(exchange, rows, stop.signum)
         if result.diverged_at is not None:
             self.log(f"diverged at round {result.diverged_at} ({result.blow_up.reason(result.rows[-1])})")
         done = result.rounds_done
@@ -221,6 +245,22 @@ class AlgorithmStrategy(Strategy):
                                 sorted(self.lost), dict(self.node_client), diverged_at=result.diverged_at,
                                 blow_up=result.blow_up, work=exchange.work[:done], partial=self.partial,
                                 deadlines=dict(sorted(self.deadlines.items())))
+
+    def _stopped(self, exchange: "_Exchange", rows: list[dict], signum: int) -> FederationResult:
+        """The result of the rounds a stop signal left done (the round in progress is not one of
+        them), its last row that of the last round done: a closing row (engine/loop.py) where the
+        cadence had none there (the minibatch losses since the previous row are not in it)."""
+        done, server = len(exchange.log), exchange.done_server
+        rows = [row for row in rows if row["round"] <= done]
+        if rows and rows[-1]["round"] != done:
+            comm = self.algorithm.communication()
+            vectors = sum(len(entry.accepted) for entry in exchange.log) * self.problem.dim
+            rows.append(evaluation_row(self.algorithm.model(State(server, None)), self.problem, BlowUpDetector(),
+                                       done=done, active=len(exchange.log[-1].accepted),
+                                       comm=(vectors * comm.down, vectors * comm.up), extra=self.counters()))
+        return FederationResult(rows, server, exchange.mask[:done], exchange.log, self.counts, sorted(self.lost),
+                                dict(self.node_client), work=exchange.work[:done], partial=self.partial,
+                                deadlines=dict(sorted(self.deadlines.items())), interrupted=signum)
 
     # -- the round ---------------------------------------------------------------------------
     def _discover(self, grid: Grid) -> None:
@@ -246,8 +286,7 @@ class AlgorithmStrategy(Strategy):
                 self._count(reason)
                 detail = reply.error.reason if reply.has_error() else "no status"
                 if reason == "malformed":  # e.g. no usable partition-id: asking again will not help
-                    self.refused.add(node)
-                    self.log(f"node {node}: handshake refused ({detail})")
+                    self._refuse_node(node, str(detail))
                 elif (node, reason) not in self.told:  # e.g. a node that cannot read its data: asked again
                     self.told.add((node, reason))
                     self.log(f"node {node}: handshake failed, asked again next round ({detail})")
@@ -257,14 +296,12 @@ class AlgorithmStrategy(Strategy):
             if (isinstance(client, bool) or not isinstance(client, int) or not 0 <= client < self.problem.num_clients
                     or status.get("num_clients") != self.problem.num_clients or status.get("token") != self.run.token):
                 self._count("malformed")
-                self.refused.add(node)
-                self.log(f"node {node}: handshake refused (client {client!r})")
+                self._refuse_node(node, f"client {client!r}")
                 continue
             if status.get("data") != self.data:  # nn: the node's copy of the data set is another
                 self._count("malformed")
-                self.refused.add(node)
-                self.log(f"node {node}: handshake refused (client {client}: its data differs from the server's, "
-                         f"digest {status.get('data')!r} != {self.data!r}; check its data-path)")
+                self._refuse_node(node, f"client {client}: its data differs from the server's, "
+                                        f"digest {status.get('data')!r} != {self.data!r}; check its data-path")
                 continue
             holder = self.client_node.get(client)
             if holder is not None and holder in live:
@@ -277,6 +314,11 @@ class AlgorithmStrategy(Strategy):
                 self.log(f"client {client}: node {holder} replaced by node {node}")
             self.node_client[node] = client
             self.client_node[client] = node
+
+    def _refuse_node(self, node: int, why: str) -> None:
+        self.refused.add(node)
+        self.refusals[node] = why
+        self.log(f"node {node}: handshake refused ({why})")
 
     def _requested(self, r: int, drawn: torch.Tensor | None, grid: Grid) -> RoundLog:
         """Round r's log: the clients the participation process drew (None: every client with a
@@ -446,7 +488,9 @@ class AlgorithmStrategy(Strategy):
                 rows[client] = gather_rows(table, torch.tensor([client], device=self.problem.device))
         missing = sorted(set(range(n)) - set(rows))
         result: dict[str, Any] = {"verified_clients": len(rows), "unverified_clients": missing,
-                                  "mismatched_clients": sorted(mismatched), "rows": rows}
+                                  "mismatched_clients": sorted(mismatched), "rows": rows,
+                                  "refused_nodes": {str(node): why for node, why in sorted(self.refusals.items())},
+                                  "clients_without_node": sorted(set(range(n)) - set(self.client_node))}
         if not missing:
             result["clients"] = concat_rows([rows[c] for c in range(n)])
         invariant = self.algorithm.tracking
@@ -474,6 +518,7 @@ class _Exchange:
         self.mask = np.zeros((rounds, strategy.problem.num_clients), dtype=bool)
         self.work = np.zeros((rounds, strategy.problem.num_clients), dtype=np.int64)
         self.log: list[RoundLog] = []
+        self.done_server = strategy.initial.server  # the server state after the rounds in ``log``
 
     def requested(self, r: int, drawn: torch.Tensor | None) -> torch.Tensor:
         strategy = self.strategy
@@ -497,15 +542,32 @@ class _Exchange:
             strategy.committed[client] = entry.round
         if strategy.finishes and entry.accepted:
             strategy._finish(entry, self.grid)
-        self.mask[entry.round, entry.accepted] = True
-        self.work[entry.round, entry.accepted] = [entry.steps[c] for c in entry.accepted]
-        self.log.append(entry)
+        with _signals_deferred():  # a stop signal sees the round recorded whole, or not at all
+            self.mask[entry.round, entry.accepted] = True
+            self.work[entry.round, entry.accepted] = [entry.steps[c] for c in entry.accepted]
+            self.log.append(entry)
+            self.done_server = server
         if strategy.on_round is not None:
             strategy.on_round(strategy, entry)
         return State(server, state.clients)
 
     def counters(self) -> dict[str, Any]:
         return self.strategy.counters()
+
+
+@contextlib.contextmanager
+def _signals_deferred():
+    """SIGINT and SIGTERM held back inside (delivered, and their handler run, on leaving): the
+    main thread only, where the platform can block signals; elsewhere nothing is held."""
+    blockable = (signal.SIGINT, signal.SIGTERM)
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, blockable)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 MAX_LOSSES_PER_STEP = 16  # a bound on the losses a reply may report per local step (untrusted input)

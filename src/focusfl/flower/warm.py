@@ -24,6 +24,8 @@ import threading
 import time
 from types import SimpleNamespace
 
+from .client_app import app
+
 POLL = 0.05  # seconds between polls (Flower: 3 s idle, 0.5 s for replies, 1 s for tasks)
 APP_ID = "focusfl/focusfl-federation"  # publisher/name of the app local.py writes
 
@@ -84,8 +86,10 @@ def pull_task_input(client, poll: float = POLL):
     from flwr.common.serde import context_from_proto, fab_from_proto, run_from_proto
     from flwr.proto.node_pb2 import Node  # pylint: disable=E0611
     from flwr.proto.runtime_pb2 import PullAppMessagesRequest, PullTaskInputRequest  # pylint: disable=E0611
-    from flwr.supercore.inflatable.inflatable_protobuf_utils import (make_confirm_message_received_fn_protobuf,
-                                                                     make_pull_object_fn_protobuf)
+    from flwr.supercore.inflatable.inflatable_protobuf_utils import (
+        make_confirm_message_received_fn_protobuf,
+        make_pull_object_fn_protobuf,
+    )
     from flwr.supercore.inflatable.inflatable_utils import pull_and_inflate_object_from_tree
     from flwr.supercore.task_identity import TaskIdentity
 
@@ -111,8 +115,6 @@ def serve(address: str, poll: float = POLL) -> None:
     from flwr.supercore.interceptors import RuntimeVersionHttpInterceptor
     from flwr.supercore.retry import make_simple_http_retry_invoker
     from flwr.supercore.runtime import RuntimeHttpClient
-
-    from .client_app import app
 
     client = RuntimeHttpClient.from_server_address(
         server_address=address, insecure=True, root_certificates=None,

@@ -6,6 +6,10 @@ temporary file beside the target, in the same folder and so on the same filesyst
 renamed over the target only when it is complete; on an exception the temporary file is
 removed. A durable write also fsyncs the file before the rename and the folder after it, so
 that the rename survives a power loss, not only a crash of the process.
+
+A write that the disk (or a quota) stops for lack of space leaves the old file as it was and
+raises :class:`DiskFullError`, one line naming the folder (:func:`no_space` finds the cause
+where a library wrapped it).
 """
 from __future__ import annotations
 
@@ -18,7 +22,11 @@ import os
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator
 
+from ..errors import DiskFullError
+
 TMP_SUFFIX = ".focusfl-tmp"
+# A full disk, and a full quota.
+NO_SPACE = {errno.ENOSPC, errno.EDQUOT}
 # What a folder we may write but not read, or a filesystem that cannot sync a folder, answers;
 # the rename is atomic all the same (only its durability across a power loss is not assured).
 _CANNOT_SYNC_FOLDER = {errno.EACCES, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP}
@@ -26,6 +34,36 @@ _CANNOT_SYNC_FOLDER = {errno.EACCES, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSU
 
 def _call(name: str, operation: Callable[..., Any], *args: Any) -> Any:
     return operation(*args)
+
+
+def no_space(exc: BaseException | None) -> OSError | None:
+    """The "no space left on device" (or "quota exceeded") error in ``exc`` or the exceptions it
+    was raised from: torch's zip writer, for one, reports a full disk as a RuntimeError
+    ("unexpected pos") raised while handling the OSError."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in NO_SPACE:
+            return exc
+        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+    return None
+
+
+def full_disk(exc: BaseException) -> str | None:
+    """"no space left on device" or "disk quota exceeded" when ``exc`` is a write that a full
+    disk stopped (a DiskFullError, or an OSError anywhere in its chain), else None."""
+    if isinstance(exc, DiskFullError):
+        return exc.reason
+    cause = no_space(exc)
+    if cause is None:
+        return None
+    return "disk quota exceeded" if cause.errno == errno.EDQUOT else "no space left on device"
+
+
+def disk_full(where: str | Path, cause: BaseException, then: str = "then run the same command again") -> DiskFullError:
+    """The one-line error of a write into ``where`` that a full disk (or quota) stopped."""
+    reason = full_disk(cause) or "no space left on device"
+    return DiskFullError(f"{reason}: cannot write to {where}; free some space on its disk, {then}", reason)
 
 
 def _scratch(path: Path, unique: bool, suffix: str, private: bool) -> Path:
@@ -58,18 +96,31 @@ def atomic_path(path: str | Path, *, durable: bool = False, unique: bool = False
     them. On an exception the temporary file is removed and ``path`` is left as it was.
     """
     path = Path(path)
-    scratch = _scratch(path, unique, suffix, private) if scratch is None else Path(scratch)
+    try:
+        scratch = _scratch(path, unique, suffix, private) if scratch is None else Path(scratch)
+    except OSError as exc:
+        if no_space(exc):
+            raise disk_full(path.parent, exc) from None
+        raise
     try:
         yield scratch
         if durable:
             step("fsync file", fsync_file, scratch)
         step("rename into place", os.replace, scratch, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(scratch)
+        full = no_space(exc)
+        if full is not None:  # the old file is still in place, whole
+            raise disk_full(path.parent, full) from None
         raise
     if durable:
-        step("fsync folder", fsync_folder, path.parent)
+        try:
+            step("fsync folder", fsync_folder, path.parent)
+        except OSError as exc:
+            if no_space(exc):
+                raise disk_full(path.parent, exc) from None
+            raise
 
 
 @contextlib.contextmanager

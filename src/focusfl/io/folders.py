@@ -3,9 +3,18 @@
 A user's files are never lost, however a command ends:
 
 - focusfl writes into ``PARENT/.NAME.focusfl-partial`` and replaces ``PARENT/NAME`` only when
-  the command finishes, by two renames (old aside to ``.NAME.focusfl-old``, partial into
-  place) and then deleting the old. A crash between any two steps leaves the old output or
-  the new one whole; the next writer of that folder finishes or undoes the swap.
+  the command finishes: the partial folder is marked complete (its marker records a digest of
+  the marker it replaces), then exchanged with ``NAME`` in one atomic step
+  (``renameat2(RENAME_EXCHANGE)`` on Linux, ``renamex_np(RENAME_SWAP)`` on macOS), the old
+  output moved on to ``.NAME.focusfl-old`` and deleted. ``PARENT/NAME`` holds a complete
+  output, the old or the new one, at every instant a process can be killed.
+- Fallback, where the platform or the filesystem cannot exchange two folders (another OS, some
+  network and FUSE filesystems): two renames, old aside to ``.NAME.focusfl-old`` and the new one
+  into place. Between those two renames, and only there, ``NAME`` is briefly absent; the old and
+  the new output are both whole at all times.
+- Killed in the middle, the next writer of that folder (any focusfl command that writes it)
+  first finishes the replacement: a complete new output is never stranded in the hidden
+  folder, and an old one set aside is deleted.
 - A folder is replaced only if it carries focusfl's marker, ``.focusfl-output.json``, and holds
   nothing the marker does not list; it is deleted file by file, the listed ones only. The
   current folder, the home folder, their ancestors and ``/`` are never output folders.
@@ -20,20 +29,24 @@ A user's files are never lost, however a command ends:
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import fcntl
+import hashlib
 import json
 import os
 import re
 import shutil
 import socket
 import stat
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from .. import __version__
 from ..errors import ConfigError
-from .atomic import TMP_SUFFIX, atomic_path, fsync_file, fsync_folder
+from .atomic import TMP_SUFFIX, atomic_path, disk_full, fsync_file, fsync_folder, no_space
 
 MARKER = ".focusfl-output.json"
 PARTIAL_SUFFIX = ".focusfl-partial"
@@ -47,6 +60,9 @@ _LEGACY_SUFFIXES = (".csv", ".json", ".png", ".pdf")
 # Called with a step's name after every filesystem step of a replacement, so that a test can
 # kill the process between any two of them (see tests/test_outputs.py).
 _after_step: Callable[[str], None] | None = None
+# Marker key: the SHA-256 of the marker of the output a complete partial folder replaces ("" when
+# there was none), so that a writer finishing a killed replacement knows which folder is newer.
+REPLACES = "replaces"
 
 
 def _step(name: str, operation: Callable[..., Any], *args: Any) -> Any:
@@ -75,16 +91,28 @@ def _safe_relative(path: Any) -> bool:
     return isinstance(path, str) and bool(path) and not os.path.isabs(path) and ".." not in Path(path).parts
 
 
-def _write_marker(folder: Path, state: str, kind: str, files: list[str] = (), folders: list[str] = ()) -> None:
+def _write_marker(folder: Path, state: str, kind: str, files: list[str] = (), folders: list[str] = (),
+                  replaces: str | None = None, experiment: dict | None = None) -> None:
     data = {
         "focusfl_version": __version__, "kind": kind, "state": state,
         "files": list(files), "folders": list(folders),
         "pid": os.getpid(), "host": socket.gethostname(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **({"experiment": experiment} if experiment is not None else {}),
     }
+    if replaces is not None:
+        data[REPLACES] = replaces
     text = json.dumps(data, indent=2) + "\n"
     # A fixed temporary name: _unmarked_partial recognises a writer that died writing it.
     with atomic_path(folder / MARKER, durable=True, step=_step) as scratch:
         _step("write marker", scratch.write_text, text)
+
+
+def _marker_digest(folder: Path) -> str:
+    """The SHA-256 of ``folder``'s marker file ("" if it has none): which output a new one replaces."""
+    try:
+        return hashlib.sha256((folder / MARKER).read_bytes()).hexdigest()
+    except OSError:
+        return ""
 
 
 def _contents(folder: Path) -> tuple[list[str], list[str]]:
@@ -113,6 +141,55 @@ def _unlisted(folder: Path, marker: dict) -> str | None:
     found_files, found_folders = _contents(folder)
     stray = [f for f in found_files if f not in files] + [d for d in found_folders if d not in allowed_folders]
     return min(stray) if stray else None
+
+
+# -- atomic exchange of two folders --------------------------------------------------------------
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_RENAME_SWAP = 2  # macOS sys/stdio.h, renamex_np
+# renameat2's system call number where libc has no wrapper (glibc before 2.28, some musl builds).
+_RENAMEAT2_SYSCALL = {"x86_64": 316, "aarch64": 276, "riscv64": 276, "i386": 353, "i686": 353,
+                      "armv7l": 382, "ppc64le": 357, "s390x": 347}
+# What a filesystem or kernel that cannot exchange answers: then the two-rename fallback runs.
+_CANNOT_EXCHANGE = {errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV}
+_exchange_call: Callable[[bytes, bytes], int] | None | bool = False  # False: not looked up yet
+
+
+def _find_exchange() -> Callable[[bytes, bytes], int] | None:
+    """The C call that swaps two paths atomically, or None on a platform without one."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+    if sys.platform.startswith("linux"):
+        if hasattr(libc, "renameat2"):
+            call = libc.renameat2
+            return lambda a, b: call(_AT_FDCWD, a, _AT_FDCWD, b, _RENAME_EXCHANGE)
+        number = _RENAMEAT2_SYSCALL.get(os.uname().machine)
+        if number is None or not hasattr(libc, "syscall"):
+            return None
+        syscall = libc.syscall
+        return lambda a, b: syscall(number, _AT_FDCWD, a, _AT_FDCWD, b, _RENAME_EXCHANGE)
+    if sys.platform == "darwin" and hasattr(libc, "renamex_np"):
+        call = libc.renamex_np
+        return lambda a, b: call(a, b, _RENAME_SWAP)
+    return None
+
+
+def exchange(first: Path, second: Path) -> bool:
+    """Swap the two existing paths ``first`` and ``second`` in one atomic step; False (nothing
+    done) where the platform or the filesystem cannot, so the caller falls back to renames."""
+    global _exchange_call
+    if _exchange_call is False:
+        _exchange_call = _find_exchange()
+    if _exchange_call is None:
+        return False
+    if _exchange_call(os.fsencode(first), os.fsencode(second)) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in _CANNOT_EXCHANGE:
+        return False
+    raise OSError(code, os.strerror(code), str(first), None, str(second))
 
 
 # -- where an output may go ----------------------------------------------------------------------
@@ -272,12 +349,14 @@ class Output:
         self.kind = kind
         self.work = _sibling(target, PARTIAL_SUFFIX)
         self.found_partial = found_partial
+        self._created = False
         self._lock = lock
 
     def publish(self) -> None:
-        """Mark ``work`` complete and swap it in for ``target``; the old output is then deleted."""
+        """Mark ``work`` complete and put it at ``target`` (see the module docstring: atomically
+        where the platform can exchange two folders); the old output is then deleted."""
         self._require_lock()
-        target, work, old = self.target, self.work, _sibling(self.target, OLD_SUFFIX)
+        target, work = self.target, self.work
         try:
             if (work / CACHE).exists():
                 _step("remove cache", shutil.rmtree, work / CACHE)
@@ -290,21 +369,32 @@ class Output:
                     _step("fsync file", fsync_file, work / rel)
             for rel in sorted(folders, reverse=True):
                 _step("fsync folder", fsync_folder, work / rel)
-            _write_marker(work, "complete", self.kind, files, folders)
             # Last look under the lock: a file the user put into the old output during the run.
             _check_contents(target, target)
-            if old.exists() or old.is_symlink():
-                _delete_old(old, target)
-            if target.exists():
-                _step("move old aside", os.rename, target, old)
-            _step("move new into place", os.rename, work, target)
-            _step("fsync parent", fsync_folder, target.parent)
-            if old.exists():
-                _delete_old(old, target)
+            _write_marker(work, "complete", self.kind, files, folders, replaces=_marker_digest(target))
+            _swap_in(work, target)
         except OSError as exc:
             where = work if work.exists() else target
+            if no_space(exc):
+                raise disk_full(target, exc, f"the results are in {str(where)!r}") from None
             raise ConfigError(f"could not publish output folder {str(target)!r}: {exc.strerror or exc}; "
                               f"the results are in {str(where)!r}") from None
+
+    def create(self) -> None:
+        """Make the partial folder (clearing a dead writer's that is not continued), unless a
+        partial folder to continue was found."""
+        self._require_lock()
+        if self.found_partial or self._created:
+            return
+        work = self.work
+        if work.exists() or work.is_symlink():
+            if work.is_dir() and not work.is_symlink():
+                shutil.rmtree(work)
+            else:
+                os.unlink(work)
+        _step("create partial folder", os.mkdir, work)
+        _write_marker(work, "partial", self.kind)
+        self._created = True
 
     def discard(self) -> None:
         """Delete ``work`` (it is ours: focusfl made it under this lock or a dead writer's)."""
@@ -362,9 +452,69 @@ def _ours_or_empty(folder: Path) -> bool:
     return read_marker(folder) is not None or next(os.scandir(folder), None) is None
 
 
-def _recover(target: Path) -> None:
-    """Finish or undo the swap of a writer that died in ``publish`` (we hold the lock)."""
+def _swap_in(work: Path, target: Path) -> None:
+    """Put the complete folder ``work`` at ``target`` and delete what was there (we hold the lock).
+
+    Where the platform can, one atomic exchange: ``target`` never lacks a complete output; the
+    old one, now at ``work``, moves aside to ``.NAME.focusfl-old`` and is deleted. Elsewhere two
+    renames, ``target`` briefly absent between them (module docstring)."""
     old = _sibling(target, OLD_SUFFIX)
+    if target.exists() or target.is_symlink():
+        if old.exists() or old.is_symlink():  # an older one, set aside before: it goes first
+            _delete_old(old, target)
+        if _step("exchange new into place", exchange, work, target):
+            _step("move old aside", os.rename, work, old)
+        else:
+            _step("move old aside", os.rename, target, old)
+            _step("move new into place", os.rename, work, target)
+    else:
+        _step("move new into place", os.rename, work, target)
+    _step("fsync parent", fsync_folder, target.parent)
+    if old.exists() or old.is_symlink():
+        _delete_old(old, target)
+
+
+def _complete_marker(folder: Path) -> dict | None:
+    """The marker of ``folder`` if it is a real folder marked complete, else None."""
+    if folder.is_symlink() or not folder.is_dir():
+        return None
+    marker = read_marker(folder)
+    return marker if marker is not None and marker.get("state") == "complete" else None
+
+
+def waiting_output(target: Path) -> Path | None:
+    """The complete new output that a replacement killed before it finished left in the partial
+    folder of ``target`` (the next writer of ``target`` puts it in place), or None.
+
+    A complete folder there is the new output unless ``target`` records (``replaces``) that it
+    replaced that folder: then it is the old output, exchanged out, and is deleted instead."""
+    work = _sibling(target, PARTIAL_SUFFIX)
+    if _complete_marker(work) is None:
+        return None
+    current = read_marker(target) if target.is_dir() and not target.is_symlink() else None
+    if current is not None and current.get(REPLACES) == _marker_digest(work):
+        return None
+    return work
+
+
+def _recover(target: Path) -> None:
+    """Finish the replacement of a writer that died in ``publish`` (we hold the lock): a complete
+    new output waiting in the partial folder is put in place (:func:`waiting_output`), an old one
+    exchanged out or set aside is deleted once ``target`` holds one, and put back only if there is
+    no complete new one to take its place."""
+    old, work = _sibling(target, OLD_SUFFIX), _sibling(target, PARTIAL_SUFFIX)
+    present = target.exists() or target.is_symlink()
+    if waiting_output(target) is not None:
+        if present:
+            _check_contents(target, target)
+        if (old.exists() or old.is_symlink()) and not present and not _ours_or_empty(old):
+            raise _refuse(target, f"is missing and {str(old)!r} is not focusfl's: remove it yourself")
+        _swap_in(work, target)
+        return
+    if _complete_marker(work) is not None:  # the old output, exchanged out of target
+        if old.exists() or old.is_symlink():
+            _delete_old(old, target)
+        _step("move old aside", os.rename, work, old)
     if not (old.exists() or old.is_symlink()):
         return
     if target.exists() or target.is_symlink():
@@ -420,11 +570,13 @@ def _unlocked_on_failure(lock: "_Lock", given: str | Path) -> Iterator[None]:
         raise
 
 
-def open_output(target: str | Path, *, kind: str, keep_partial: bool = True) -> Output:
+def open_output(target: str | Path, *, kind: str, keep_partial: bool = True, create: bool = True) -> Output:
     """Check and lock ``target`` and prepare its partial folder ``.NAME.focusfl-partial``.
 
     A partial folder left by a dead writer of the same ``kind`` is kept as it is
     (``found_partial``) unless ``keep_partial`` is False; one of another kind is cleared.
+    ``create=False`` leaves the partial folder alone until :meth:`Output.create`: a command that
+    may still refuse (a resume checking its checkpoint) then leaves nothing behind.
     """
     given = target
     path = check_target(given)
@@ -437,21 +589,23 @@ def open_output(target: str | Path, *, kind: str, keep_partial: bool = True) -> 
         _recover(path)
         _check_contents(given, path)  # again, now that no other writer can change it
         _remove_legacy_scratch(path)
-        work = _sibling(path, PARTIAL_SUFFIX)
-        found = False
-        if work.exists() or work.is_symlink():
-            marker = read_marker(work) if work.is_dir() and not work.is_symlink() else None
-            if marker is None and not _unmarked_partial(work):
-                raise _refuse(given, f"cannot be written: {str(work)!r} is in the way and is not "
-                                     "focusfl's: remove it yourself")
-            if marker is not None and keep_partial and marker.get("kind") == kind:
-                found = True
-            else:
-                shutil.rmtree(work)
-        if not found:
-            _step("create partial folder", os.mkdir, work)
-            _write_marker(work, "partial", kind)
-        return Output(path, kind, lock, found)
+        output = Output(path, kind, lock, _reusable_partial(given, path, kind, keep_partial))
+        if create:
+            output.create()
+        return output
+
+
+def _reusable_partial(given: str | Path, path: Path, kind: str, keep_partial: bool) -> bool:
+    """Whether the partial folder of ``path`` is a dead writer's of ``kind`` to continue; a
+    folder in its place that is not focusfl's is refused."""
+    work = _sibling(path, PARTIAL_SUFFIX)
+    if not (work.exists() or work.is_symlink()):
+        return False
+    marker = read_marker(work) if work.is_dir() and not work.is_symlink() else None
+    if marker is None and not _unmarked_partial(work):
+        raise _refuse(given, f"cannot be written: {str(work)!r} is in the way and is not "
+                             "focusfl's: remove it yourself")
+    return marker is not None and keep_partial and marker.get("kind") == kind
 
 
 @contextlib.contextmanager
@@ -476,6 +630,23 @@ def output_folder(target: str | Path, *, kind: str = "output", keep_partial: boo
         output.close()
 
 
+def _check_experiment(given: str | Path, kind: str, held: Any, wanted: dict | None) -> None:
+    """Refuse a store whose marker records another experiment than ``wanted`` (a store written
+    by an older focusfl records none, and is taken as it is)."""
+    if wanted is None or held is None or held == wanted:
+        return
+    if not isinstance(held, dict):
+        raise _refuse(given, f"holds a focusfl {kind} of another experiment: choose another folder")
+    key = next(k for k in sorted(set(held) | set(wanted)) if held.get(k) != wanted.get(k))
+    raise _refuse(given, f"holds a focusfl {kind} of another experiment (its {key} is {_shown(held.get(key))}, "
+                         f"this one's {_shown(wanted.get(key))}): choose another folder")
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 # -- folders updated in place (sweeps) -----------------------------------------------------------
 class Store:
     """A folder that focusfl fills over several commands (a sweep's ``DIR``), held under a lock.
@@ -485,8 +656,8 @@ class Store:
     skip the finished parts. Its marker says ``partial`` until ``mark`` lists what it holds.
     """
 
-    def __init__(self, path: Path, kind: str, lock: _Lock):
-        self.path, self.kind, self._lock = path, kind, lock
+    def __init__(self, path: Path, kind: str, lock: _Lock, experiment: dict | None = None):
+        self.path, self.kind, self._lock, self.experiment = path, kind, lock, experiment
 
     def mark(self, files: Iterable[str], folders: Iterable[str] = ()) -> None:
         """Mark the store complete, listing ``files`` (those that exist) and everything below ``folders``."""
@@ -497,19 +668,24 @@ class Store:
                 inner_files, inner_folders = _contents(self.path / folder)
                 listed += [f"{folder}/{f}" for f in inner_files if not f.endswith(LOCK_SUFFIX)]
                 below_folders += [folder, *(f"{folder}/{d}" for d in inner_folders)]
-        _write_marker(self.path, "complete", self.kind, sorted(set(listed)), below_folders)
+        _write_marker(self.path, "complete", self.kind, sorted(set(listed)), below_folders, experiment=self.experiment)
 
     def close(self) -> None:
         self._lock.release()
 
 
 @contextlib.contextmanager
-def open_store(target: str | Path, *, kind: str) -> Iterator[Store]:
+def open_store(target: str | Path, *, kind: str, experiment: dict | None = None) -> Iterator[Store]:
     """Check, create if needed, and lock a folder that focusfl updates in place.
 
     An existing folder must be empty or a focusfl folder of the same ``kind``; anything else
     (a user's folder, a run's output) is refused in one line, before anything is written.
+    ``experiment``: what the folder's contents are runs of (JSON data, kept in the marker); a
+    folder that holds another experiment is refused too, so that two experiments never mix
+    their runs and tables (``focusfl tune``'s default folder).
     """
+    if experiment is not None:
+        experiment = json.loads(json.dumps(experiment))  # as the marker will read it back
     given = target
     try:
         path = _check_place(target)
@@ -525,10 +701,12 @@ def open_store(target: str | Path, *, kind: str) -> Iterator[Store]:
         if marker is not None and marker.get("kind") != kind:
             raise _refuse(given, f"holds a focusfl {marker.get('kind')!r} output, not a {kind}: "
                                  "choose another folder")
+        if marker is not None:
+            _check_experiment(given, kind, marker.get("experiment"), experiment)
         if marker is None:
             path.mkdir(exist_ok=True)
-            _write_marker(path, "partial", kind)
-        store = Store(path, kind, lock)
+            _write_marker(path, "partial", kind, experiment=experiment)
+        store = Store(path, kind, lock, experiment if experiment is not None else (marker or {}).get("experiment"))
     try:
         yield store
     finally:

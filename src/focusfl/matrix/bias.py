@@ -372,7 +372,7 @@ def limit_points(
     if not 0 <= start <= rounds:
         raise ConfigError(f"the average must start within 0..{rounds}, got {start}")
     mask = process.mask(rounds)
-    steps = None if work is None or work.fixed else work.table(rounds)
+    steps = None if work is None or work.fixed else work.active_table(mask)
     fedavg = server_trajectory(FedAvg(lr=fedavg_lr, local_steps=local_steps), problem, mask, seed, steps)
     focus = server_trajectory(Focus(lr=focus_lr, local_steps=local_steps), problem, mask, seed, steps)
     fednova, fednova_error = None, math.nan

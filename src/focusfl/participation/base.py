@@ -109,6 +109,11 @@ class ParticipationProcess(abc.ABC):
     def nominal_p(self) -> np.ndarray | None:
         """Long-run marginal P(i in S) per client (float64 ``[N]``), or None when unknown."""
 
+    def cycle(self) -> int | None:
+        """Rounds after which the process's law repeats (cyclic: its E groups), None when it has no
+        period; periodic-participation algorithms (Amplified SCAFFOLD) take their window from it."""
+        return None
+
     def describe(self) -> dict[str, Any]:
         """``{"name": ..., **resolved params}``; feeding it to ``make_participation`` rebuilds the process."""
         return {"name": self.name, **self._params()}

@@ -136,6 +136,9 @@ class SineParticipation(IndependentCoins):
         """Mean of p_i(r) over one period (p_i(r) is periodic in r with exactly that period)."""
         return self.rates(np.arange(self.period)).mean(axis=0)
 
+    def cycle(self) -> int:
+        return self.period
+
     def _params(self) -> dict[str, Any]:
         return {"p": to_list(self.p), "a": self.a, "period": self.period}
 

@@ -50,6 +50,9 @@ class CyclicParticipation(ParticipationProcess):
     def nominal_p(self) -> np.ndarray:
         return np.full(self.num_clients, 1.0 / self.groups)
 
+    def cycle(self) -> int:
+        return self.groups  # every client once per epoch of E rounds
+
     def _params(self) -> dict[str, Any]:
         return {"groups": self.groups}
 
@@ -84,6 +87,9 @@ class ReshuffledCyclicParticipation(ParticipationProcess):
 
     def nominal_p(self) -> np.ndarray:
         return np.full(self.num_clients, 1.0 / self.groups)
+
+    def cycle(self) -> int:
+        return self.groups  # every client once per epoch of E rounds
 
     def _params(self) -> dict[str, Any]:
         return {"groups": self.groups}

@@ -1,8 +1,11 @@
 """Replay of a recorded availability matrix (rows = rounds, columns = clients, entries 0/1).
 
-Formats: ``.npy`` (any 2-D numeric or bool array) or ``.csv`` (comma separated; a first line that
-is not numeric is taken as a header and skipped; blank lines are ignored). When more rounds are
-asked for than were recorded, the trace wraps around: round r replays row ``r mod T``.
+Formats: ``.npy`` (any 2-D numeric or bool array) or ``.csv`` (comma separated; lines starting
+with ``#`` are comments, a first line that is not numeric is taken as a header and skipped;
+blank lines are ignored). When more rounds are asked for than were recorded, the trace wraps
+around: round r replays row ``r mod T``. ``focusfl participation import`` writes this format
+from FedScale, FLASH and clients x rounds availability files (participation/importing.py), with
+a first comment line that marks the file as focusfl's (:data:`TAG`).
 
 A trace is an untrusted file: an .npy header is read and checked (shape, dtype, the bytes the
 file really holds, the memory available) before its array is allocated, a CSV's size is checked
@@ -26,27 +29,48 @@ CSV_BYTES_PER_BYTE = 24
 MAX_CSV_BYTES = 64 << 20
 
 
+# The first line of a trace focusfl wrote (a comment to the reader): what marks the file as focusfl's.
+TAG = "# focusfl participation trace"
+TRACE = "participation trace"
+
+
 def load_trace(path: str | Path) -> np.ndarray:
     """Read a trace file into a bool matrix ``[T, N]``; DataError with a one-line reason if unusable."""
     path = Path(path)
+    return _as_mask(path, read_matrix(path))
+
+
+def read_matrix(path: Path, kind: str = TRACE) -> np.ndarray:
+    """The non-empty 2-D matrix of numbers in the .csv or .npy file ``path`` (size-checked before
+    it is read); errors name the file as a ``kind``."""
     if not path.is_file():
-        raise DataError(f"participation trace: file {str(path)!r} not found")
+        raise DataError(f"{kind}: file {str(path)!r} not found")
     suffix = path.suffix.lower()
     if suffix == ".npy":
-        data = _read_npy(path)
+        data = _read_npy(path, kind)
     elif suffix == ".csv":
-        data = _read_csv(path)
+        data = _read_csv(path, kind)
     else:
-        raise ConfigError(f"participation trace: {path.name!r} must end in .csv or .npy")
-    return _as_mask(path, data)
+        raise ConfigError(f"{kind}: {path.name!r} must end in .csv or .npy")
+    _check_shape(path, data.shape, kind)
+    return data
 
 
-def _read_npy(path: Path) -> np.ndarray:
-    what = f"participation trace {path.name!r}"
+def is_focusfl_trace(path: Path) -> bool:
+    """Whether ``path`` is a trace focusfl wrote: its first line is :data:`TAG`."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(TAG)) == TAG.encode()
+    except OSError:
+        return False
+
+
+def _read_npy(path: Path, kind: str) -> np.ndarray:
+    what = f"{kind} {path.name!r}"
     try:
         with open(path, "rb") as handle:
             header = read_npy_header(handle, path.stat().st_size, what)
-            _check_shape(path, header.shape)
+            _check_shape(path, header.shape, kind)
             if header.dtype != bool and header.dtype.kind not in "iuf":
                 raise DataError(f"{what} must hold numbers or bools (0 and 1), got dtype {header.dtype}")
             # The array, and the two bool matrices of the same shape that _as_mask makes.
@@ -54,22 +78,22 @@ def _read_npy(path: Path) -> np.ndarray:
             check_allocation(header.nbytes + 2 * header.count, f"{what} of {rounds:,} rounds x {clients:,} clients")
             return read_npy_data(handle, header, what)
     except OSError as exc:
-        raise DataError(f"participation trace: cannot read {path.name!r} ({_first_line(exc)})") from None
+        raise DataError(f"{kind}: cannot read {path.name!r} ({_first_line(exc)})") from None
 
 
-def _read_csv(path: Path) -> np.ndarray:
+def _read_csv(path: Path, kind: str) -> np.ndarray:
     size = path.stat().st_size
     if size > MAX_CSV_BYTES:
         raise DataError(
-            f"participation trace {path.name!r} is {human_bytes(size)} of CSV, more than the "
+            f"{kind} {path.name!r} is {human_bytes(size)} of CSV, more than the "
             f"{human_bytes(MAX_CSV_BYTES)} read as text; save it as a 0/1 .npy matrix instead"
         )
-    check_allocation(size * CSV_BYTES_PER_BYTE, f"participation trace {path.name!r} ({human_bytes(size)} of CSV)")
+    check_allocation(size * CSV_BYTES_PER_BYTE, f"{kind} {path.name!r} ({human_bytes(size)} of CSV)")
     try:
         lines = [line.strip() for line in path.read_text().splitlines()]
     except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"participation trace: cannot read {path.name!r} ({_first_line(exc)})") from None
-    lines = [line for line in lines if line]
+        raise DataError(f"{kind}: cannot read {path.name!r} ({_first_line(exc)})") from None
+    lines = [line for line in lines if line and not line.startswith("#")]
     if lines and not _is_numeric_row(lines[0]):
         lines = lines[1:]  # header
     rows = []
@@ -77,11 +101,11 @@ def _read_csv(path: Path) -> np.ndarray:
         try:
             rows.append([float(cell) for cell in line.split(",")])
         except ValueError:
-            where = f"participation trace: {path.name!r} data line {number}"
+            where = f"{kind}: {path.name!r} data line {number}"
             raise DataError(f"{where} is not numeric: {line[:60]!r}") from None
     widths = {len(row) for row in rows}
     if len(widths) > 1:
-        raise DataError(f"participation trace: {path.name!r} has rows of different lengths {sorted(widths)}")
+        raise DataError(f"{kind}: {path.name!r} has rows of different lengths {sorted(widths)}")
     return np.array(rows, dtype=np.float64).reshape(len(rows), widths.pop() if widths else 0)
 
 
@@ -93,15 +117,12 @@ def _is_numeric_row(line: str) -> bool:
     return True
 
 
-def _check_shape(path: Path, shape: tuple[int, ...]) -> None:
+def _check_shape(path: Path, shape: tuple[int, ...], kind: str = TRACE) -> None:
     if len(shape) != 2 or shape[0] == 0 or shape[1] == 0:
-        raise DataError(
-            f"participation trace: {path.name!r} must be a non-empty 2-D matrix, got shape {shape}"
-        )
+        raise DataError(f"{kind}: {path.name!r} must be a non-empty 2-D matrix, got shape {shape}")
 
 
 def _as_mask(path: Path, data: np.ndarray) -> np.ndarray:
-    _check_shape(path, data.shape)
     if data.dtype == bool:
         return data.copy()
     if not np.issubdtype(data.dtype, np.number):
@@ -160,6 +181,10 @@ class TraceParticipation(ParticipationProcess):
     def nominal_p(self) -> None:
         """Unknown: a recording has no model behind it (``empirical_p`` of the data is the estimate)."""
         return None
+
+    def input_paths(self) -> dict[str, Path]:
+        """The recorded file (a run records its digest: runs/inputs.py)."""
+        return {"trace": self.path}
 
     def _params(self) -> dict[str, Any]:
         return {"path": str(self.path)}

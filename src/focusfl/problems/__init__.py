@@ -30,6 +30,7 @@ def make_problem(
     dtype: torch.dtype | None = None,
     device: str = "cpu",
     allow_model_import: bool = False,
+    state_size=None,
 ) -> Problem:
     """Build a problem from ``"ridge:dim=50,clients=16"`` or its describe() dict.
 
@@ -38,6 +39,9 @@ def make_problem(
     tests and figures compare with to 1e-15).
     ``allow_model_import``: let an ``nn`` spec name ``model=package.module:factory``, which
     imports and runs that code; leave it False for specs that come from files.
+    ``state_size``: the state size of the algorithm that will run (its ``state_size(N, d)``;
+    algorithms.algorithm_state_size): a neural network checks that its model and that state fit
+    in memory before it builds the model.
     """
     name, params = parse_spec(spec)
     if name not in PROBLEMS:
@@ -49,7 +53,8 @@ def make_problem(
         dtype = getattr(torch, getattr(cls, "default_dtype", "float64"))
     params = take_params(f"problem {name!r}", params, cls.defaults)
     if issubclass(cls, NeuralNetwork):
-        return cls(dtype=dtype, device=device, allow_model_import=allow_model_import, **params)
+        return cls(dtype=dtype, device=device, allow_model_import=allow_model_import, state_size=state_size,
+                   **params)
     return cls(dtype=dtype, device=device, **params)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, ClassVar
 
 import torch
@@ -31,29 +32,47 @@ class Oracle:
 
     def __init__(self, compute: Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor | None]]) -> None:
         self._compute = compute
-        self.calls: list[tuple[int, torch.Tensor]] = []  # (step, losses [n]) of every call that measured any
+        # (step, losses [n], live rows [n] or None) of every call that measured any
+        self.calls: list[tuple[int, torch.Tensor, torch.Tensor | None]] = []
 
     def __call__(self, z: torch.Tensor, step: int) -> torch.Tensor:
+        return self.masked(z, step, None)
+
+    def masked(self, z: torch.Tensor, step: int, live: torch.Tensor | None) -> torch.Tensor:
+        """The gradients of a step that only the ``live`` rows take (bool [n]; None: judged by the
+        round's step counts, see live_losses): only their losses count."""
         gradients, losses = self._compute(z, step)
         if losses is not None:
-            self.calls.append((step, losses.detach()))
+            self.calls.append((step, losses.detach(), None if live is None else live.reshape(-1).detach()))
         return gradients
 
 
 def live_losses(oracle: Any, steps: torch.Tensor | None) -> list[float]:
     """The minibatch losses an oracle's calls measured at the steps its clients really took, as
-    float64 numbers: a client with ``steps[k]`` local steps counts the calls of steps
-    ``0..steps[k]-1`` only (a batched round runs max(tau_i) steps for everyone and masks the
-    finished clients, the reference loop runs each client's own tau_i). ``steps`` None: all.
-    An oracle that measured nothing (or a plain function) gives []."""
+    float64 numbers: a call made for some rows only (Oracle.masked) counts those; otherwise a
+    client with ``steps[k]`` local steps counts the calls of steps ``0..steps[k]-1`` only (a
+    batched round runs max(tau_i) steps for everyone and masks the finished clients, the
+    reference loop runs each client's own tau_i). ``steps`` None: all. An oracle that measured
+    nothing (or a plain function) gives []."""
     calls = getattr(oracle, "calls", None)
     if not calls:
         return []
-    losses = torch.stack([values for _, values in calls])  # [calls, n]
+    losses = torch.stack([values for _, values, _ in calls])  # [calls, n]
+    keep = torch.ones_like(losses, dtype=torch.bool)
     if steps is not None:
-        taken = torch.tensor([step for step, _ in calls], device=losses.device)
-        losses = losses[steps.to(losses.device)[None, :] > taken[:, None]]
-    return losses.to(torch.float64).reshape(-1).tolist()
+        taken = torch.tensor([step for step, _, _ in calls], device=losses.device)
+        keep = steps.to(losses.device)[None, :] > taken[:, None]
+    for k, (_, _, live) in enumerate(calls):
+        if live is not None:
+            keep[k] = live.to(losses.device)
+    return losses[keep].to(torch.float64).reshape(-1).tolist()
+
+
+def masked_gradients(oracle: Any, z: torch.Tensor, step: int, live: torch.Tensor) -> torch.Tensor:
+    """``oracle(z, step)`` for a step that only the ``live`` rows take (bool, one per row): an
+    oracle that keeps its calls' losses counts theirs only (Oracle.masked)."""
+    masked = getattr(oracle, "masked", None)
+    return oracle(z, step) if masked is None else masked(z, step, live)
 
 
 class Problem(abc.ABC):
@@ -137,6 +156,12 @@ class Problem(abc.ABC):
         """Make the choices a problem defers to run time now (a neural network's formulation,
         when measured), so that :meth:`describe` records them before a run writes its record:
         a run stopped at any point resumes computing the same way. Default: nothing deferred."""
+
+    def input_paths(self) -> dict[str, Path | tuple[Path, ...]]:
+        """The files and folders the problem was built from, by what they are (``data``,
+        ``tokenizer``, ``model``; an entry may be several files): a run records their digest and a
+        resume refuses changed ones (runs/inputs.py). Problems drawn from the seed alone read none."""
+        return {}
 
     @abc.abstractmethod
     def describe(self) -> dict[str, Any]:

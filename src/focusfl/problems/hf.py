@@ -17,6 +17,7 @@ local folder (problems/text_models.py; trained with dropout off).
 """
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -25,12 +26,13 @@ import torch
 from torch import nn
 
 from ..data import ImageData, infer_classes, label_histograms, make_partition
-from ..data.hf import HFSplits, load_hf
+from ..data.hf import HFSplits, check_tokenizer_folder, load_hf
 from ..data.partition import FLWR_PARTITIONERS, PARTITIONERS, flwr_partition, natural_partition
 from ..errors import ConfigError, DataError
+from ..limits import check_allocation
 from .models import default_model
 from .nn import NeuralNetwork, _seeded_model, _validate, carve_validation
-from .text_models import TEXT_MODELS, MeanPoolText, SequenceClassifier, load_sequence_classifier
+from .text_models import MEAN_POOL_WIDTH, TEXT_MODELS, MeanPoolText, SequenceClassifier, load_sequence_classifier
 
 
 class HuggingFaceNetwork(NeuralNetwork):
@@ -50,12 +52,12 @@ class HuggingFaceNetwork(NeuralNetwork):
 
     def __init__(
         self, *, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
-        allow_model_import: bool = False, **params: Any,
+        allow_model_import: bool = False, state_size=None, **params: Any,
     ) -> None:
         p = {**self.defaults, **params}
         _validate(p)
         _validate_hf(p)
-        self._set_run_basics(p, dtype, device)
+        self._set_run_basics(p, dtype, device, state_size)
         source = load_hf(
             _resolve(p["data"], p["data_dir"]), input=p["input"], label=p["label"], tokenizer=p["tokenizer"],
             max_length=int(p["max_length"]), test_split=p["test_split"], test_fraction=float(p["test_fraction"]),
@@ -64,7 +66,7 @@ class HuggingFaceNetwork(NeuralNetwork):
         self.kind = source.kind
         if self.kind == "tokens" and self.augment:
             raise ConfigError("augment=crop-flip applies to images, not to token sequences")
-        self.num_classes = class_count(source)
+        self.num_classes = class_count(source, self.num_clients)
         self.input_shape = tuple(source.train_inputs.shape[1:])
         parts = client_parts(p, source)
         parts, held = carve_validation(parts, float(p["validation"]), int(p["seed"]))
@@ -89,12 +91,17 @@ class HuggingFaceNetwork(NeuralNetwork):
         if p["model"] == "auto":
             p["model"] = "text-mean"
         name = str(p["model"])
+        what = "the tokenizer's vocabulary" if p["tokenizer"] else "the token ids need a vocabulary of"
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)  # initial values (and a checkpoint's new head) drawn from the seed
             if name == "text-mean":
+                self.check_model_memory(MeanPoolText.parameters_for(source.vocabulary, self.num_classes),
+                                        f"model text-mean (an embedding of {source.vocabulary:,} tokens)")
                 module = MeanPoolText(source.vocabulary, self.num_classes)
             elif name.startswith(("hf:", "hf-config:")):
-                module = load_sequence_classifier(name, self.num_classes)
+                module = load_sequence_classifier(name, self.num_classes, self.check_model_memory,
+                                                  vocabulary=source.vocabulary, vocabulary_owner=what,
+                                                  tokens=self.input_shape[-1])
             else:
                 raise ConfigError(
                     f"model {name!r} cannot read token sequences; use {', '.join(TEXT_MODELS)}, hf:FOLDER "
@@ -107,7 +114,6 @@ class HuggingFaceNetwork(NeuralNetwork):
                 f"positions; set max_length={positions} or less"
             )
         if module.vocabulary() < source.vocabulary:
-            what = "the tokenizer's vocabulary" if p["tokenizer"] else "the token ids need a vocabulary of"
             raise DataError(
                 f"{what} {source.vocabulary:,} is larger than the model's embedding ({module.vocabulary():,} tokens)"
             )
@@ -132,14 +138,24 @@ class HuggingFaceNetwork(NeuralNetwork):
             return super().test_inputs()
         return self.test_images  # cut per evaluation batch
 
+    def input_paths(self) -> dict[str, Path]:
+        """The dataset (its file or folder), the tokenizer folder and a pretrained model's folder."""
+        p = self.params
+        paths = {"data": Path(_resolve(p["data"], p["data_dir"])[3:]).resolve()}
+        if p["tokenizer"]:
+            paths["tokenizer"] = Path(p["tokenizer"]).expanduser().resolve()
+        model = str(p["model"])
+        for prefix in ("hf:", "hf-config:"):
+            if model.startswith(prefix):
+                paths["model"] = Path(model[len(prefix):]).expanduser().resolve()
+        return paths
+
     def data_fingerprint(self) -> str:
         """nn's digest of the client data (training inputs, labels, partition) and of the initial
         model: the token ids already depend on the tokenizer, and a node's copy of a pretrained
         model that differs from the server's would compute other gradients (focusfl.flower)."""
         cached = getattr(self, "_model_fingerprint", None)
         if cached is None:
-            import hashlib
-
             digest = hashlib.sha256(super().data_fingerprint().encode())
             x0 = self.initial_point().detach().cpu().contiguous().numpy()
             digest.update(f"{x0.dtype.str}{x0.shape}".encode())
@@ -169,13 +185,16 @@ def _resolve(data: str, data_dir: str) -> str:
     return f"hf:{path}"
 
 
-def class_count(source: HFSplits) -> int:
+def class_count(source: HFSplits, clients: int) -> int:
     """The classes: the ClassLabel's count, else 0..K-1 read off the training labels; every
     label (test ones too) must be one of them."""
     where = f"dataset {source.name!r}"
-    classes = source.num_classes or infer_classes(source.train_labels, where)
+    classes = source.num_classes or infer_classes(source.train_labels, where,
+                                                  declare="declare the classes with a ClassLabel feature")
     if classes < 2:
         raise DataError(f"{where} has {classes} class(es); classification needs at least two")
+    # The clients' label counts [N, K] and an output layer of at least MEAN_POOL_WIDTH inputs.
+    check_allocation(classes * 8 * (clients + MEAN_POOL_WIDTH), f"{where}: {classes:,} classes for {clients:,} clients")
     for split, labels in (("training", source.train_labels), ("test", source.test_labels)):
         if len(labels) and int(labels.max()) >= classes:
             raise DataError(f"{where}: {split} label {int(labels.max())} is outside its {classes} classes 0..{classes - 1}")
@@ -215,9 +234,11 @@ def _validate_hf(p: dict[str, Any]) -> None:
     known = [*PARTITIONERS, *FLWR_PARTITIONERS, "natural"]
     if p["partition"] not in known:
         raise ConfigError(f"{where}: unknown partition {p['partition']!r} (known: {', '.join(known)})")
-    for key, value in (("model", str(p["model"]).partition(":")[2]), ("tokenizer", p["tokenizer"])):
-        if value and (key == "tokenizer" or str(p["model"]).startswith(("hf:", "hf-config:"))):
-            if not Path(value).expanduser().is_dir():  # before the data are read and tokenized
-                raise DataError(f"{key} folder {Path(value).expanduser()} not found")
+    model_folder = str(p["model"]).partition(":")[2]
+    if model_folder and str(p["model"]).startswith(("hf:", "hf-config:")):
+        if not Path(model_folder).expanduser().is_dir():  # before the data are read and tokenized
+            raise DataError(f"model folder {Path(model_folder).expanduser()} not found")
+    if p["tokenizer"]:
+        check_tokenizer_folder(Path(p["tokenizer"]).expanduser())
     if (p["partition"] == "natural") != bool(p["id_column"]):
         raise ConfigError(f"{where}: partition=natural and id_column=COLUMN go together")

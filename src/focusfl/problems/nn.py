@@ -37,6 +37,7 @@ import copy
 import hashlib
 import math
 import time
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -48,6 +49,7 @@ from torch.func import functional_call, grad, grad_and_value, vmap
 from ..data import Dataset, ImageData, label_histograms, load_dataset, make_partition
 from ..data.partition import check_client_tables
 from ..errors import ConfigError
+from ..limits import check_allocation
 from ..rng import hash_bits, uniform
 from ..spec import parse_spec
 from .base import Oracle, Problem
@@ -66,6 +68,9 @@ AUGMENT_PADDING = 4  # RandomCrop(32, padding=4) of the papers' CIFAR code
 # in cache); accelerators want large batches.
 EVAL_BATCH = {"cpu": 256}
 EVAL_BATCH_ACCELERATOR = 2048
+# Model-sized vectors a run holds besides the algorithm's state: the training model, its
+# evaluation copy, the flat initial point and the server model (a lower bound: the size check).
+MODEL_COPIES = 4
 
 # client_chunk=auto: the largest power-of-two chunk whose forward activations (elements, summed
 # over the model's leaf modules, times batch and clients) stay within this budget. On a 2-core
@@ -125,16 +130,18 @@ class NeuralNetwork(Problem):
         module: nn.Module | None = None,
         dataset: Dataset | None = None,
         allow_model_import: bool = False,
+        state_size=None,
         **params: Any,
     ) -> None:
         p = {**self.defaults, **params}
         _validate(p)
-        self._set_run_basics(p, dtype, device)
+        self._set_run_basics(p, dtype, device, state_size)
         if dataset is None:
             dataset = load_dataset(p["data"], p["data_dir"] or None, bool(p["download"]))
         else:
             p["data"] = dataset.name
         train, test = split_test(dataset, float(p["test_fraction"]), int(p["seed"]))
+        self._dataset_files = dataset.files
         self.num_classes = dataset.num_classes
         self.input_shape = tuple(train.images.shape[1:])
         parts = make_partition(
@@ -155,16 +162,24 @@ class NeuralNetwork(Problem):
 
     def _start(self, module: nn.Module, p: dict[str, Any]) -> None:
         """Take the model and the parameters, then try one forward and one gradient call."""
+        from torch.nn.parameter import UninitializedParameter
+
+        built = [t for t in module.parameters() if not isinstance(t, UninitializedParameter)]
+        self.check_model_memory(sum(t.numel() for t in built), f"model {p['model']!r}")
         self.params = p
         self._setup_model(module)
         self._test_inputs: torch.Tensor | None = None  # the standardised test set, made once
         self._tuned = False
+        self._channels_last_fails = False  # found by _probe
         self._probe()
 
     # -- data -----------------------------------------------------------------------------------
-    def _set_run_basics(self, p: dict[str, Any], dtype: torch.dtype, device: str | torch.device) -> None:
+    def _set_run_basics(self, p: dict[str, Any], dtype: torch.dtype, device: str | torch.device,
+                        state_size=None) -> None:
         """dtype, device, batch, clients, evaluation batch and augmentation from validated params
-        (shared with the Hugging Face problem, problems/hf.py)."""
+        (shared with the Hugging Face problem, problems/hf.py); ``state_size``: the run's
+        algorithm's ``state_size(N, d)`` (None: not known here)."""
+        self._state_size = state_size
         self.dtype = dtype
         self.device = torch.device(device)
         self.batch = int(p["batch"])
@@ -185,9 +200,9 @@ class NeuralNetwork(Problem):
         """The splits' samples (``.images`` [M, ...] as stored, ``.labels`` [M]) on the device and the
         clients' index tables; token inputs (problems/hf.py) share this with images."""
         dev = self.device
-        self.train_images = torch.as_tensor(train.images, device=dev)
+        self.train_images = torch.as_tensor(standard_strides(train.images), device=dev)
         self.train_labels = torch.as_tensor(train.labels, dtype=torch.int64, device=dev)
-        self.test_images = torch.as_tensor(test.images, device=dev)
+        self.test_images = torch.as_tensor(standard_strides(test.images), device=dev)
         self.test_labels = torch.as_tensor(test.labels, dtype=torch.int64, device=dev)
         sizes = np.array([len(part) for part in parts], dtype=np.int64)
         check_client_tables(sizes, self.batch, train.images[0], self.dtype.itemsize)
@@ -208,8 +223,25 @@ class NeuralNetwork(Problem):
     def _store_validation(self, train: ImageData, held: np.ndarray) -> None:
         """The clients' held-out samples, pooled: val_loss and val_accuracy are measured on them
         (the data a step size is chosen on, never the test set)."""
-        self.validation_images = torch.as_tensor(train.images[held], device=self.device)
+        self.validation_images = torch.as_tensor(standard_strides(train.images[held]), device=self.device)
         self.validation_labels = torch.as_tensor(train.labels[held], dtype=torch.int64, device=self.device)
+
+    def check_model_memory(self, parameters: int, what: str, at_least: bool = False) -> None:
+        """Refuse, before it is built, a model whose ``parameters`` the run cannot hold: the
+        problem's MODEL_COPIES copies (the training and evaluation models, the flat initial point,
+        the server model) and the algorithm's state as it declares it (``state_size(N, d)``:
+        MIFA's table is N rows). On an accelerator that state lives in its memory, which
+        focusfl.limits does not measure: the host is checked for the model's copies (it is built
+        there first)."""
+        itemsize = self.dtype.itemsize
+        state = 0
+        if self._state_size is not None and self.device.type == "cpu":
+            state = self._state_size(self.num_clients, parameters).nbytes(itemsize)
+        owner = getattr(getattr(self._state_size, "__self__", None), "name", "the algorithm")
+        said = f" and {owner}'s state for {self.num_clients:,} clients x {parameters:,} parameters" if state else ""
+        check_allocation(parameters * itemsize * MODEL_COPIES + state,
+                         f"{what}: {'at least ' if at_least else ''}{parameters:,} parameters x {MODEL_COPIES} copies"
+                         f"{said}")
 
     def inputs(self, images: torch.Tensor) -> torch.Tensor:
         """Stored images (any leading shape) as standardised model inputs of the problem's dtype."""
@@ -300,6 +332,8 @@ class NeuralNetwork(Problem):
         return self._chunk, self._layout
 
     def _rule_layout(self) -> str:
+        if self._channels_last_fails:
+            return "nchw"
         return "channels_last" if self.device.type == "cpu" else "nchw"
 
     def _rule_chunk(self) -> int:
@@ -317,7 +351,7 @@ class NeuralNetwork(Problem):
         if not self._has_convolutions:
             return ["channels_last"]  # nothing to lay out; eval and gradients ignore it
         if not self.batched_sequential:  # vmap path: inputs as given; eval may still use CL
-            return ["channels_last" if self.device.type == "cpu" else "nchw"]
+            return [self._rule_layout()]
         return ["channels_last", "nchw"]
 
     def _measure_formulations(self, chunk, layout) -> tuple[int | None, str]:
@@ -384,7 +418,26 @@ class NeuralNetwork(Problem):
         return (losses * weights).sum() / weights.sum()
 
     def _probe(self) -> None:
-        """Run the model once on two samples, then one gradient, so a mismatch fails now in one line."""
+        """Run the model once on two samples, then one gradient, so a mismatch fails now in one line.
+
+        A model that cannot take channels-last activations (one that calls ``.view`` on a
+        convolution's output, as many hand-written CNNs do) runs NCHW when the layout is left to
+        the rule: a property of the model's code, the same on every machine. Asked for
+        channels-last explicitly, it is refused with that hint."""
+        try:
+            self._probe_once()
+        except ConfigError as failure:
+            if not (self._has_convolutions and self._eval_channels_last()):
+                raise
+            self._channels_last_fails = True  # the layouts below are NCHW now
+            try:
+                self._probe_once()
+            except ConfigError:
+                raise failure from None
+            if self.params["layout"] == "channels_last":
+                raise ConfigError(f"{failure} (with layout=channels_last; the model runs with layout=nchw)") from None
+
+    def _probe_once(self) -> None:
         name = self.params["model"]
         failure = f"model {name!r} cannot train on inputs {self.input_shape}"
         try:
@@ -467,10 +520,13 @@ class NeuralNetwork(Problem):
         return self._forward(x, self.inputs(images))
 
     def _eval_channels_last(self) -> bool:
-        """The measured layout once known; before that, channels-last on a CPU (oneDNN's best)."""
+        """The measured layout once known; before that, the one asked for, or the rule's:
+        channels-last on a CPU (oneDNN's best) unless the model cannot take it."""
         if self._tuned:
             return self._layout == "channels_last"
-        return self.device.type == "cpu"
+        if self._channels_last_fails or self.params["layout"] == "nchw":
+            return False
+        return self.params["layout"] == "channels_last" or self.device.type == "cpu"
 
     def _forward(self, x: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
         """Logits of the model x (dropout off) on standardised inputs, in the chosen layout."""
@@ -559,6 +615,11 @@ class NeuralNetwork(Problem):
                 digest.update(array.reshape(-1).view(np.uint8))
             cached = self._data_fingerprint = digest.hexdigest()[:32]
         return cached
+
+    def input_paths(self) -> dict[str, Path | tuple[Path, ...]]:
+        """The dataset's files: ``data``, the file or the files it was read from."""
+        files = tuple(Path(f).resolve() for f in getattr(self, "_dataset_files", ()))
+        return {"data": files[0] if len(files) == 1 else files} if files else {}
 
     def settle(self) -> None:
         """Choose the formulation now (measured, if asked): describe() then records it."""
@@ -664,6 +725,25 @@ def crop_flip(images: torch.Tensor, bits: torch.Tensor, padding: int) -> torch.T
     picked_rows = padded.gather(2, rows[:, None, :, None].expand(-1, c, h, w + 2 * padding))
     cropped = picked_rows.gather(3, columns[:, None, None, :].expand(-1, c, h, w))
     return cropped.view(*lead, c, h, w)
+
+
+def standard_strides(array: np.ndarray) -> np.ndarray:
+    """``array`` C-ordered with the strides a fresh array of its shape has.
+
+    Indexing can leave an axis of size 1 with another stride: MNIST's [M, 1, 28, 28] after a
+    split has strides (784, 1, 28, 1). numpy and torch call that contiguous, so neither
+    ``np.ascontiguousarray`` nor ``.contiguous()`` changes it, but torch also reads it as
+    channels-last: convolutions then run channels-last and a model's ``x.view(x.size(0), -1)``
+    fails. A size-1 axis's stride addresses nothing, so the fix is a view, not a copy."""
+    array = np.ascontiguousarray(array)
+    standard, step = [], array.itemsize
+    for size in reversed(array.shape):
+        standard.append(step)
+        step *= max(size, 1)
+    standard = tuple(reversed(standard))
+    if array.strides == standard or array.size == 0:
+        return array
+    return np.lib.stride_tricks.as_strided(array, shape=array.shape, strides=standard, writeable=array.flags.writeable)
 
 
 def channel_statistics(images: np.ndarray, chunk: int = 2048) -> tuple[np.ndarray, np.ndarray]:

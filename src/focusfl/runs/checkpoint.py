@@ -9,7 +9,9 @@ a sequential participation process (Markov) also saves the last row it drew.
 """
 from __future__ import annotations
 
+import math
 import pickle
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from ..engine.divergence import BlowUpDetector
 from ..engine.loop import Resume, RunResult, TrainLoss
 from ..errors import DataError
 from ..io.atomic import open_atomic
+from ..limits import check_allocation, human_bytes
 
 CHECKPOINT = "checkpoint.pt"
 MODEL = "model.pt"
@@ -103,22 +106,65 @@ def save_model(path: Path, model: torch.Tensor) -> None:
     atomic_torch_save({"format": FORMAT, "x": _owned(model)}, path)
 
 
-def _read(path: Path, device: torch.device) -> dict:
-    from ..limits import check_allocation
+# What a checkpoint holds beyond its tensors' bytes: the zip's records and directory, the
+# pickled structure and the numbers (a few kB), and each tensor's record aligned to 64 bytes.
+CHECKPOINT_OVERHEAD = 1 << 20
+ZIP_MAGIC = b"PK\x03\x04"  # torch.save writes a zip archive
+RECORD_OVERHEAD = 4096
 
+
+def expected_size(reference: State, num_clients: int) -> int:
+    """The most bytes a checkpoint of a run whose fresh state is ``reference`` can take: its
+    tensors, the participation stream's row (N bools) and the container's overhead."""
+    tensors = [*reference.server, *reference.clients]
+    stored = sum(t.numel() * t.element_size() for t in tensors)
+    return stored + num_clients + len(tensors) * RECORD_OVERHEAD + CHECKPOINT_OVERHEAD
+
+
+def _size(path: Path) -> int:
     try:
-        size = path.stat().st_size
+        return path.stat().st_size
     except OSError as exc:
         raise DataError(f"checkpoint {str(path)!r}: cannot read it ({exc.strerror or exc})") from None
-    check_allocation(2 * size, f"checkpoint {path.name!r} ({size} bytes)")
+
+
+def _read(path: Path, device: torch.device, limit: int | None = None) -> dict:
+    """The checkpoint's payload, read in place (never copied), after its size is checked: against
+    ``limit`` (the size this run's checkpoint can have) and the memory available."""
+    size = _size(path)
+    if limit is not None and size > limit:
+        raise DataError(f"checkpoint {str(path)!r} is {human_bytes(size)}, more than the {human_bytes(limit)} a "
+                        "checkpoint of this run takes; it is not this run's checkpoint")
+    check_allocation(2 * size, f"checkpoint {str(path)!r} ({human_bytes(size)})")
+    if _head(path) != ZIP_MAGIC:
+        raise DataError(f"checkpoint {str(path)!r} is not a torch checkpoint (a zip archive of tensors); "
+                        "focusfl reads no other kind of file (never a pickle)")
     try:
-        payload = torch.load(path, map_location=device, weights_only=True)
+        with warnings.catch_warnings():  # torch warns about pickle protocols before refusing a file
+            warnings.simplefilter("ignore")
+            payload = torch.load(path, map_location=device, weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError, KeyError, TypeError) as exc:
-        reason = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
-        raise DataError(f"checkpoint {str(path)!r} is unreadable ({reason})") from None
+        raise DataError(f"checkpoint {str(path)!r} is unreadable ({_load_failure(exc)})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise DataError(f"checkpoint {str(path)!r} is not a focusfl checkpoint of format {FORMAT}")
     return payload
+
+
+def _head(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(ZIP_MAGIC))
+    except OSError as exc:
+        raise DataError(f"checkpoint {str(path)!r}: cannot read it ({exc.strerror or exc})") from None
+
+
+def _load_failure(exc: BaseException) -> str:
+    """torch.load's reason in a few words (its weights-only refusal is a page of advice)."""
+    text = str(exc).strip()
+    if "Weights only load failed" in text:
+        return "it holds objects other than tensors and numbers, which focusfl never loads"
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return first.split(". ")[0][:160]
 
 
 def _number(payload: dict, key: str, kind: type, path: Path):
@@ -153,7 +199,7 @@ def load_checkpoint(path: Path, reference: State, num_clients: int) -> Checkpoin
     """Read and validate a checkpoint against ``reference`` (a fresh ``algorithm.init`` state)."""
     path = Path(path)
     device = next(iter(reference.server._asdict().values())).device
-    payload = _read(path, device)
+    payload = _read(path, device, limit=expected_size(reference, num_clients))
     state = State(
         _match(payload.get("server"), reference.server, "server", path),
         _match(payload.get("clients"), reference.clients, "clients", path),
@@ -177,8 +223,6 @@ def load_checkpoint(path: Path, reference: State, num_clients: int) -> Checkpoin
 
 def _metrics_state(state: Any, path: Path) -> dict[str, float | int]:
     """TrainLoss.state() as saved: a small dict of names to finite numbers."""
-    import math
-
     if not isinstance(state, dict) or len(state) > 16 or not all(
         isinstance(k, str) and not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
         for k, v in state.items()

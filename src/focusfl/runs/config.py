@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from .. import __version__
 from ..engine.simulate import ENGINES, SCHEDULES
 from ..errors import ConfigError
 from ..problems import default_dtype
@@ -136,9 +137,11 @@ _REQUIRED = tuple(name for name in _FIELDS if _meta(name)["record"] == "required
 # config.json's record of the run as it was asked for (RunConfig.to_dict(): SPECs as given, lr
 # "auto" or a number): what tells a run's configuration apart from its seed (configuration_key).
 ASKED = "asked"
-# "tensorboard" is an output option (where `run --tensorboard` logs), never part of a run's identity.
+# "tensorboard" is an output option (where `run --tensorboard` logs), never part of a run's identity;
+# "inputs" and "inputs_changed" are the digests of what the run read (runs/inputs.py).
 _RECORDED = ("focusfl_version", *(name for name in _FIELDS if _meta(name)["record"] == "optional"), "status",
-             "diverged_at_round", "interrupted_after_round", "rounds_done", "lr_auto", "tensorboard", ASKED)
+             "diverged_at_round", "interrupted_after_round", "rounds_done", "lr_auto", "tensorboard", ASKED,
+             "inputs", "inputs_changed")
 _KEYED = tuple(name for name in _FIELDS if _meta(name)["key"])
 _KEY_NEUTRAL = {name: _meta(name)["key_neutral"] for name in _FIELDS if _meta(name)["key_neutral"] is not None}
 
@@ -146,8 +149,6 @@ _KEY_NEUTRAL = {name: _meta(name)["key_neutral"] for name in _FIELDS if _meta(na
 def record(config: RunConfig, *, algorithm: dict, problem: dict, participation: dict,
            work: dict | None = None) -> dict[str, Any]:
     """config.json's run keys: the fields it records, the parts given resolved (describe())."""
-    from .. import __version__
-
     parts = {"algorithm": algorithm, "problem": problem, "participation": participation}
     if work is not None:
         parts["work"] = work

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
+from tqdm import tqdm
 
-from ..algorithms import make_algorithm
+from ..algorithms import algorithm_state_size, check_state_size, make_algorithm
 from ..algorithms.base import check_work_process
 from ..engine import Resume, RunResult, simulate
 from ..errors import ConfigError, FocusflError
@@ -27,7 +28,6 @@ from ..spec import parse_spec
 from ..threads import fixed_threads
 from ..work import make_work
 from .config import DTYPES, RunConfig, as_requested, check_config, record, run_key
-
 
 # The parts of a run, in the order build() makes them; an error raised while making one carries
 # its name as ``exc.part`` (a sweep names its file's key by it): "work-algorithm" is an algorithm
@@ -95,8 +95,10 @@ def problem_of(config: RunConfig, *, problems: dict | None = None,
     if problems is not None and key in problems:
         return problems[key]
     device = _part("problem", lambda: resolve_device(config.device))
+    # A neural network checks its model and the algorithm's declared state before it builds it.
+    state_size = algorithm_state_size(config.algorithm, config.local_steps)
     problem = _part("problem", lambda: make_problem(config.problem, dtype=DTYPES[config.dtype], device=str(device),
-                                                    allow_model_import=allow_model_import))
+                                                    allow_model_import=allow_model_import, state_size=state_size))
     made = (problem, problem.describe())
     if problems is not None:
         problems[key] = made
@@ -114,6 +116,7 @@ def build(config: RunConfig, *, problems: dict | None = None, allow_model_import
     config = config.with_problem_defaults()
     problem, asked = problem_of(config, problems=problems, allow_model_import=allow_model_import)
     algorithm = _part("algorithm", lambda: make_run_algorithm(config, problem))
+    _part("algorithm", lambda: check_state_size(algorithm, problem))  # its [N, d] tables, before init
     # The problem is passed along for processes that depend on the clients' data (label).
     participation = _part("participation", lambda: make_participation(
         config.participation, problem.num_clients, seed=config.seed, problem=problem))
@@ -172,8 +175,6 @@ def execute(
     start_round = 0 if resume is None else resume.start_round
     bar = None
     if progress:
-        from tqdm import tqdm
-
         bar = tqdm(total=cfg.rounds, initial=start_round, desc=built.algorithm.name,
                    unit="round", disable=None, leave=False)
 

@@ -31,20 +31,33 @@ import math
 import os
 import shutil
 import signal
-import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
+from ..data.plots import plot_label_histograms, plot_training_curves
 from ..engine import RunResult
 from ..errors import ConfigError, DataError
+from ..io.atomic import csv_cell, disk_full, full_disk, write_csv, write_json
+from ..io.folders import MARKER, PARTIAL_SUFFIX, Output, open_output, read_marker, waiting_output
+from ..limits import check_disk_space
+from ..plots import plot_curve
 from ..problems.models import refuse_model_import
-from .checkpoint import (CHECKPOINT, MODEL, Checkpoint, load_checkpoint, resume_from, save_checkpoint, save_model,
-                         take_checkpoint)
-from ..io.atomic import csv_cell, write_json
-from ..io.folders import MARKER, Output, open_output
-from .config import RunConfig, config_from_json
+from ..signals import handled
+from .checkpoint import (
+    CHECKPOINT,
+    MODEL,
+    Checkpoint,
+    load_checkpoint,
+    resume_from,
+    save_checkpoint,
+    save_model,
+    take_checkpoint,
+)
+from .config import RunConfig, as_requested, config_from_json, run_key
 from .driver import BuiltRun, build, execute
+from .inputs import CHANGED, INPUTS, check_inputs, input_digests, recorded_changes, recorded_inputs, unpinned
+from .tensorboard import RunLogger, check_root, claim_log_dir, has_events, iter_metrics, require
 
 METRICS = "metrics.csv"
 CONFIG = "config.json"
@@ -77,29 +90,16 @@ class _StopFlag:
     signum: int | None = None
 
 
-@contextlib.contextmanager
-def _stop_on_signals(flag: _StopFlag) -> Iterator[None]:
+def _stop_on_signals(flag: _StopFlag):
     """The first SIGINT/SIGTERM/SIGHUP asks the run to stop at the end of its round; a second
     SIGINT stops it at once (the last checkpoint stays). Only the main thread can do this, and
     signals ignored by the process's parent stay ignored."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
     def handler(signum, frame) -> None:
         if flag.signum is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt
         flag.signum = signum
 
-    # A signal ignored when focusfl started (a background job's SIGINT, SIGHUP under nohup) stays
-    # ignored: whoever started the run asked for that.
-    previous = {sig: signal.signal(sig, handler) for sig in _SIGNAL_CODES
-                if signal.getsignal(sig) is not signal.SIG_IGN}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+    return handled(_SIGNAL_CODES, handler, keep_ignored=True)
 
 
 class _MetricsWriter:
@@ -199,6 +199,8 @@ def run_to_folder(
     allow_model_import: bool = False,
     curve: bool = True,
     tensorboard: str | Path | None = None,
+    expected_inputs: dict | None = None,
+    accept_changed_inputs: bool = False,
 ) -> RunResult:
     """Build, run and write metrics.csv, config.json, curve.png, checkpoint.pt and model.pt into ``out``.
 
@@ -207,9 +209,14 @@ def run_to_folder(
     ``allow_model_import`` is the caller's permission to import a user's model (never stored).
     ``curve=False`` leaves out curve.png (a sweep draws its runs together; drawing one costs more
     than a small run). ``tensorboard``: a folder to log the run into, as ``DIR/<name of out>``.
+    ``expected_inputs``: a replay's recorded input digests (runs/inputs.py: ``{"recorded": ...,
+    "skip": parts}``); inputs that differ are refused unless ``accept_changed_inputs``.
     """
     root = _tensorboard_root(tensorboard, out)
+    if expected_inputs is not None:
+        config = unpinned(config)
     built = build(config, allow_model_import=allow_model_import)
+    recorded = _inputs_record(built, expected_inputs, accept_changed_inputs, "the run replayed")
     with open_output(out, kind="run") as output:
         killed = output.found_partial and (output.work / CHECKPOINT).is_file()
         if (killed or _stopped(output.target)) and not restart:
@@ -223,19 +230,32 @@ def run_to_folder(
         # Choices deferred to run time (a measured nn formulation) are made before config.json is
         # first written, so a run killed at any point resumes computing the same way.
         built.problem.settle()
-        recorded = {}
         if root is not None:
-            from .tensorboard import claim_log_dir
-
             recorded[TENSORBOARD] = str(claim_log_dir(root, output.target.name, avoid=[output.target]))
         write_json(output.work / CONFIG, {**built.resolved, "status": "running", **recorded})
         return _drive(built, output, None, progress=progress, checkpoint_every=checkpoint_every, curve=curve,
                       recorded=recorded)
 
 
-def _refuse_import_on_resume(problem, out: Path) -> None:
-    from ..errors import ConfigError
+def _inputs_record(built: BuiltRun, expected: dict | None, accept: bool, what: str, earlier: list = ()) -> dict:
+    """config.json's ``inputs`` (and ``inputs_changed``) of ``built``, after comparing them with
+    the ``expected`` ones of a replay or resume (ConfigError on a change not accepted)."""
+    current = input_digests(built)
+    record: dict[str, Any] = {INPUTS: current} if current else {}
+    if expected is not None:
+        changes = check_inputs(expected["recorded"], current, accept=accept, what=what, skip=expected.get("skip", ()))
+        if changes or earlier:
+            record[CHANGED] = [*earlier, *changes]
+    return record
 
+
+def expected_inputs_of(data: dict, where: str, skip: tuple[str, ...] = ()) -> dict:
+    """What a replay of the config.json content ``data`` expects to read (see run_to_folder);
+    ``skip``: the parts (problem, participation, work) given anew beside it."""
+    return {"recorded": recorded_inputs(data, where), "skip": skip}
+
+
+def _refuse_import_on_resume(problem, out: Path) -> None:
     try:
         refuse_model_import(problem, f"{out}/{CONFIG}")
     except ConfigError as exc:
@@ -248,8 +268,15 @@ def _refuse_import_on_resume(problem, out: Path) -> None:
 def resume_folder(
     out: str | Path, *, rounds: int | None = None, progress: bool = False, checkpoint_every: int | None = None,
     curve: bool = True, tensorboard: str | Path | None = None, allow_model_import: bool = False,
+    accept_changed_inputs: bool = False,
 ) -> RunResult:
     """Continue the run in ``out`` from its checkpoint; ``rounds`` extends a finished run.
+
+    Everything is read where it is and checked before anything is written: config.json and the
+    checkpoint (its size against what a checkpoint of this run takes, then its tensors), the
+    rounds, metrics.csv and the inputs (runs/inputs.py: a run whose data changed goes on only
+    with ``accept_changed_inputs``). A refused resume leaves ``out`` and its surroundings as they
+    were. Only then does a partial folder get the rows of metrics.csv up to the checkpoint.
 
     A run of a user's model (``nn:model=package.module:factory``) resumes only with
     ``allow_model_import``: the caller's permission to import the model its config.json names
@@ -259,53 +286,125 @@ def resume_folder(
     ``tensorboard`` starts a log for a run that had none (the rows so far are logged first), and
     must name the folder it logs in if it has one."""
     out = Path(out)
+    _check_resumable(out)
     root = _tensorboard_root(tensorboard, out)
-    with open_output(out, kind="run") as output:
-        work = output.work
-        if not (output.found_partial and (work / CHECKPOINT).is_file()):
-            if not (out / CHECKPOINT).is_file():
-                raise ConfigError(f"nothing to resume in {str(out)!r}: it holds no checkpoint of a focusfl run")
-            _clear(work)
-            for name in (CONFIG, METRICS, CHECKPOINT):
-                if (out / name).is_file():
-                    shutil.copy2(out / name, work / name)
-        data = _read_json(work / CONFIG)
-        config = config_from_json(data, where=f"{out}/{CONFIG}")
+    with open_output(out, kind="run", create=False) as output:
+        # A killed run's partial folder is newer than anything published in out.
+        unpublished = output.found_partial and (output.work / CHECKPOINT).is_file()
+        source = output.work if unpublished else out
+        if not (source / CHECKPOINT).is_file():
+            raise ConfigError(f"nothing to resume in {str(out)!r}: it holds no checkpoint of a focusfl run")
+        data = _read_json(source / CONFIG)
+        config = config_from_json(data, where=f"{source}/{CONFIG}")
         if not allow_model_import:  # a file's word alone never runs code
             _refuse_import_on_resume(config.problem, out)
         log_dir = _stored_log_dir(data, out, root)
         if rounds is not None:
             config = config.replace(rounds=rounds)
-        built = build(config, allow_model_import=allow_model_import)
-        reference = built.algorithm.prepare(built.problem, built.participation, seed=config.seed).init(
-            built.problem.initial_point(), built.problem.num_clients
-        )
-        checkpoint = load_checkpoint(work / CHECKPOINT, reference, built.problem.num_clients)
-        if checkpoint.round >= config.rounds:
+        built = build(unpinned(config), allow_model_import=allow_model_import)
+        recorded = _inputs_record(built, expected_inputs_of(data, f"{source}/{CONFIG}"), accept_changed_inputs,
+                                  f"the run in {out}", earlier=recorded_changes(data))
+        checkpoint = _read_checkpoint(built, source / CHECKPOINT, config.seed)
+        # An unpublished run whose last checkpoint is its final one (its last files did not fit on
+        # the disk, or it was killed just then) is finished: no round runs again, its files are written.
+        finishing = unpublished and rounds is None and checkpoint.round == config.rounds
+        if checkpoint.round >= config.rounds and not finishing:
             raise ConfigError(
                 f"{out} has run {checkpoint.round} of {config.rounds} rounds already; "
                 f"give --rounds R with R > {checkpoint.round} to run it further"
             )
-        if not (work / METRICS).is_file():
-            raise DataError(f"{out}: metrics.csv is missing; the run cannot be resumed")
-        recorded = {}
+        _check_metrics(source / METRICS, checkpoint.metrics_bytes, out)
+        work = output.work
+        if source != work:
+            check_disk_space(checkpoint.metrics_bytes, out.parent,
+                             f"the {checkpoint.metrics_bytes:,} bytes of {out}/metrics.csv to continue from")
+            _start_from(output, source / METRICS, checkpoint.metrics_bytes)
         if log_dir is None and root is not None:
-            from .tensorboard import claim_log_dir
-
             log_dir = claim_log_dir(root, output.target.name, avoid=[output.target])
         if log_dir is not None:
             recorded[TENSORBOARD] = str(log_dir)
+        if finishing:
+            return _publish_finished(built, output, checkpoint, curve=curve, recorded=recorded)
         write_json(work / CONFIG, {**built.resolved, "status": "running", **recorded})
         return _drive(built, output, checkpoint, progress=progress, checkpoint_every=checkpoint_every, curve=curve,
                       recorded=recorded)
+
+
+def _publish_finished(built: BuiltRun, output: Output, checkpoint: Checkpoint, *, curve: bool,
+                      recorded: dict) -> RunResult:
+    """A run whose final checkpoint was written but whose folder was not published: its model,
+    config.json and figures from that checkpoint and the metrics.csv it kept (its last row, a
+    closing row included, is there: metrics.csv is flushed before the final checkpoint)."""
+    work, out = output.work, output.target
+    try:
+        save_model(work / MODEL, built.algorithm.model(checkpoint.state))
+        _finish(built, work, status=COMPLETE, rounds_done=checkpoint.round, curve=curve, recorded=recorded)
+        output.publish()
+    except BaseException as exc:
+        if full_disk(exc):
+            raise disk_full(out, exc, f"then finish it with `focusfl run --resume {out}`") from None
+        raise
+    return RunResult(state=checkpoint.state, rounds_done=checkpoint.round, comm=checkpoint.comm)
+
+
+def _check_resumable(out: Path) -> None:
+    """``out`` is a folder, or a killed run's partial folder stands beside it: else one line,
+    before anything (not even a lock file) is made."""
+    partial = out.parent / f".{out.name}{PARTIAL_SUFFIX}"
+    if out.is_dir() or partial.is_dir():
+        return
+    what = "is not a folder" if out.exists() else "does not exist"
+    raise ConfigError(f"nothing to resume in {str(out)!r}: it {what}")
+
+
+def _read_checkpoint(built: BuiltRun, path: Path, seed: int) -> Checkpoint:
+    """The checkpoint at ``path``, read in place and checked against a fresh state of ``built``."""
+    reference = built.algorithm.prepare(built.problem, built.participation, seed=seed).init(
+        built.problem.initial_point(), built.problem.num_clients
+    )
+    return load_checkpoint(path, reference, built.problem.num_clients)
+
+
+def _check_metrics(path: Path, length: int, out: Path) -> None:
+    """metrics.csv holds at least the ``length`` bytes its checkpoint records."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        raise DataError(f"{out}: metrics.csv is missing; the run cannot be resumed") from None
+    if size < length:
+        raise DataError(f"{path} is shorter than its checkpoint records ({size} of {length} bytes); "
+                        "the run cannot be resumed")
+
+
+def _start_from(output: Output, metrics: Path, length: int) -> None:
+    """A fresh partial folder with the first ``length`` bytes of the published ``metrics``; on a
+    failure (a full disk) no partial folder is left."""
+    output.create()
+    try:
+        _clear(output.work)
+        _copy_prefix(metrics, output.work / METRICS, length)
+    except BaseException:
+        if not output.found_partial:
+            output.discard()
+        raise
+
+
+def _copy_prefix(source: Path, target: Path, length: int) -> None:
+    """The first ``length`` bytes of ``source`` into ``target``."""
+    with open(source, "rb") as reader, open(target, "wb") as writer:
+        left = length
+        while left > 0:
+            chunk = reader.read(min(left, 1 << 20))
+            if not chunk:
+                raise DataError(f"{source} is shorter than its checkpoint records; the run cannot be resumed")
+            writer.write(chunk)
+            left -= len(chunk)
 
 
 def _tensorboard_root(tensorboard: str | Path | None, out: str | Path) -> Path | None:
     """The checked ``--tensorboard`` folder (None without one): before anything is written."""
     if tensorboard is None:
         return None
-    from .tensorboard import check_root, require
-
     require()
     return check_root(tensorboard, out)
 
@@ -321,8 +420,6 @@ def _stored_log_dir(data: dict, out: Path, root: Path | None) -> Path | None:
     if root is not None and log_dir.parent != root:
         raise ConfigError(f"{out} logs to TensorBoard in {stored}; --tensorboard cannot change that "
                           f"(give --tensorboard {log_dir.parent}, or none)")
-    from .tensorboard import require
-
     require()  # the package is needed to go on logging
     return log_dir
 
@@ -367,24 +464,48 @@ def _drive(
             _SIGNAL_CODES.get(stop.signum, 130),
         ) from None
     except BaseException as exc:
-        metrics.close()
-        if logger is not None:
-            logger.close()
+        _close_quietly(metrics, logger)  # on a full disk their last rows may not fit: a resume drops them
         if not (work / CHECKPOINT).is_file():
             output.discard()
+            if full_disk(exc):
+                raise disk_full(out, exc) from None
             raise
         kept = f"{out}: the checkpoint of round {checkpointer.last_round or start.round} is kept; " \
                f"continue with `focusfl run --resume {out}`"
+        if full_disk(exc):
+            raise disk_full(out, exc, f"then continue with `focusfl run --resume {out}` (the checkpoint of round "
+                                      f"{checkpointer.last_round or start.round} is kept)") from None
         if isinstance(exc, KeyboardInterrupt):
             raise Interrupted(f"interrupted; {kept}") from None
         if isinstance(exc, (ConfigError, DataError)):
             raise type(exc)(f"{exc} ({kept})") from None
         raise
+    try:
+        info = _complete(built, output, result, metrics, curve=curve, recorded=recorded)
+    except BaseException as exc:
+        if not full_disk(exc):
+            raise
+        _close_quietly(metrics, logger)
+        if not (work / CHECKPOINT).is_file():
+            output.discard()
+            raise disk_full(out, exc) from None
+        raise disk_full(out, exc, f"then finish it with `focusfl run --resume {out}`") from None
+    _end_log(logger, info, result.rounds_done)
+    return result
+
+
+def _complete(built: BuiltRun, output: Output, result: RunResult, metrics: "_MetricsWriter", *, curve: bool,
+              recorded: dict) -> dict:
+    """Write a finished run's last files (metrics flushed, model.pt before the final checkpoint,
+    config.json, curve.png) and publish its folder; config.json's final contents."""
+    work = output.work
     kept = metrics.kept(result)
     metrics.close()
     if result.diverged_at is None:
-        save_checkpoint(work / CHECKPOINT, take_checkpoint(result, built.participation, kept))
+        # model.pt first: a full disk between the two leaves the previous checkpoint, so a resume
+        # runs the last rounds again and writes both.
         save_model(work / MODEL, built.algorithm.model(result.state))
+        save_checkpoint(work / CHECKPOINT, take_checkpoint(result, built.participation, kept))
         status = "complete"
     else:  # a non-finite state is nothing to resume from
         (work / CHECKPOINT).unlink(missing_ok=True)
@@ -392,8 +513,16 @@ def _drive(
     info = _finish(built, work, status=status, rounds_done=result.rounds_done, diverged_at=result.diverged_at,
                    curve=curve, recorded=recorded)
     output.publish()
-    _end_log(logger, info, result.rounds_done)
-    return result
+    return info
+
+
+def _close_quietly(metrics: "_MetricsWriter", logger) -> None:
+    """Close metrics.csv and the TensorBoard log after a failure, whatever their last flush says."""
+    with contextlib.suppress(OSError, RuntimeError):
+        metrics.close()
+    if logger is not None:
+        with contextlib.suppress(OSError, RuntimeError):
+            logger.close()
 
 
 def _both(first, second):
@@ -408,8 +537,6 @@ def _open_log(recorded: dict, start: Checkpoint | None, metrics_path: Path):
     after the checkpoint; a log that is new (or lost) first gets the rows metrics.csv keeps."""
     if TENSORBOARD not in recorded:
         return None
-    from .tensorboard import RunLogger, has_events, iter_metrics
-
     log_dir = Path(recorded[TENSORBOARD])
     if start is not None and has_events(log_dir):
         # Steps after the last row metrics.csv keeps: a closing row the resume dropped included.
@@ -465,18 +592,12 @@ def _finish(built: BuiltRun, work: Path, *, status: str, rounds_done: int | None
 
 
 def _plot(built: BuiltRun, rows: list[dict], work: Path) -> None:
-    from ..plots import plot_curve
-
     title = f"{built.algorithm.name} on {built.problem.name}, {built.participation.name} participation"
     if "test_accuracy" in rows[0]:  # neural networks: accuracy and losses
-        from ..data.plots import plot_training_curves
-
         plot_training_curves({built.algorithm.name: rows}, work / "curve.png", title=title)
     else:
         plot_curve(rows, work / "curve.png", title)
     if hasattr(built.problem, "label_histograms"):  # clients hold labelled data: show the split
-        from ..data.plots import plot_label_histograms
-
         plot_label_histograms(built.problem.label_histograms(), work / "partition.png")
 
 
@@ -547,11 +668,11 @@ def run_state(folder: Path, key: str, expected: dict | None = None) -> str:
     from) or 'new' (nothing usable: run it from the start). ``expected``: the run's resolved
     config as it was asked for (see ``as_requested``). A config.json that is there but cannot be
     read (too large, not JSON) is a ConfigError: a published run folder always has a good one."""
-    from ..io.folders import PARTIAL_SUFFIX
-    from .config import as_requested, run_key
-
     partial = folder.parent / f".{folder.name}{PARTIAL_SUFFIX}"
-    if (partial / CHECKPOINT).is_file():
+    waiting = waiting_output(folder)
+    if waiting is not None:
+        folder = waiting  # a finished run whose publication was cut short: the next writer publishes it
+    elif (partial / CHECKPOINT).is_file() and (read_marker(partial) or {}).get("state") == "partial":
         return "resume"  # a killed run: newer than anything published in folder
     if not (folder / CONFIG).is_file():
         return "new"
@@ -571,13 +692,9 @@ def write_finished(work: Path, config: dict, rows: list[dict], *, status: str, r
     metrics.csv (``rows``), config.json (``config``: the run keys of runs.config.record, with
     ``status`` and ``rounds_done``) and, with a ``title``, curve.png. For runs computed elsewhere
     (a Flower federation); the caller publishes the folder."""
-    from ..io.atomic import write_csv
-
     write_csv(work / METRICS, rows, columns)
     write_json(work / CONFIG, {**config, "status": status, "rounds_done": rounds_done})
     if rows and title is not None:
-        from ..plots import plot_curve
-
         plot_curve(rows, work / "curve.png", title)
 
 

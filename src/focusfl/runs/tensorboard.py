@@ -27,6 +27,7 @@ the package, ``--tensorboard`` fails before anything is written (:func:`require`
 from __future__ import annotations
 
 import csv
+import importlib
 import json
 import os
 import re
@@ -47,8 +48,6 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._,=+-]+")
 
 def require() -> None:
     """ConfigError (one line) unless tensorboard and torch.utils.tensorboard can be imported."""
-    import importlib
-
     try:
         importlib.import_module("tensorboard")
         importlib.import_module("torch.utils.tensorboard")

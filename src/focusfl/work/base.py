@@ -52,6 +52,12 @@ class WorkProcess(abc.ABC):
         return torch.stack([self._counts(r) for r in range(rounds)]) if rounds else torch.zeros(
             (0, self.num_clients), dtype=torch.int64)
 
+    def active_table(self, mask: np.ndarray) -> torch.Tensor:
+        """int64 ``[R, N]``: the counts of rounds 0..R-1 (``table``) for a run whose participation
+        is ``mask`` [R, N]; a process that cannot give an active client its count (a trace
+        without that row) refuses in one line, as :meth:`steps` does."""
+        return self.table(len(mask))
+
     def describe(self) -> dict[str, Any]:
         """``{"name": ..., **resolved params}``; ``make_work`` rebuilds the process from it."""
         return {"name": self.name, **self._params()}

@@ -6,6 +6,7 @@ from pathlib import Path
 import torch
 
 from ..errors import ConfigError
+from ..io.figures import figure_metadata
 
 # Above this many rounds a pixel covers several rounds (as participation/plots.py).
 _NEAREST_MAX_ROUNDS = 2000
@@ -38,8 +39,6 @@ def work_figure(table: torch.Tensor, local_steps: int, title: str | None = None)
 def plot_work(table: torch.Tensor, local_steps: int, path: str | Path, title: str | None = None) -> Path:
     """Save :func:`work_figure` to ``path`` (.png, .pdf or .svg), tagged as focusfl's figure."""
     import matplotlib
-
-    from ..io.figures import figure_metadata
 
     path = Path(path)
     fig = work_figure(table, local_steps, title)

@@ -14,6 +14,7 @@
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -23,6 +24,7 @@ import torch
 from ..errors import ConfigError
 from .base import WorkProcess, fraction_to_steps
 from .processes import FixedWork, MarkovWork, RatesWork, UniformWork
+from .trace import TraceWork
 
 MONTE_CARLO_ROUNDS = 20_000
 
@@ -57,6 +59,8 @@ def step_law(work: WorkProcess, mc_rounds: int = MONTE_CARLO_ROUNDS) -> StepLaw:
         slow = int(fraction_to_steps(torch.tensor(work.slow), tau))
         law += work.p * _point_masses(np.full(n, slow), tau)
         return StepLaw(law, "closed form")
+    if isinstance(work, TraceWork):  # the recorded rows themselves: a trace has no rounds beyond them
+        return StepLaw(work.law(), "the trace's recorded rows")
     table = work.table(mc_rounds).numpy()
     law = np.stack([(table == t).mean(axis=0) for t in range(1, tau + 1)], axis=1)
     return StepLaw(law, f"monte carlo ({mc_rounds} rounds)")
@@ -64,7 +68,11 @@ def step_law(work: WorkProcess, mc_rounds: int = MONTE_CARLO_ROUNDS) -> StepLaw:
 
 @dataclass(frozen=True)
 class WorkStats:
-    """Per-client step statistics (lists of N numbers) and their means over the clients."""
+    """Per-client step statistics (lists of N numbers) and their means over the clients.
+
+    Counted over the client-rounds that have a count: every one for a drawn process; for a
+    trace, the rows it records (a client it never names has mean and short NaN, min and max 0,
+    and is left out of the means over clients)."""
 
     local_steps: int
     rounds: int
@@ -72,28 +80,52 @@ class WorkStats:
     min: list[int]
     max: list[int]
     short: list[float]
+    counted: list[int]  # client-rounds counted per client
+
+    def _named(self) -> list[int]:
+        return [i for i, n in enumerate(self.counted) if n > 0]
 
     @property
     def mean_steps(self) -> float:
-        """Mean count over clients and rounds."""
-        return sum(self.mean) / len(self.mean)
+        """Mean count over the counted client-rounds of the clients with any."""
+        named = self._named()
+        return sum(self.mean[i] for i in named) / len(named) if named else math.nan
 
     @property
     def mean_short(self) -> float:
-        """Fraction of client-rounds cut short (the mean of short_i over the clients)."""
-        return sum(self.short) / len(self.short)
+        """Fraction of client-rounds cut short (the mean of short_i over the clients with any)."""
+        named = self._named()
+        return sum(self.short[i] for i in named) / len(named) if named else math.nan
+
+    @property
+    def mean_min(self) -> float:
+        named = self._named()
+        return sum(self.min[i] for i in named) / len(named) if named else math.nan
+
+    @property
+    def mean_max(self) -> float:
+        named = self._named()
+        return sum(self.max[i] for i in named) / len(named) if named else math.nan
 
 
 def summarize_work(table: torch.Tensor, local_steps: int) -> WorkStats:
-    """WorkStats of the counts ``table`` (int64 [R, N], each in 1..local_steps)."""
+    """WorkStats of the counts ``table`` (int64 [R, N], each in 1..local_steps, or 0 where a
+    trace has no row: not counted)."""
     if table.dim() != 2 or table.shape[0] == 0 or table.shape[1] == 0:
         raise ConfigError(f"work statistics need a non-empty [rounds, clients] table, got shape {tuple(table.shape)}")
-    counts = table.to(torch.float64)
+    counted = table > 0
+    numbers = counted.sum(0)
+    divisor = numbers.clamp(min=1).to(torch.float64)
+    none = numbers == 0
+    nan = torch.full_like(divisor, math.nan)
+    big = torch.iinfo(torch.int64).max
+    lowest = torch.where(counted, table, torch.full_like(table, big)).min(0).values
     return WorkStats(
         local_steps=local_steps,
         rounds=table.shape[0],
-        mean=counts.mean(0).tolist(),
-        min=table.min(0).values.tolist(),
+        mean=torch.where(none, nan, table.to(torch.float64).sum(0) / divisor).tolist(),
+        min=torch.where(none, torch.zeros_like(lowest), lowest).tolist(),
         max=table.max(0).values.tolist(),
-        short=(table < local_steps).to(torch.float64).mean(0).tolist(),
+        short=torch.where(none, nan, (counted & (table < local_steps)).to(torch.float64).sum(0) / divisor).tolist(),
+        counted=numbers.tolist(),
     )

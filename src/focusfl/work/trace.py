@@ -117,14 +117,14 @@ class TraceWork(WorkProcess):
             raise ConfigError("work trace: needs path=PATH (a CSV of round,client,steps)")
         # Absolute, so that describe() rebuilds the same trace from another working directory.
         self.path = Path(str(path)).expanduser().resolve()
-        self.table, self.sha256 = read_trace(self.path)
+        self.recorded, self.sha256 = read_trace(self.path)  # {round: {client: steps}}
         if sha256 is not None and str(sha256) != self.sha256:
             raise DataError(f"work trace {self.path.name!r} has changed since it was recorded "
                             f"(SHA-256 {self.sha256[:12]}..., recorded {str(sha256)[:12]}...)")
         self._check_range()
 
     def _check_range(self) -> None:
-        for r, held in self.table.items():
+        for r, held in self.recorded.items():
             for client, steps in held.items():
                 if client >= self.num_clients:
                     raise DataError(f"work trace {self.path.name!r}: round {r} names client {client}, "
@@ -136,7 +136,7 @@ class TraceWork(WorkProcess):
     def _counts(self, round_: int) -> torch.Tensor:
         """Every client's count in round ``round_``; 0 for clients the trace does not name."""
         counts = np.zeros(self.num_clients, dtype=np.int64)
-        for client, steps in self.table.get(round_, {}).items():
+        for client, steps in self.recorded.get(round_, {}).items():
             counts[client] = steps
         return torch.from_numpy(counts)
 
@@ -148,6 +148,32 @@ class TraceWork(WorkProcess):
             raise DataError(f"work trace {self.path.name!r} has no row for round {round_}, client {client} "
                               "(a trace names every active client of every round it replays)")
         return counts
+
+    def active_table(self, mask: np.ndarray) -> torch.Tensor:
+        """The trace's counts of rounds 0..R-1, 0 where it has no row; DataError at the first
+        client that ``mask`` makes active without a row (rounds beyond the trace included)."""
+        table = self.table(len(mask))
+        missing = np.argwhere(np.asarray(mask, dtype=bool) & (table.numpy() == 0))
+        if len(missing):
+            round_, client = (int(v) for v in missing[0])
+            last = max(self.recorded)
+            raise DataError(f"work trace {self.path.name!r} has no row for round {round_}, client {client} "
+                            f"(it records rounds up to {last}; a trace names every active client of every round "
+                            "it replays)")
+        return table
+
+    def law(self) -> np.ndarray:
+        """``[N, tau]``: the frequency of each count among a client's recorded rows; DataError
+        for a client the trace never names (its law is unknown)."""
+        counts = np.zeros((self.num_clients, self.local_steps))
+        for held in self.recorded.values():
+            for client, steps in held.items():
+                counts[client, steps - 1] += 1
+        rows = counts.sum(axis=1)
+        if (rows == 0).any():
+            raise DataError(f"work trace {self.path.name!r} has no row for client {int(np.argmin(rows))}: "
+                            "its step-count law is unknown")
+        return counts / rows[:, None]
 
     def _params(self) -> dict[str, Any]:
         return {"path": str(self.path), "sha256": self.sha256}
