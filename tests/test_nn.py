@@ -673,4 +673,5 @@ def test_focus_cifar10_refuses_an_unknown_participation_form_as_a_user_types_it(
 
     proc = run_cli("reproduce", "focus-cifar10", "--participation-form", "theirs", "--out", str(tmp_path / "out"))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and "participation-form" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "authors" in proc.stderr
     assert not (tmp_path / "out").exists()
