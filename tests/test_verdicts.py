@@ -159,8 +159,12 @@ CASES: dict[str, list[tuple[dict, str]]] = {
         ({"gap_as_run": three(0.1, 0.12, 0.11), "gap_without": three(0.01, 0.02, 0.0), "rounds": 100}, R),
         ({"gap_as_run": three(0.1, 0.12, 0.11), "gap_without": three(0.09, 0.1, 0.08), "rounds": 100}, N),
         ({"gap_as_run": three(0.1, 0.12, 0.11), "gap_without": three(0.01, 0.02, 0.0), "rounds": 2}, I)],
-    "suite-exact-everywhere": [({"runs": 20, "runs_reaching_1e-8": 20}, R), ({"runs": 20, "runs_reaching_1e-8": 19}, N)],
-    "suite-plateau-everywhere": [({"runs": 36, "runs_reaching_1e-8": 0}, R), ({"runs": 36, "runs_reaching_1e-8": 1}, N)],
+    "suite-exact-everywhere": [
+        ({"runs": 20, "runs_reaching_1e-8": 20, "rounds": 150}, R), ({"runs": 20, "runs_reaching_1e-8": 19, "rounds": 1000}, N),
+        ({"runs": 20, "runs_reaching_1e-8": 19, "rounds": 150}, I)],
+    "suite-plateau-everywhere": [
+        ({"runs": 36, "runs_reaching_1e-8": 0, "rounds": 1000}, R), ({"runs": 36, "runs_reaching_1e-8": 1, "rounds": 150}, N),
+        ({"runs": 36, "runs_reaching_1e-8": 0, "rounds": 150}, I)],
     "suite-faster": [
         ({"candidate_rounds": 80, "baseline_rounds": 110, "step_at_grid_edge": False}, R),
         ({"candidate_rounds": 110, "baseline_rounds": 110, "step_at_grid_edge": False}, N),
