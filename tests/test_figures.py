@@ -114,3 +114,14 @@ def test_ridge_figure_legend_lists_every_algorithm_uncut(tmp_path, saved):
     reproduce_ridge.plot_figures(panels, tmp_path, "notebook")
     names = {name for curves in panels.values() for name in curves}
     assert saved and all(set(legend_texts(fig)) == names and outside(fig) == [] for fig in saved)
+
+
+def test_the_suite_figure_lists_every_algorithm_uncut(tmp_path, saved):
+    from focusfl.experiments import suite_study
+
+    curve = [(0, 1.0), (10, 1e-3), (20, 1e-9)]
+    rows = [{"process": process, "algorithm": algorithm, "curve": curve}
+            for process in suite_study.PROCESSES for algorithm in suite_study.ALGORITHMS]
+    suite_study.plot_curves(rows, tmp_path / "suite.png", 20)
+    (fig,) = saved
+    assert legend_texts(fig) == list(suite_study.ALGORITHMS) and outside(fig) == []

@@ -29,7 +29,7 @@ import numpy as np
 from ..errors import FocusflError
 from ..io.atomic import open_atomic, write_text
 from ..participation.importing import ImportOptions, import_trace, statistics_lines, trace_text
-from ..plots import palette, pyplot
+from ..plots import legend_below, palette, pyplot
 from .studies import TARGET, work_trial
 from .verdicts import Criterion, Verdict
 from .tune import TuneSetup, lr_grid, pick_best, search_steps
@@ -358,13 +358,14 @@ def plot_curves(rows: list[dict], path: Path, rounds: int) -> None:
     processes = list(dict.fromkeys(r["process"] for r in rows))
     algorithms = list(dict.fromkeys(r["algorithm"] for r in rows))
     colors = dict(zip(algorithms, palette(len(algorithms))))
-    fig, axes = plt.subplots(1, len(processes), figsize=(3.2 * len(processes), 3.4), sharey=True, squeeze=False)
+    styles = {a: "-" if a in (*EXACT, "amplified_scaffold") else "--" for a in algorithms}
+    fig, axes = plt.subplots(1, len(processes), figsize=(3.2 * len(processes), 3.4), sharey=True, squeeze=False,
+                             layout="constrained")
     for ax, process in zip(axes[0], processes):
         for row in (r for r in rows if r["process"] == process):
             xs, ys = zip(*row["curve"]) if row["curve"] else ((), ())
-            style = "-" if row["algorithm"] in (*EXACT, "amplified_scaffold") else "--"
-            ax.plot(xs, [max(y, 1e-17) for y in ys], style, color=colors[row["algorithm"]], label=row["algorithm"],
-                    lw=1.1)
+            ax.plot(xs, [max(y, 1e-17) for y in ys], styles[row["algorithm"]], color=colors[row["algorithm"]],
+                    label=row["algorithm"], lw=1.1)
         ax.set_yscale("log")
         ax.set_title(process, fontsize=9)
         ax.set_xlabel("round", fontsize=8)
@@ -372,8 +373,9 @@ def plot_curves(rows: list[dict], path: Path, rounds: int) -> None:
         ax.grid(True, which="major", alpha=0.3)
         ax.tick_params(labelsize=7)
     axes[0][0].set_ylabel("‖x − x*‖/‖x*‖ (tuned η)", fontsize=8)
-    axes[0][-1].legend(fontsize=6, ncol=2)
-    fig.tight_layout()
+    # One legend below the panels, every algorithm once (the figure grows to hold it).
+    handles = [plt.Line2D([], [], color=colors[a], linestyle=styles[a], lw=1.1) for a in algorithms]
+    legend_below(fig, handles, algorithms, fontsize=7)
     fig.savefig(path, dpi=80)
     plt.close(fig)
 
