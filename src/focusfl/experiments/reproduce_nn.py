@@ -737,7 +737,7 @@ def cifar_arguments(setup: Setup, default_out: str):
     def add_arguments(parser: argparse.ArgumentParser) -> None:
         common(parser)
         parser.add_argument("--participation-form", choices=PARTICIPATION_FORMS, default="focusfl",
-                            help="focusfl (default): Bernoulli with the FOCUS preset p_i and a real Markov chain; "
+                            help="the default, 'focusfl': Bernoulli with the FOCUS preset p_i and a real Markov chain; "
                             "authors: the authors' own runs' forms (their bern p_i, seed 66, and their \"markov\", "
                             "which is i.i.d. Bernoulli(0.2)), printed beside their published accuracies; both: all four")
 
