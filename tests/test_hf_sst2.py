@@ -75,7 +75,9 @@ def test_fedsum_sst2_runs_end_to_end_at_toy_size(folders, tmp_path):
     summary = read_rows(out / "summary.csv")
     assert [row["algorithm"] for row in summary] == ["fedsum", "fedavg"]
     assert all(row["status"] == "complete" and row["steps"] == "tuned" and row["rounds"] == "2" for row in summary)
-    assert all(len(row["grid"].split(";")) == 4 for row in read_rows(out / "steps.csv"))
+    # The 4 grid points and the steps the search added past an end (with the reason it stopped).
+    assert all(len(row["grid"].split(";")) == 4 + len([s for s in row["added_steps"].split(";") if s])
+               and row["reason"] for row in read_rows(out / "steps.csv"))
     runs = list((out / "runs-uniform-m-2" / "runs").iterdir())
     assert len(runs) == 2
     for run in runs:

@@ -563,7 +563,8 @@ def test_mnist_demo_tunes_its_steps_on_validation_and_runs_seeds(tmp_path):
     assert all(row["steps"] == "tuned" and row["seeds"] == "2" and row["status"] == "complete" for row in summary)
     steps = read_rows(out / "steps.csv")
     grid = {row["algorithm"]: row["grid"].split(";") for row in steps}
-    assert all(len(points) == 4 for points in grid.values())  # the preset's step x 1/9, 1/3, 1, 3
+    assert all(len(points) >= 4 for points in grid.values())  # the preset's step x 1/9, 1/3, 1, 3, and its extension
+    assert all(row["reason"] and (row["lower_lr"] or row["upper_lr"]) for row in steps)  # neighbours and reason
     assert {row["algorithm"]: float(row["lr"]) for row in steps} == {r["algorithm"]: float(r["lr"]) for r in summary}
     # Named as docs/neural-networks.md says: <scenario> is the participation spec.
     for name in ("figure_bernoulli.png", "figure_bernoulli.pdf", "partition.png", "steps.csv",
@@ -632,3 +633,63 @@ def test_presets_skip_unregistered_algorithms(monkeypatch):
     assert notes == ["note: mifa is not registered in this build of focusfl; skipped"]
     with pytest.raises(ConfigError, match="not part of this preset"):
         reproduce_nn.available(reproduce_nn.FOCUS_CIFAR10, ["fedsum"])
+
+
+def test_sg_focus_is_the_authors_client_server_loop_in_float64(monkeypatch):
+    """focusfl's SG-FOCUS against a re-creation of the FOCUS authors' FedASLClient/FedASLServer
+    loop: the same masks, float64, full-batch gradients, a small CNN; equal to 1e-10."""
+    from focusfl.experiments.authors_loop import compare, comparison_config
+
+    fixture = Path(__file__).resolve().parent / "fixtures" / "mnist1500.npz"
+    result = compare(comparison_config(str(fixture), clients=4, rounds=6, local_steps=3))
+    assert result.participants > 0 and result.rounds == 6
+    assert result.max_relative_gap < 1e-10
+    # The check can fail: an authors' loop that forgets grad_prev (plain local SGD sums) differs.
+    from focusfl.experiments import authors_loop
+
+    step = authors_loop.AuthorsServer.train_one_step
+    monkeypatch.setattr(authors_loop.AuthorsServer, "train_one_step",
+                        lambda self, lr, tau, active: step(self, lr * 1.01, tau, active))
+    changed = compare(comparison_config(str(fixture), clients=4, rounds=6, local_steps=3))
+    assert changed.max_relative_gap > 1e-4
+
+
+def test_focus_cifar10_runs_the_authors_participation_forms_and_prints_their_accuracies(tmp_path, capsys):
+    from focusfl.experiments import reproduce_nn
+
+    # Their "markov" chain has equal rows: i.i.d. Bernoulli(0.2); a chain with memory is not reduced.
+    assert reproduce_nn.authors_markov_rate() == 0.2 and reproduce_nn.authors_markov_rate(((0.9, 0.1), (0.2, 0.8))) is None
+    rates = reproduce_nn.authors_bernoulli_rates(32)
+    assert len(rates) == 32 and all(0.1 <= p <= 0.3 for p in rates[:28]) and all(0.1 <= p <= 0.9 for p in rates[28:])
+    assert rates == reproduce_nn.authors_bernoulli_rates(32)  # seeded as their main.py: the same on every machine
+    write_cifar10(tmp_path / "cifar10" / "cifar-10-batches-py")
+    paper = reproduce_nn.FOCUS_CIFAR10
+    setup = dataclasses.replace(paper, problem={**paper.problem, "alpha": 1.0, "min_size": 2, "batch": 8},
+                                algorithms={k: paper.algorithms[k] for k in ("sg_focus", "fedau")}, rounds=2,
+                                eval_every=1)
+    chosen = reproduce_nn.cifar_setup(setup, "authors")
+    specs = list(chosen.scenarios.values())
+    assert specs[1] == "bernoulli:p=0.2" and specs[0].startswith("bernoulli:p=") and len(specs[0].split(";")) == 32
+    args = reproduce_nn.CifarPresetOptions(out=str(tmp_path / "out"), run=RunConfig(dtype="float32", rounds=2,
+                                                                                    eval_every=1),
+                                           data_dir=str(tmp_path), steps="fixed", seeds=1, workers=1,
+                                           participation_form="authors")
+    assert reproduce_nn.make_cifar_runner(setup)(args) == 0
+    out = capsys.readouterr().out
+    assert "source: BichengYing/FedASL, figures/logs/" in out
+    assert "the authors' bern (their p_i, seed 66): sg_focus published 0.7783 (10,000 rounds), ours " in out
+    assert "fedau published 0.7605 (10,000 rounds), ours " in out and "scaffold published 0.4853" in out
+    assert "ours not run" in out  # scaffold was not asked here
+    summary = list(csv.DictReader(open(tmp_path / "out" / "summary.csv")))
+    assert {row["participation"] for row in summary} == set(specs) and len(summary) == 4
+    with pytest.raises(ConfigError, match="--participation-form"):
+        reproduce_nn.cifar_setup(setup, "mine")
+
+
+def test_focus_cifar10_refuses_an_unknown_participation_form_as_a_user_types_it(tmp_path):
+    from cli_harness import run_cli
+
+    proc = run_cli("reproduce", "focus-cifar10", "--participation-form", "theirs", "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "participation-form" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "authors" in proc.stderr
+    assert not (tmp_path / "out").exists()

@@ -103,7 +103,8 @@ def test_the_presets_help(preset, needle):
 
 
 def test_fedsum_biased_runs_end_to_end_at_toy_size(tmp_path):
-    # As a user types it: steps tuned on the validation share (4 grid points per algorithm), then
+    # As a user types it: steps tuned on the validation share (4 grid points per algorithm, extended past
+    # an end by the search rule), then
     # the runs, on 100 clients of the committed digits.
     write_mnist_idx(tmp_path / "data" / "mnist")
     out = tmp_path / "biased"
@@ -116,7 +117,9 @@ def test_fedsum_biased_runs_end_to_end_at_toy_size(tmp_path):
     assert [row["algorithm"] for row in summary] == ["fedsum", "fedavg"]
     assert all(row["status"] == "complete" and row["steps"] == "tuned" and row["rounds"] == "2" for row in summary)
     steps = read_rows(out / "steps.csv")
-    assert all(len(row["grid"].split(";")) == 4 for row in steps)
+    # The 4 grid points, and the steps the search added past an end (the reason says which)
+    assert all(len(row["grid"].split(";")) == 4 + len([s for s in row["added_steps"].split(";") if s])
+               and row["reason"] for row in steps)
     tag = "banded-width-11-top-0-5-step-0-05"
     assert (out / f"figure_{tag}.png").is_file() and (out / f"tuning-{tag}" / "grid.csv").is_file()
     for run in (out / f"runs-{tag}" / "runs").iterdir():

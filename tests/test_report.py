@@ -210,16 +210,18 @@ def test_algorithms_table_stays_aligned(capsys):
 
 
 def test_report_quick_writes_every_verdict(tmp_path, capsys):
-    from focusfl.experiments import reproduce_report
+    from focusfl.experiments import nn_study, reproduce_report
 
     sizes = reproduce_report.QUICK
     images = tmp_path
     section = reproduce_report.fedsum_section(sizes, images)
-    text = reproduce_report.build_report([section], 1.0, None)
-    assert "| 1 | FedSUM paper" in text and "**reproduced**" in text
+    text = reproduce_report.build_report([section], 1.0, None, quick=True)
+    assert "| 1 | FedSUM paper" in text and "**reproduced** (criterion:" in text
+    assert text.splitlines()[0].endswith("(quick: toy sizes, not findings)") and "None" not in text
     assert (images / "delays.png").exists()
-    skipped = reproduce_report.mnist_section(None, sizes, images)
-    assert "skipped" in skipped.text[0] and skipped.claims[0].verdict == "not checked here"
+    skipped = nn_study.nn_section(None, nn_study.QUICK_STUDY, images, tmp_path / "study")
+    assert "skipped" in skipped.text[-1] and [c.verdict.outcome for c in skipped.claims] == ["not reproduced"]
+    assert not (tmp_path / "study").exists()
 
 
 def test_report_command_rejects_a_missing_data_file(tmp_path):
@@ -228,37 +230,86 @@ def test_report_command_rejects_a_missing_data_file(tmp_path):
     assert not out.exists()
 
 
+def test_report_and_study_commands_refuse_bad_input_in_one_line(tmp_path):
+    from cli_harness import assert_one_line_error, run_cli
+
+    fixture = Path(__file__).resolve().parent / "fixtures" / "mnist1500.npz"
+    out = tmp_path / "out"
+    users = tmp_path / "mine"
+    users.mkdir()
+    (users / "notes.txt").write_text("a user's file")
+    for argv in (["reproduce", "report", "--quick", "--nn-study", str(tmp_path / "s"), "--out", str(out)],
+                 ["reproduce", "report", "--quick", "--data", str(fixture), "--nn-study", str(users), "--out", str(out)],
+                 ["reproduce", "report", "--quick", "--workers", "0", "--out", str(out)],
+                 ["reproduce", "nn-study", "--quick", "--data", str(tmp_path / "none.npz"), "--out", str(out)],
+                 ["reproduce", "nn-study", "--quick", "--data", str(fixture), "--workers", "0", "--out", str(out)],
+                 ["reproduce", "nn-study", "--quick", "--data", str(fixture), "--out", str(users)]):
+        proc = run_cli(*argv)
+        assert proc.returncode == 2, argv
+        assert_one_line_error(proc)
+    assert not out.exists() and not (tmp_path / "s").exists()
+    assert sorted(p.name for p in users.iterdir()) == ["notes.txt"]
+
+
+def test_nn_study_command_runs_as_a_user_types_it_and_reuses_its_runs(tmp_path):
+    from cli_harness import run_cli
+
+    fixture = Path(__file__).resolve().parent / "fixtures" / "mnist1500.npz"
+    out = tmp_path / "study"
+    command = ["reproduce", "nn-study", "--quick", "--data", str(fixture), "--out", str(out)]
+    proc = run_cli(*command, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("quick study") and "SG-FOCUS as the authors run it" in proc.stdout
+    text = (out / "report.md").read_text()
+    assert "(quick: toy sizes, not findings)" in text.splitlines()[0] and "None" not in text
+    assert "What drives the gap" in text and "| suspected driver | verdict |" in text
+    first = (out / "summary.csv").read_bytes()
+    again = run_cli(*command, timeout=900)
+    sweeps = [line for line in again.stdout.splitlines() if line.startswith("sweep ")]
+    assert again.returncode == 0 and sweeps and all(", 0 to run;" in line for line in sweeps)  # every run reused
+    assert (out / "summary.csv").read_bytes() == first
+
+
+VERDICT = r"\*\*(reproduced|reproduced on another axis|not reproduced|inconclusive|inconclusive \(quick\))\*\* \(criterion:"
+
+
+@pytest.mark.xfail(strict=True, reason="docs/reproductions.md predates computed verdicts (issue 30): it needs "
+                   "`focusfl reproduce report --data ...` rerun (hours); strict, so the regenerated page must pass")
 def test_reproductions_page_is_a_report_whose_figures_exist():
     import re
     from pathlib import Path
 
     docs = Path(__file__).resolve().parents[1] / "docs"
     text = (docs / "reproductions.md").read_text()
-    assert text.startswith("# Reproduction report") and "| # | paper | where | claim |" in text
+    assert text.startswith("# Reproduction report\n") and "| # | paper | where | claim |" in text
     figures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
     assert figures and all((docs / figure).is_file() for figure in figures)
-    verdicts = re.findall(r"\*\*(reproduced|reproduced on another axis|not reproduced|not checked here)\*\*", text)
-    assert len(verdicts) >= 20
+    verdicts = re.findall(VERDICT, text)
+    assert len(verdicts) >= 25 and "inconclusive (quick)" not in verdicts and "None" not in text
 
 
 def test_report_command_runs_end_to_end_as_a_user_types_it(tmp_path):
     # The report once crashed on a fresh install while its parts were tested one by one: run the
-    # whole command, at toy sizes, with the real-digits part on the bundled MNIST sample.
+    # whole command, at toy sizes, with the neural-network study on the bundled MNIST sample.
     import re
 
     from cli_harness import run_cli
 
     fixture = Path(__file__).resolve().parent / "fixtures" / "mnist1500.npz"
     out = tmp_path / "report"
-    proc = run_cli("reproduce", "report", "--quick", "--out", str(out), "--data", str(fixture), timeout=600)
+    proc = run_cli("reproduce", "report", "--quick", "--out", str(out), "--data", str(fixture), timeout=900)
     assert proc.returncode == 0, proc.stderr
+    assert "quick report" in proc.stdout.splitlines()[0] and "QUICK" in proc.stdout
     text = (out / "report.md").read_text()
-    verdicts = re.findall(r"\*\*(reproduced|reproduced on another axis|not reproduced|not checked here)\*\*", text)
-    assert len(verdicts) >= 20 and "mnist-demo on mnist1500.npz" in text and "tuned on the clients' validation" in text
-    assert (out / "mnist-demo" / "steps.csv").is_file()
+    assert "quick" in "\n".join(text.splitlines()[:3]) and "None" not in text
+    verdicts = re.findall(VERDICT, text)
+    assert len(verdicts) >= 25 and "inconclusive (quick)" in verdicts
+    assert "on MNIST (mnist1500.npz)" in text and "tuned on the clients' validation share" in text
+    assert (out / "nn-study" / "alpha-0.3" / "steps.csv").is_file()
     figures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
     assert figures and all((out / figure).is_file() for figure in figures)
-    assert read_csv(out / "summary.csv")
+    rows = read_csv(out / "summary.csv")
+    assert rows and all(row["criterion"] and row["measured"] for row in rows)
 
 
 # -- exactness under arbitrary work ----------------------------------------------------------------

@@ -124,7 +124,8 @@ def test_the_help_example_runs_as_a_user_types_it(tmp_path):
     # Its trials are a sweep whose experiment.toml `focusfl sweep` runs (and finds finished).
     import tomllib
 
-    assert tomllib.loads((out / "experiment.toml").read_text())["algorithms"] == ["focus", "fedavg"]
+    entries = tomllib.loads((out / "experiment.toml").read_text())["algorithms"]
+    assert [entry["name"] for entry in entries] == ["focus", "fedavg"]  # each with the steps its search tried
     again = run_cli("sweep", str(out / "experiment.toml"), "--out", str(tmp_path / "sweep"))
     assert again.returncode == 0, again.stderr
 
@@ -152,7 +153,7 @@ def test_tune_shows_booleans_as_a_spec_spells_them_and_keeps_them_in_its_runs(tm
     assert {row["algorithm"] for row in read_csv(out / "grid.csv")} == {"proxskip:pull=true"}
     # Display only: the runs' configurations keep their booleans.
     configs = [json.loads(p.read_text()) for p in (out / "runs").glob("*/config.json")]
-    assert len(configs) == 2 and all(c["algorithm"]["pull"] is True for c in configs)
+    assert len(configs) >= 2 and all(c["algorithm"]["pull"] is True for c in configs)  # the grid and its extension
 
 
 def test_a_tune_folder_of_another_experiment_is_refused_and_the_same_one_is_extended(tmp_path):
@@ -178,3 +179,58 @@ def test_a_tune_folder_of_another_experiment_is_refused_and_the_same_one_is_exte
     assert "reused 2 trial(s)" in more.stdout
     elsewhere = run_cli(*other, "--out", "runs/tune-logistic", cwd=tmp_path)
     assert elsewhere.returncode == 0, elsewhere.stderr
+    
+
+# -- the search rule: an interior optimum ------------------------------------------------------------
+def scored(lr, final, diverged=False):
+    return {"lr": lr, "final": math.inf if diverged else final, "first_round_below_target": None,
+            "diverged_at": 10 if diverged else None}
+
+
+def bowl(optimum, diverge_above=math.inf):
+    """A trial function whose score is best at ``optimum`` (log distance) and that diverges above a step."""
+    return lambda lr: scored(lr, abs(math.log10(lr / optimum)) + 1e-3, lr > diverge_above)
+
+
+def run_search(function, grid, **kw):
+    def evaluate(asked):
+        return {key: [function(lr) for lr in lrs] for key, lrs in asked.items()}
+
+    return tune.search_steps(evaluate, {"a": grid}, pick=tune.pick_best, **kw)["a"]
+
+
+def test_the_search_extends_the_grid_until_the_best_step_is_interior():
+    grid = lr_grid(1e-4, 1e-3, 3)
+    choice = run_search(bowl(3e-2), grid)  # the optimum lies 1.5 decades above the grid
+    assert choice.reason.startswith("interior") and not choice.capped
+    assert choice.lower["lr"] < choice.lr < choice.upper["lr"] and choice.lr == pytest.approx(3.16e-2, rel=0.01)
+    assert min(choice.added) > 1e-3 and len(choice.added) == 4  # 3.2e-3, 1e-2, 3.2e-2, 1e-1
+    below = run_search(bowl(2e-6), grid)  # and below it
+    assert below.reason.startswith("interior") and below.lr < 1e-4 and max(below.added) < 1e-4
+
+
+def test_the_search_stops_at_a_diverged_step_and_reports_its_cap():
+    grid = lr_grid(1e-4, 1e-3, 3)
+    bounded = run_search(bowl(1.0, diverge_above=5e-3), grid)
+    assert bounded.reason == "bounded by a diverged step above" and tune.is_diverged(bounded.upper)
+    assert bounded.lr == pytest.approx(3.16e-3, rel=0.01)
+    capped = run_search(bowl(1e6), grid, cap=2)
+    assert capped.capped and "the cap" in capped.reason and capped.upper is None and len(capped.added) == 2
+    inside = run_search(bowl(3e-4), grid)
+    assert inside.added == () and inside.reason.startswith("interior")
+
+
+def test_tune_reports_the_extension_and_picks_an_interior_step(tmp_path):
+    # FOCUS's best step on this ridge lies above the range given: tune extends it and says so.
+    out = tmp_path / "tune"
+    proc = run_cli("tune", "--algorithm", "focus", "--problem", "ridge:dim=5,clients=4,samples=10",
+                   "--participation", "bernoulli", "--rounds", "150", "--local-steps", "2", "--lr-min", "1e-5",
+                   "--lr-max", "1e-4", "--points", "3", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "extending the grid of focus" in proc.stdout and "added beyond the grid" in proc.stdout
+    row = read_csv(out / "summary.csv")[0]
+    assert float(row["lr"]) > 1e-4 and row["added_steps"]
+    assert float(row["lower_lr"]) < float(row["lr"]) < float(row["upper_lr"])
+    assert row["reason"].startswith(("interior", "bounded")) and row["capped"] == "False"
+    steps = {float(g["lr"]) for g in read_csv(out / "grid.csv")}
+    assert len(steps) > 3 and max(steps) > float(row["lr"])

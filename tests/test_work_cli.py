@@ -95,7 +95,8 @@ def test_tune_runs_its_trials_under_the_work_asked(tmp_path):
                    str(tmp_path / "t"))
     assert proc.returncode == 0, proc.stderr
     configs = [json.loads(p.read_text()) for p in (tmp_path / "t" / "runs").glob("*/config.json")]
-    assert len(configs) == 2 and all(c["work"] == {"name": "uniform"} for c in configs)
+    # The 2 grid points and any step the search added past an end: every trial under the work asked.
+    assert len(configs) >= 2 and all(c["work"] == {"name": "uniform"} for c in configs)
     assert json.loads((tmp_path / "t" / "config.json").read_text())["tune"]["work"] == "uniform"
 
 

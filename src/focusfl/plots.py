@@ -137,7 +137,52 @@ LOG_FLOOR = math.log10(FLOOR)
 def _wrap(text: str, width: int = 62) -> str:
     import textwrap
 
-    return "\n".join(textwrap.wrap(text, width))
+    return "\n".join(line for part in text.split("\n") for line in (textwrap.wrap(part, width) or [""]))
+
+
+def chars_across(inches: float, fontsize: float) -> int:
+    """About how many characters of ``fontsize`` points fit ``inches`` (a wrapping width)."""
+    return max(20, int(inches * 72 / (0.55 * fontsize)))
+
+
+def legend_below(fig, handles: Sequence, labels: Sequence[str], *, fontsize: float = 8):
+    """A legend below the panels that lists every label, in as many columns as the figure's width
+    holds; the figure (constrained layout) grows by the legend's height, and by its width when a
+    single entry is wider, so that the panels keep their size and nothing is cut.
+    Returns the legend."""
+    if not labels:
+        return None
+    renderer = fig.canvas.get_renderer()
+    probe = fig.legend(handles, labels, ncol=1, fontsize=fontsize, frameon=False)
+    entry = probe.get_window_extent(renderer).width / fig.dpi  # the widest entry, in inches
+    probe.remove()
+    width, height = fig.get_size_inches()
+    # As many columns as the width holds; a long legend (more than LEGEND_ROWS rows) widens the
+    # figure to up to four columns rather than growing into a tall strip.
+    columns = max(int(width // max(entry, 1e-6)), min(math.ceil(len(labels) / LEGEND_ROWS), 4))
+    columns = max(1, min(len(labels), columns))
+    legend = fig.legend(handles, labels, loc="outside lower center", ncol=columns, fontsize=fontsize, frameon=False)
+    box = legend.get_window_extent(renderer)
+    fig.set_size_inches(max(width, box.width / fig.dpi + 0.3), height + box.height / fig.dpi + 0.15)
+    return legend
+
+
+LEGEND_ROWS = 16
+
+
+def constrained(fig) -> None:
+    """Lay the figure out with matplotlib's constrained layout (titles, labels and an outside
+    legend get their room inside the canvas)."""
+    fig.set_layout_engine("constrained")
+
+
+def save_figure(fig, paths: Sequence[Path]) -> None:
+    """Save ``fig`` at each path, tagged as focusfl's (io/figures.py), then close it."""
+    from .io.figures import figure_metadata as metadata
+
+    for path in paths:
+        fig.savefig(path, metadata=metadata(path))
+    pyplot().close(fig)
 
 
 def plot_panels(
@@ -162,7 +207,7 @@ def plot_panels(
     names = list(dict.fromkeys(name for curves in panels.values() for name in curves))
     colors = dict(zip(names, palette(len(names))))
     markers = {name: MARKERS[k % len(MARKERS)] for k, name in enumerate(names)}
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.6), squeeze=False, layout="constrained")
     handles: dict[str, object] = {}
     for ax, (scenario, curves) in zip(axes[0], panels.items()):
         groups = coinciding_groups(curves, metric, x=x, x_factor=x_factor)
@@ -183,21 +228,18 @@ def plot_panels(
             if ended_early(rows):
                 _mark_end(ax, xs, ys, f"{algorithm} diverged", colors[algorithm], slot=stopped)
                 stopped += 1
-        ax.set_title(scenario)
+        ax.set_title(_wrap(scenario, chars_across(4.8, 12)))
         label = xlabel or x.replace("_", " ")
         if groups:
             label += "\n" + _wrap("coincide: " + "; ".join(" = ".join(group) for group in groups))
         ax.set_xlabel(label, fontsize=9)
         ax.grid(True, which="major", alpha=0.3)
     axes[0][0].set_ylabel(r"$\|x - x^\star\| / \|x^\star\|$" if metric == "rel_error" else metric)
-    labels = list(handles)
-    fig.legend([handles[n] for n in labels], labels, loc="lower center", ncol=min(len(labels), 6), frameon=False)
     if suptitle:
-        fig.suptitle(suptitle)
-    fig.tight_layout(rect=(0, 0.12 if len(labels) > 6 else 0.08, 1, 1))
-    for path in paths:
-        fig.savefig(path, metadata=figure_metadata(path))
-    plt.close(fig)
+        fig.suptitle(_wrap(suptitle, chars_across(5 * len(panels) - 0.4, 12)))
+    labels = list(handles)
+    legend_below(fig, [handles[n] for n in labels], labels, fontsize=9)
+    save_figure(fig, paths)
 
 
 def plot_band_panels(
@@ -226,7 +268,8 @@ def plot_band_panels(
     markers = {name: MARKERS[k % len(MARKERS)] for k, name in enumerate(names)}
     columns = min(len(panels), 3)
     rows = math.ceil(len(panels) / columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(5.2 * columns, 4.2 * rows + 0.4), squeeze=False)
+    fig, axes = plt.subplots(rows, columns, figsize=(5.2 * columns, 4.2 * rows + 0.4), squeeze=False,
+                             layout="constrained")
     handles: dict[str, object] = {}
     coincide: dict[str, set[str]] = {}
     for ax, (scenario, curves) in zip(axes.flat, panels.items()):
@@ -255,7 +298,7 @@ def plot_band_panels(
                 stopped += 1
         if log:
             ax.set_yscale("log")
-        ax.set_title(scenario, fontsize=10)
+        ax.set_title(_wrap(scenario, chars_across(5.0, 10)), fontsize=10)
         label = xlabel
         if groups and len(panels) > 1:
             label += "\n" + _wrap("coincide: " + "; ".join(" = ".join(group) for group in groups))
@@ -269,16 +312,10 @@ def plot_band_panels(
     labels = list(handles)
     shown = [label + (f"  (= {', '.join(sorted(coincide[label]))})" if label in coincide and len(panels) == 1 else "")
              for label in labels]
-    ncol = min(len(labels), 3)
-    fig.legend([handles[n] for n in labels], shown, loc="lower center", ncol=ncol, frameon=False, fontsize=8)
     if suptitle:
-        fig.suptitle(_wrap(suptitle, 110), fontsize=10)
-    legend_rows = math.ceil(len(labels) / max(ncol, 1))
-    height = fig.get_size_inches()[1]
-    fig.tight_layout(rect=(0, min(0.45, (0.17 * legend_rows + 0.1) / height), 1, 1))
-    for path in paths:
-        fig.savefig(path, metadata=figure_metadata(path))
-    plt.close(fig)
+        fig.suptitle(_wrap(suptitle, chars_across(5.2 * columns - 0.4, 10)), fontsize=10)
+    legend_below(fig, [handles[n] for n in labels], shown, fontsize=8)
+    save_figure(fig, paths)
 
 
 _HUES = ("Blues", "Oranges", "Greens", "Reds", "Purples", "Greys", "YlOrBr", "PuRd", "BuGn", "GnBu")

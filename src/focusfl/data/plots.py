@@ -97,8 +97,12 @@ def plot_training_bands(
     """Test accuracy, and test/train loss (log scale): per run (label -> one row list per seed)
     the mean over the seeds, with their min-max band when there are several. A run a seed of
     which diverged says so in its label and ends each of its own curves in a cross."""
+    from ..plots import chars_across, legend_below, save_figure
+    from ..plots import _wrap as wrap
+
     plt = _pyplot()
-    fig, (acc_ax, loss_ax) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (acc_ax, loss_ax) = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
+    handles, labels = [], []
     for k, (label, seeds) in enumerate(runs.items()):
         colour = f"C{k % 10}"
         diverged = _diverged_round(seeds)
@@ -110,7 +114,10 @@ def plot_training_bands(
                                        (loss_ax, "train_loss", ":", " (train)")):
             xs, mean, lo, hi = _seed_band(seeds, key)
             draw = ax.plot if ax is acc_ax else ax.semilogy
-            draw(xs, mean, color=colour, linestyle=style, label=label + suffix)
+            (line,) = draw(xs, mean, color=colour, linestyle=style, label=label + suffix)
+            if ax is acc_ax:
+                handles.append(line)
+                labels.append(label)
             if len(seeds) > 1 and key != "train_loss":
                 ax.fill_between(xs, lo, hi, color=colour, alpha=0.2, linewidth=0)
             if diverged is not None and key != "train_loss":
@@ -124,10 +131,9 @@ def plot_training_bands(
     for ax in (acc_ax, loss_ax):
         ax.set_xlabel("round")
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize="x-small")
     if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    for path in [paths] if isinstance(paths, (str, Path)) else paths:
-        fig.savefig(path)
-    plt.close(fig)
+        fig.suptitle(wrap(title, chars_across(10.6, 12)))
+    # One legend for both panels, below them: each run once, by its colour (the loss panel's line
+    # styles are said in its axis label).
+    legend_below(fig, handles, labels, fontsize=8)
+    save_figure(fig, [Path(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)])

@@ -274,7 +274,9 @@ def curve_labels(series: Sequence[Series],
     varying = [k for k in keys if any(len({_fmt(s.axes.get(k)) for s in members}) > 1 for members in panels.values())]
     labels = {}
     for s in series:
-        parts = [str(s.axes.get("algorithm"))] + [f"{k}={_fmt(s.axes.get(k))}" for k in varying]
+        # An axis a series does not have (a sweep without a work axis beside one with) is left out.
+        parts = [str(s.axes.get("algorithm"))] + [f"{k}={_fmt(s.axes.get(k))}" for k in varying
+                                                  if s.axes.get(k) is not None]
         if s.axes.get("source"):
             parts.insert(0, f"{s.axes['source']}:")
         labels[s.key] = " ".join(parts)

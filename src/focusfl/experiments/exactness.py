@@ -25,7 +25,7 @@ import argparse
 import math
 from typing import Sequence
 
-from .tune import lr_grid, pick_best, run_trial, setup
+from .tune import lr_grid, pick_best, run_trial, search_steps, setup
 
 PROBLEMS = {
     "ridge": "ridge:dim=10,clients=8,samples=20",
@@ -144,13 +144,16 @@ def outcome(row: dict) -> int | float:
 
 
 def tune_table(algorithms: Sequence[str] = ALGORITHMS, progress: bool = True) -> dict:
-    """Grid search of every cell: the new TABLE."""
+    """The step search of every cell (the rule of ``focusfl tune``: GRIDS, extended past an end
+    until the best step is interior): the new TABLE."""
     table = {}
     for problem in PROBLEMS:
         for process in PROCESSES:
             for algorithm in algorithms:
-                trials = [run_cell(algorithm, problem, process, lr) for lr in GRIDS[problem]]
-                best = pick_best(trials)
+                def evaluate(asked, problem=problem, process=process):
+                    return {name: [run_cell(name, problem, process, lr) for lr in lrs] for name, lrs in asked.items()}
+
+                best = search_steps(evaluate, {algorithm: GRIDS[problem]}, pick=pick_best)[algorithm].trial
                 table[(algorithm, problem, process)] = (best["lr"], outcome(best))
                 if progress:
                     cell = table[(algorithm, problem, process)]

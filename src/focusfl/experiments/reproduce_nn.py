@@ -37,12 +37,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import math
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from ..algorithms import ALGORITHMS
 from ..errors import ConfigError
@@ -56,7 +59,7 @@ from ..spec import format_spec
 from .layout import RUNS
 from .preset import Preset
 from .sweep import make_experiment, restart_note, run_sweep
-from .tune import choose, grid_rows, with_validation
+from .tune import choice_columns, choose, grid_rows, is_diverged, search_steps, with_validation
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,61 @@ FOCUS_CIFAR10 = Setup(
     tune_rounds=1_000,
     tune_eval_every=50,
 )
+
+# The FOCUS authors' CIFAR-10 experiment as they ran it (github.com/BichengYing/FedASL: main.py with
+# figures/bashes/run.sh, --seed=66, 32 clients). Their "bern" participation draws, after seeding
+# numpy's global generator with the seed, p_i ~ U(0.1, 0.3) for the first int(0.9 N) clients and
+# U(0.1, 0.9) for the other N - int(0.9 N), then flips one coin per client and round. Their
+# "markov" participation steps every client's state with the transition matrix below, whose two
+# rows are equal: the next state is present with probability 0.2 whatever the current one, so each
+# client joins each round i.i.d. with p = 0.2 (the p_i it draws only set the state before the first
+# transition). That is what the "Markov" panel of their Figure 9 measured.
+AUTHORS_SEED = 66
+AUTHORS_MARKOV_MATRIX = ((0.8, 0.2), (0.8, 0.2))  # rows: from absent, from present; columns: to absent, to present
+
+
+def authors_bernoulli_rates(num_clients: int, seed: int = AUTHORS_SEED) -> list[float]:
+    """The p_i of the authors' "bern" participation for ``num_clients`` clients (numpy's legacy
+    generator seeded as their main.py seeds it: the same numbers on every machine)."""
+    rng = np.random.RandomState(seed)
+    low = rng.uniform(0.1, 0.3, size=int(num_clients * 0.9))
+    high = rng.uniform(0.1, 0.9, size=num_clients - int(num_clients * 0.9))
+    return [float(f"{p:.6g}") for p in np.concatenate([low, high])]
+
+
+def authors_markov_rate(matrix=AUTHORS_MARKOV_MATRIX) -> float | None:
+    """The join probability of the authors' "markov" chain when both rows are equal (then the chain
+    has no memory: i.i.d. Bernoulli with this p); None for a chain with memory."""
+    (_, from_absent), (_, from_present) = matrix
+    return from_absent if from_absent == from_present else None
+
+
+def authors_scenarios(num_clients: int) -> dict[str, str]:
+    """The two participation forms of the authors' CIFAR-10 runs, as focusfl SPECs."""
+    rates = ";".join(f"{p:g}" for p in authors_bernoulli_rates(num_clients))
+    return {"the authors' bern (their p_i, seed 66)": f"bernoulli:p={rates}",
+            f"the authors' \"markov\" (i.i.d. Bernoulli({authors_markov_rate():g}): equal rows)":
+                f"bernoulli:p={authors_markov_rate():g}"}
+
+
+# Their logs' final test accuracy (iteration 9,999, the last evaluation of 10,000 rounds).
+PUBLISHED_SOURCE = ("BichengYing/FedASL, figures/logs/<method>_arbitrary_cifar10_0.002_<bern|markov>_3.log: "
+                    "the test accuracy of the last evaluation (iteration 9999)")
+PUBLISHED = {
+    "bern": {"sg_focus": 0.778320, "fedau": 0.751465, "scaffold": 0.485254},
+    "markov": {"sg_focus": 0.789551, "fedau": 0.760547, "fedavg": 0.764453, "scaffold": 0.482715},
+}
+PARTICIPATION_FORMS = ("focusfl", "authors", "both")
+
+
+def published_for(label: str) -> dict[str, float]:
+    """The authors' published accuracies of the scenario ``label`` (one of authors_scenarios')."""
+    if label.startswith("the authors' bern"):
+        return PUBLISHED["bern"]
+    if label.startswith("the authors' \"markov\""):
+        return PUBLISHED["markov"]
+    return {}
+
 
 FEDSUM_MNIST = Setup(
     title="FedSUM appendix H: MNIST, 100 clients, K=10, batch 128, eta_r = eta/sqrt(r/10+1)",
@@ -170,7 +228,8 @@ FEDSUM_BIASED = Setup(
 SST2_MAX_LENGTH = 66  # about SST-2's longest sentence in bert-base-uncased tokens; longer ones are truncated
 
 FEDSUM_SST2 = Setup(
-    title="FedSUM appendix H.7: bert-base-uncased on SST-2, 8 iid clients, 2 sampled per round, K=3, batch 4",
+    title="FedSUM appendix H.7 setting (the paper: bert-base-uncased on SST-2): 8 iid clients, 2 sampled per round, "
+          "K=3, batch 4",
     problem={"name": "nn", "data": "hf:", "input": "sentence", "label": "label", "test_split": "validation",
              "clients": 8, "partition": "iid", "batch": 4, "max_length": SST2_MAX_LENGTH},
     scenarios={"uniform, 2 of 8": "uniform:m=2"},
@@ -244,21 +303,21 @@ def _sweep(name: str, algorithms: list[dict], run: RunConfig, participation: str
 
 def tune_steps(setup: Setup, run: RunConfig, algorithms: list[str], args: PresetOptions, folder: Path) -> list[dict]:
     """Each algorithm's step per scenario, chosen on the clients' validation share (never the
-    test set): the preset's step times ``setup.factors``, ``--tune-rounds`` rounds, ``--seeds``
-    seeds, ranked by the mean validation loss over the last third of the evaluations (a step whose
-    runs diverge, or oscillate at the end, loses), one grid point below the edge of stability
+    test set): the preset's step times ``setup.factors``, extended past an end by the search rule
+    of ``focusfl tune`` (:func:`focusfl.experiments.tune.search_steps`) until the chosen step is
+    interior or bounded by a diverged step; ``--tune-rounds`` rounds, ``--seeds`` seeds, ranked by
+    the mean validation loss over the last third of the evaluations (a step whose runs diverge, or
+    oscillate at the end, loses), one grid point below the edge of stability
     (:func:`focusfl.experiments.tune.pick_stable`). One row per (scenario, algorithm) with the
-    chosen step and every grid point's score."""
+    chosen step, its neighbours, the reason and every grid point's score."""
     tuned = run.replace(problem=with_validation(run.problem, args.validation))
-    seeds = list(range(run.seed, run.seed + args.seeds))
+    seeds = list(range(run.seed, run.seed + (args.tune_seeds or args.seeds)))
     rounds = args.tune_rounds or setup.tune_rounds
     eval_every = min(args.tune_eval_every or setup.tune_eval_every, rounds)
+    grids = {name: [float(f"{setup.algorithms[name]['lr'] * f:.3g}") for f in setup.factors] for name in algorithms}
     choices = []
     for scenario, participation in setup.scenarios.items():
-        entries = [_entry(name, setup.algorithms[name],
-                          [float(f"{setup.algorithms[name]['lr'] * f:.3g}") for f in setup.factors])
-                   for name in algorithms]
-        experiment = _sweep("tune steps", entries, tuned, participation, seeds, rounds, eval_every)
+        steps = {name: list(grid) for name, grid in grids.items()}
         found: dict = {}
 
         def tables(experiment, runs, where, *, band, failures) -> list[str]:
@@ -266,22 +325,47 @@ def tune_steps(setup: Setup, run: RunConfig, algorithms: list[str], args: Preset
             write_csv(where / "grid.csv", found["trials"])
             return ["grid.csv"]
 
-        report = run_sweep(experiment, folder / f"tuning-{scenario_tag(participation)}", workers=args.workers,
-                           threads=run.threads, progress=True, kind="tune", tables=tables)
-        _raise_failures(report, "tuning")
+        def evaluate(asked: dict[str, list[float]]) -> dict[str, list[dict]]:
+            for name, new in asked.items():
+                steps[name] = sorted(set(steps[name]) | set(new))
+            entries = [_entry(name, setup.algorithms[name], lrs) for name, lrs in steps.items()]
+            experiment = _sweep("tune steps", entries, tuned, participation, seeds, rounds, eval_every)
+            report = run_sweep(experiment, folder / f"tuning-{scenario_tag(participation)}", workers=args.workers,
+                               threads=run.threads, progress=True, kind="tune", tables=tables)
+            _raise_failures(report, "tuning")
+            return {name: [t for t in found["trials"] if t["algorithm"] == _label(name, setup.algorithms[name])
+                           and t["lr"] in new] for name, new in asked.items()}
+
+        searched = search_steps(evaluate, grids, pick=choose)
         for name in algorithms:
+            choice = searched[name]
             label = _label(name, setup.algorithms[name])
             trials = sorted((t for t in found["trials"] if t["algorithm"] == label), key=lambda t: t["lr"])
-            best = choose(trials)
             choices.append({
-                "scenario": scenario, "algorithm": name, "lr": best["lr"], "steps": "tuned",
-                "preset_lr": setup.algorithms[name]["lr"], "score": best["final"],
-                "every_step_diverged": all(t["diverged"] for t in trials),
-                "largest_of_grid": best["lr"] == trials[-1]["lr"],
-                "grid": ";".join(f"{t['lr']:g}={t['final']:.4g}" + (" (diverged)" if t["diverged"] else "")
+                "scenario": scenario, "algorithm": name, "lr": choice.lr, "steps": "tuned",
+                "preset_lr": setup.algorithms[name]["lr"], "score": choice.trial["final"],
+                "every_step_diverged": all(is_diverged(t) for t in trials),
+                **choice_columns(choice),
+                "grid": ";".join(f"{t['lr']:g}={t['final']:.4g}" + (" (diverged)" if is_diverged(t) else "")
                                  for t in trials),
             })
     return choices
+
+
+def step_reason(row: dict) -> str:
+    """Why a tuned step was chosen, with its neighbours (a steps.csv row)."""
+    def neighbour(lr, score) -> str:
+        if lr is None:
+            return "none"
+        return f"{lr:g} ({score})" if isinstance(score, str) else f"{lr:g} ({score:.3g})"
+
+    text = (f"{row['reason']}; below {neighbour(row['lower_lr'], row['lower_score'])}, above "
+            f"{neighbour(row['upper_lr'], row['upper_score'])}")
+    if row["added_steps"]:
+        text += f"; added beyond the grid: {row['added_steps'].replace(';', ', ')}"
+    if row["capped"]:
+        text += "; CAPPED: a step further out may do better"
+    return text
 
 
 def fixed_steps(setup: Setup, algorithms: list[str]) -> list[dict]:
@@ -395,25 +479,55 @@ def format_table(summary: list[dict]) -> str:
     return "\n".join(lines)
 
 
+TAG_LENGTH = 48  # a longer tag (a spec with per-client rates) keeps its start and a digest of the whole
+
+
 def scenario_tag(spec: str) -> str:
     """The <scenario> of the file names: the participation spec made file-safe
-    (``bernoulli`` -> figure_bernoulli.png, ``uniform:m=20`` -> figure_uniform-m-20.png)."""
-    return re.sub(r"[^A-Za-z0-9]+", "-", spec).strip("-")
+    (``bernoulli`` -> figure_bernoulli.png, ``uniform:m=20`` -> figure_uniform-m-20.png); a spec
+    too long for a readable name (32 per-client rates) becomes its start and a digest."""
+    tag = re.sub(r"[^A-Za-z0-9]+", "-", spec).strip("-")
+    if len(tag) <= TAG_LENGTH:
+        return tag
+    return f"{tag[:24].rstrip('-')}-{hashlib.sha256(spec.encode()).hexdigest()[:10]}"
+
+
+def _named(value: Any) -> str:
+    """A data set or model as a title names it: a folder or file by its name, a zoo entry as is."""
+    text = str(value)
+    for prefix in ("hf-config:", "hf:"):
+        text = text.removeprefix(prefix)
+    return Path(text).name if ("/" in text or text.endswith(".npz")) else text
+
+
+def ran_line(problem: Any, summary: list[dict]) -> str:
+    """What a preset actually ran, for its figures' titles: the data and model as given (not the
+    setting's name for them), the clients and split, the rounds and seeds of its runs."""
+    spec = problem.describe() if hasattr(problem, "describe") else dict(problem)
+    split = spec.get("partition", "")
+    if split == "dirichlet":
+        split = f"Dirichlet α={spec.get('alpha'):g}"
+    rounds = max((row["rounds"] for row in summary), default=0)
+    seeds = max((row["seeds"] for row in summary), default=0)
+    return (f"ran: {_named(spec.get('model'))} on {_named(spec.get('data'))}, {spec.get('clients')} clients "
+            f"({split}), batch {spec.get('batch')}, {rounds} rounds, {seeds} seed(s)")
 
 
 def write_outputs(folder: Path, setup: Setup, panels, summary, steps, problem) -> list[str]:
-    """summary.csv, steps.csv, figure_<scenario>.png/pdf (seed bands) and partition.png; the names."""
+    """summary.csv, steps.csv, figure_<scenario>.png/pdf (seed bands) and partition.png; the names.
+    A figure's title is the setting's, then what was actually run (ran_line), then the scenario."""
     from ..data.plots import plot_label_histograms, plot_training_bands
 
     written = ["summary.csv", "steps.csv", "partition.png"]
     write_csv(folder / "summary.csv", summary)
     write_csv(folder / "steps.csv", steps)
+    ran = ran_line(problem, summary)
     for scenario, runs in panels.items():
         tag = scenario_tag(setup.scenarios[scenario])
         chosen = {row["algorithm"]: row for row in steps if row["scenario"] == scenario}
         labelled = {f"{name} (lr {chosen[name]['lr']:g}, {chosen[name]['steps']})": seeds for name, seeds in runs.items()}
         plot_training_bands(labelled, [folder / f"figure_{tag}.png", folder / f"figure_{tag}.pdf"],
-                            title=f"{setup.title}\n{scenario}")
+                            title=f"{setup.title}\n{ran}\n{scenario}")
         written += [f"figure_{tag}.png", f"figure_{tag}.pdf"]
     plot_label_histograms(problem.label_histograms(), folder / "partition.png")
     return written
@@ -423,6 +537,13 @@ def run_preset(setup: Setup, spec: dict, algorithms: list[str], args: PresetOpti
     """The whole preset on the user's data ``spec`` into the focusfl folder ``folder`` (a rerun
     skips finished runs): steps (tuned unless ``--steps fixed``), the runs over the seeds, tables
     and figures. Returns (summary rows, steps rows)."""
+    summary, steps, _ = run_preset_runs(setup, spec, algorithms, args, folder)
+    return summary, steps
+
+
+def run_preset_runs(setup: Setup, spec: dict, algorithms: list[str], args: PresetOptions, folder: Path):
+    """:func:`run_preset`, returning the runs too: (summary rows, steps rows, panels: scenario ->
+    algorithm -> one row list per seed)."""
     run = preset_run(setup, args, spec)
     resolved = run.with_problem_defaults()
     problem = make_problem(run.problem, dtype=DTYPES[resolved.dtype], device=str(resolve_device(run.device)))
@@ -432,7 +553,7 @@ def run_preset(setup: Setup, spec: dict, algorithms: list[str], args: PresetOpti
         panels, summary = run_final(setup, resolved, steps, args, store.path)
         written = write_outputs(store.path, setup, panels, summary, steps, problem)
         store.mark(written, folders=[p.name for p in store.path.iterdir() if p.is_dir() and not p.name.startswith(".")])
-    return summary, steps
+    return summary, steps, panels
 
 
 @dataclass(frozen=True)
@@ -453,6 +574,7 @@ class PresetOptions(WithRun):
     tune_rounds: int | None = None
     tune_eval_every: int | None = None
     workers: int | None = None  # None: 2, or 1 on a one-core machine (speed only: each run has its threads)
+    tune_seeds: int | None = None  # seeds per step-size trial (None: ``seeds``)
 
 
 # The run fields a preset's command line takes.
@@ -494,6 +616,8 @@ def preset_arguments(setup: Setup, default_out: str | None, *, npz_required: boo
                             help=f"rounds per step-size trial (default {setup.tune_rounds})")
         parser.add_argument("--tune-eval-every", type=int, default=None,
                             help=f"evaluate the trials every E rounds (default {setup.tune_eval_every})")
+        parser.add_argument("--tune-seeds", type=int, default=None,
+                            help="seeds per step-size trial (default: --seeds)")
         parser.add_argument("--workers", type=int, default=None,
                             help="runs at a time on this machine, each with one thread (default: 2, or 1 on a "
                             "one-core machine; the numbers do not depend on it)")
@@ -531,11 +655,11 @@ def sst2_spec(setup: Setup, args: PresetOptions) -> dict:
     return {**setup.problem, "data": f"hf:{data}", "tokenizer": str(model), "model": f"hf:{model}"}
 
 
-def make_runner(setup: Setup, spec_of=problem_spec):
+def make_runner(setup: Setup, spec_of=problem_spec, notes_after=None):
     """The preset's command, taking its PresetOptions; ``spec_of(setup, options)`` is its problem
-    on the user's data."""
+    on the user's data; ``notes_after(summary)``: lines printed after the table."""
     def run(args: PresetOptions) -> int:
-        for key in ("tune_rounds", "tune_eval_every", "seeds", "workers"):
+        for key in ("tune_rounds", "tune_eval_every", "seeds", "workers", "tune_seeds"):
             value = getattr(args, key)
             if value is not None and value < 1:
                 raise ConfigError(f"--{key.replace('_', '-')} must be >= 1, got {value}")
@@ -553,10 +677,11 @@ def make_runner(setup: Setup, spec_of=problem_spec):
         if args.steps == "tuned":
             print("steps chosen on the clients' validation share (steps.csv has every grid point's score):")
             for row in steps:
-                print(f"  {row['scenario']}: {row['algorithm']} lr {row['lr']:g} (preset {row['preset_lr']:g})"
-                      + ("; every step of the grid diverged" if row["every_step_diverged"] else "")
-                      + ("; the grid's largest (a larger one may do better)" if row["largest_of_grid"] else ""))
+                print(f"  {row['scenario']}: {row['algorithm']} lr {row['lr']:g} (preset {row['preset_lr']:g}); "
+                      f"{step_reason(row)}")
         print(format_table(summary))
+        for line in (notes_after(summary) if notes_after is not None else []):
+            print(line)
         print(f"\nwrote {Path(args.out) / 'summary.csv'}, steps.csv, figure_*.png, partition.png and the runs' folders")
         return 0
 
@@ -599,13 +724,69 @@ def make_dataset_runner(setups: dict[str, Setup], name: str):
     return run
 
 
+@dataclass(frozen=True)
+class CifarPresetOptions(PresetOptions):
+    """focus-cifar10's options: PresetOptions and which participation forms it runs."""
+
+    participation_form: str = "focusfl"
+
+
+def cifar_arguments(setup: Setup, default_out: str):
+    common = preset_arguments(setup, default_out)
+
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        common(parser)
+        parser.add_argument("--participation-form", choices=PARTICIPATION_FORMS, default="focusfl",
+                            help="the default, 'focusfl': Bernoulli with the FOCUS preset p_i and a real Markov chain; "
+                            "authors: the authors' own runs' forms (their bern p_i, seed 66, and their \"markov\", "
+                            "which is i.i.d. Bernoulli(0.2)), printed beside their published accuracies; both: all four")
+
+    return add_arguments
+
+
+def cifar_setup(setup: Setup, form: str) -> Setup:
+    """focus-cifar10's setting under the participation ``form`` (PARTICIPATION_FORMS)."""
+    if form not in PARTICIPATION_FORMS:
+        raise ConfigError(f"--participation-form must be one of {', '.join(PARTICIPATION_FORMS)}, got {form!r}")
+    authors = authors_scenarios(int(setup.problem["clients"]))
+    scenarios = {"focusfl": setup.scenarios, "authors": authors, "both": {**setup.scenarios, **authors}}[form]
+    return dataclasses.replace(setup, scenarios=scenarios)
+
+
+def format_published(summary: list[dict], scenarios: dict[str, str]) -> list[str]:
+    """Lines: the authors' published final accuracy beside ours, per scenario and algorithm they ran."""
+    lines = []
+    for label, spec in scenarios.items():
+        published = published_for(label)
+        for name, accuracy in published.items():
+            ours = next((row for row in summary if row["algorithm"] == name and row["participation"] == spec), None)
+            shown = ("not run" if ours is None else ours["status"] if ours["final_test_accuracy"] is None
+                     else f"{ours['final_test_accuracy']:.4f} after {ours['rounds']} rounds")
+            lines.append(f"  {label}: {name} published {accuracy:.4f} (10,000 rounds), ours {shown}")
+    if lines:
+        lines.insert(0, f"the authors' published final test accuracy beside ours (source: {PUBLISHED_SOURCE}):")
+    return lines
+
+
+def make_cifar_runner(setup: Setup):
+    """focus-cifar10's command: make_runner over the setting of the asked participation forms, then
+    the authors' published accuracies beside ours."""
+    def run(args: CifarPresetOptions) -> int:
+        chosen = cifar_setup(setup, args.participation_form)
+        return make_runner(chosen, notes_after=lambda summary: format_published(summary, chosen.scenarios))(args)
+
+    return run
+
+
 def _preset(name: str, help_text: str, setup: Setup, add_arguments, run, options: type = PresetOptions) -> Preset:
     return Preset(name, help_text, add_arguments, options, run, RUN_OPTIONS, run_defaults(setup))
 
 
 PRESETS = (
-    _preset("focus-cifar10", "FOCUS paper appendix G: SG-FOCUS and baselines on CIFAR-10 (32 clients, alpha=0.05)",
-            FOCUS_CIFAR10, preset_arguments(FOCUS_CIFAR10, "runs/focus-cifar10"), make_runner(FOCUS_CIFAR10)),
+    _preset("focus-cifar10", "FOCUS paper appendix G: SG-FOCUS and baselines on CIFAR-10 (32 clients, alpha=0.05); "
+            "--participation-form authors runs the authors' own participation forms",
+            FOCUS_CIFAR10, cifar_arguments(FOCUS_CIFAR10, "runs/focus-cifar10"), make_cifar_runner(FOCUS_CIFAR10),
+            CifarPresetOptions),
     _preset("fedsum-mnist", "FedSUM paper appendix H: MNIST CNN, 100 clients, patterns P1-P3",
             FEDSUM_MNIST, preset_arguments(FEDSUM_MNIST, "runs/fedsum-mnist"), make_runner(FEDSUM_MNIST)),
     _preset("fedsum-resnet18",

@@ -28,7 +28,7 @@ from typing import Sequence
 import torch
 
 from ..metrics import first_below  # noqa: F401 (a study's rows are read with it)
-from .tune import TuneSetup, lr_grid, pick_best, run_trial, setup as tune_setup
+from .tune import StepChoice, TuneSetup, lr_grid, pick_best, run_trial, search_steps, setup as tune_setup
 
 # The exactness table's problem: small enough for hundreds of runs in seconds.
 SMALL_RIDGE = "ridge:dim=10,clients=8,samples=20"
@@ -41,20 +41,35 @@ def _rates(p_min: float) -> str:
     return ";".join(f"{p:g}" for p in (p_min, *OTHER_RATES))
 
 
-def tuned(algorithm: str, setup: TuneSetup, grid: Sequence[float] = GRID) -> dict:
-    """Best trial of ``algorithm`` over ``grid`` (the rule of ``focusfl tune``)."""
-    return pick_best(run_trial(algorithm, lr, setup) for lr in grid)
+def tuned_choice(algorithm: str, grid: Sequence[float], trial) -> StepChoice:
+    """The step of ``algorithm`` by the search rule of ``focusfl tune`` (the convex ranking):
+    ``trial(lr)`` runs one step; the grid is extended past an end until its best step is
+    interior or bounded by a diverged step."""
+    def evaluate(asked: dict[str, list[float]]) -> dict[str, list[dict]]:
+        return {key: [trial(lr) for lr in lrs] for key, lrs in asked.items()}
+
+    return search_steps(evaluate, {algorithm: grid}, pick=pick_best)[algorithm]
 
 
-def outcome_row(best: dict) -> dict:
-    """rounds to the target, or the plateau (final) / divergence when it never gets there."""
+def tuned(algorithm: str, setup: TuneSetup, grid: Sequence[float] = GRID) -> StepChoice:
+    """The tuned step of ``algorithm`` under ``setup``, searched from ``grid`` (:func:`tuned_choice`)."""
+    return tuned_choice(algorithm, grid, lambda lr: run_trial(algorithm, lr, setup))
+
+
+def outcome_row(choice: StepChoice | dict) -> dict:
+    """rounds to the target, or the plateau (final) / divergence when it never gets there; with
+    the step search's reason (and whether it hit its cap)."""
+    best = choice.trial if isinstance(choice, StepChoice) else choice
     first = best["first_round_below_target"]
-    return {
+    row = {
         "lr": best["lr"],
         "rounds_to_target": first,
         "final": best["final"],
         "diverged": best["diverged_at"] is not None,
     }
+    if isinstance(choice, StepChoice):
+        row.update(lr_reason=choice.reason, lr_capped=choice.capped)
+    return row
 
 
 def format_outcome(row: dict) -> str:
@@ -92,24 +107,34 @@ ABSENCE_ALGORITHMS = ("focus", "scaffold", "fedau", "mifa")
 MARKOV_RATES = "0.2;0.3;0.4;0.5;0.6;0.7;0.8;0.9"
 
 
+def mean_absence(rho: float, p: float = min(float(v) for v in MARKOV_RATES.split(";"))) -> float:
+    """Mean length of an absence of a Markov client with stationary rate p and persistence rho:
+    1 / P(absent -> present) = 1 / (p (1 - rho)) rounds (the rarest client's, by default)."""
+    return 1.0 / (p * (1.0 - rho))
+
+
 def long_absences(
     rhos: Sequence[float] = RHOS, algorithms: Sequence[str] = ABSENCE_ALGORITHMS, *,
     rounds: int = 3000, problem: str = SMALL_RIDGE, local_steps: int = 2, grid: Sequence[float] = GRID,
-    eval_every: int = 10,
+    eval_every: int = 10, absences: float = 0.0,
 ) -> list[dict]:
     """Markov participation with stationary rates 0.2..0.9 and persistence rho (the lag-one
-    autocorrelation of presence: absences last 1/((1-rho) (1-... )) rounds on average). Adds the
-    measured delay metrics of each rho."""
+    autocorrelation of presence: the rarest client's absences last :func:`mean_absence` rounds on
+    average). Each rho runs ``rounds`` rounds, or long enough for ``absences`` mean absences of
+    the rarest client if that is longer (a run short against the absences cannot tell slow from
+    never). Adds the measured delay metrics of each rho, its rounds and its mean absence."""
     from ..participation import make_participation, summarize
 
     rows = []
     for rho in rhos:
+        horizon = max(rounds, math.ceil(absences * mean_absence(rho) / eval_every) * eval_every)
         spec = f"markov:p={MARKOV_RATES},rho={rho:g}"
-        stats = summarize(make_participation(spec, 8, seed=0).mask(rounds))
-        setup = tune_setup(problem=problem, participation=spec, rounds=rounds, local_steps=local_steps,
+        stats = summarize(make_participation(spec, 8, seed=0).mask(horizon))
+        setup = tune_setup(problem=problem, participation=spec, rounds=horizon, local_steps=local_steps,
                           target=TARGET, eval_every=eval_every)
         for algorithm in algorithms:
-            rows.append({"rho": rho, "tau_max": stats.tau_max, "tau_avg": stats.tau_avg, "algorithm": algorithm,
+            rows.append({"rho": rho, "tau_max": stats.tau_max, "tau_avg": stats.tau_avg, "rounds": horizon,
+                         "mean_absence": mean_absence(rho), "algorithm": algorithm,
                          **outcome_row(tuned(algorithm, setup, grid))})
     return rows
 
@@ -198,10 +223,11 @@ PAPER_RIDGE = "ridge:clients=16,samples=100,dim=100,reg=0.01"
 
 def scaffold_against_focus(
     *, problem: str = PAPER_RIDGE, participation: str = ARBITRARY, local_steps: int = 5, rounds: int = 500,
-    grid: Sequence[float] = lr_grid(5e-5, 5e-3, 7), eval_every: int = 5,
+    grid: Sequence[float] = lr_grid(5e-5, 5e-3, 7), eval_every: int = 5, seeds: int = 3,
 ) -> list[dict]:
     """Tuned FOCUS and SCAFFOLD on the paper's ridge under arbitrary participation: rounds and
-    floats communicated (down + up, per d) to 1e-8."""
+    vectors communicated (down + up) to 1e-8. The step is tuned on seed 0, then run on seeds
+    0..``seeds``-1 (the participation's draws): per-seed rounds and vectors ("never": math.inf)."""
     from ..algorithms import make_algorithm
 
     rows = []
@@ -209,11 +235,18 @@ def scaffold_against_focus(
         setup = tune_setup(problem=problem, participation=participation, rounds=rounds, local_steps=local_steps,
                           target=TARGET, eval_every=eval_every)
         best = outcome_row(tuned(algorithm, setup, grid))
+        per_seed = [run_trial(algorithm, best["lr"], TuneSetup(setup.run.replace(seed=seed), setup.target))
+                    for seed in range(seeds)]
+        reached = [math.inf if t["first_round_below_target"] is None else t["first_round_below_target"]
+                   for t in per_seed]
         comm = make_algorithm(algorithm).communication()
-        rows.append({"algorithm": algorithm, **best, "vectors_per_participant": comm.down + comm.up,
+        vectors = comm.down + comm.up
+        rows.append({"algorithm": algorithm, **best, "vectors_per_participant": vectors,
+                     "rounds_per_seed": reached,
                      # weighted:m=4: exactly 4 participants per round
+                     "vectors_per_seed": [r * 4 * vectors for r in reached],
                      "vectors_to_target": None if best["rounds_to_target"] is None
-                     else best["rounds_to_target"] * 4 * (comm.down + comm.up)})
+                     else best["rounds_to_target"] * 4 * vectors})
     return rows
 
 
@@ -350,9 +383,11 @@ def exactness_under_work(
                 setup = tune_setup(problem=problem, participation=participation, rounds=rounds,
                                   local_steps=local_steps, target=TARGET, eval_every=eval_every)
                 for algorithm in algorithms:
-                    best = pick_best(work_trial(algorithm, lr, setup, work) for lr in grids[problem_label])
+                    choice = tuned_choice(algorithm, grids[problem_label],
+                                          lambda lr: work_trial(algorithm, lr, setup, work))
+                    best = choice.trial
                     row = {"problem": problem_label, "work": work_label, "participation": part_label,
-                           "algorithm": algorithm, **outcome_row(best), "curve": best["curve"]}
+                           "algorithm": algorithm, **outcome_row(choice), "curve": best["curve"]}
                     row["verdict"] = work_verdict(row)
                     if (predict_rounds and algorithm == "fedavg" and problem.startswith("ridge")
                             and row["verdict"] != "diverged"):

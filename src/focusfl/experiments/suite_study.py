@@ -22,16 +22,17 @@ import math
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from ..errors import FocusflError
 from ..io.atomic import open_atomic, write_text
 from ..participation.importing import ImportOptions, import_trace, statistics_lines, trace_text
-from ..plots import palette, pyplot
+from ..plots import legend_below, palette, pyplot
 from .studies import TARGET, work_trial
-from .tune import TuneSetup, lr_grid, pick_best
+from .verdicts import Criterion, Verdict
+from .tune import TuneSetup, lr_grid, pick_best, search_steps
 from .tune import setup as tune_setup
 
 PROBLEM = "ridge:dim=10,clients=8,samples=20"
@@ -67,11 +68,6 @@ class SuiteSizes:
 
 FULL = SuiteSizes()
 QUICK = SuiteSizes(rounds=150, seeds=1, grid_every=3, eval_every=10)
-
-
-class Verdict(NamedTuple):
-    outcome: str  # "reproduced", "not reproduced" or "inconclusive"
-    criterion: str  # the rule that gave it, stated beside it
 
 
 # -- the imported trace -----------------------------------------------------------------------------
@@ -122,14 +118,20 @@ def mean_over_seeds(trials: Sequence[dict]) -> dict:
 
 
 def tuned_cell(algorithm: str, setup: TuneSetup, grid: Sequence[float], seeds: int) -> dict:
-    """The best step of ``grid`` for ``algorithm`` (mean over ``seeds`` seeds), with whether it
-    sits at an end of the grid."""
+    """The step of ``algorithm`` (mean over ``seeds`` seeds) by the search rule of ``focusfl tune``:
+    ``grid`` extended past an end until the best step is interior or bounded by a diverged step;
+    ``edge``: the search hit its cap with the best step still at an end."""
     per_seed = [TuneSetup(setup.run.replace(seed=seed), setup.target) for seed in range(seeds)]
-    per_step = [mean_over_seeds([work_trial(algorithm, lr, one, "fixed") for one in per_seed]) for lr in grid]
-    best = pick_best(per_step)
+
+    def evaluate(asked: dict[str, list[float]]) -> dict[str, list[dict]]:
+        return {key: [mean_over_seeds([work_trial(algorithm, lr, one, "fixed") for one in per_seed]) for lr in lrs]
+                for key, lrs in asked.items()}
+
+    choice = search_steps(evaluate, {algorithm: grid}, pick=pick_best)[algorithm]
+    best = choice.trial
     return {"algorithm": algorithm, "lr": best["lr"], "rounds_to_target": best["first_round_below_target"],
             "final": best["final"], "diverged": best["diverged_at"] is not None, "curve": best["curve"],
-            "edge": best["lr"] in (grid[0], grid[-1])}
+            "edge": choice.capped, "lr_reason": choice.reason}
 
 
 def run_study(sizes: SuiteSizes, processes: dict[str, str], algorithms: Sequence[str] = ALGORITHMS) -> list[dict]:
@@ -145,51 +147,99 @@ def run_study(sizes: SuiteSizes, processes: dict[str, str], algorithms: Sequence
 
 
 # -- verdicts ---------------------------------------------------------------------------------------
-def exact_everywhere_verdict(rounds: dict[str, int | float | None]) -> Verdict:
-    """``rounds``: (algorithm / process) -> mean rounds to 1e-8, None when not reached."""
-    missed = [key for key, value in rounds.items() if value is None]
-    criterion = "reproduced if every run reaches rel. error 1e-8 within the budget"
-    return Verdict("not reproduced" if missed else "reproduced", criterion)
+# Each claim's criterion over named numbers (experiments/verdicts.py): the report judges the claim
+# with it, and the functions below give the verdict of raw cells (what claims() reads).
+# A miss (a run that did not reach 1e-8) decides only in a run of the study's full length: the
+# quick study's 150 rounds cannot tell slow from never.
+DECISIVE_ROUNDS = FULL.rounds
+
+EXACT_EVERYWHERE = Criterion(
+    "suite-exact-everywhere", "reproduced if every run reaches rel. error 1e-8 within the budget (a miss counts "
+    f"in runs of at least {DECISIVE_ROUNDS} rounds)",
+    ("runs", "runs_reaching_1e-8", "rounds"),
+    lambda v: True if v["runs_reaching_1e-8"] == v["runs"] else (False if v["rounds"] >= DECISIVE_ROUNDS else None))
+
+PLATEAU_EVERYWHERE = Criterion(
+    "suite-plateau-everywhere", "reproduced if no run reaches rel. error 1e-8 (every one stays on a plateau) in "
+    f"runs of at least {DECISIVE_ROUNDS} rounds",
+    ("runs", "runs_reaching_1e-8", "rounds"),
+    lambda v: False if v["runs_reaching_1e-8"] > 0 else (True if v["rounds"] >= DECISIVE_ROUNDS else None))
 
 
-def plateau_everywhere_verdict(finals: dict[str, float]) -> Verdict:
-    """``finals``: (algorithm / process) -> final rel. error (mean over seeds)."""
-    below = [key for key, value in finals.items() if value <= TARGET]
-    criterion = "reproduced if no run reaches rel. error 1e-8 (every one stays on a plateau)"
-    return Verdict("not reproduced" if below else "reproduced", criterion)
+def _unless_edge(decide):
+    """A comparison at a tuned step still at the end of its extended grid (the search's cap) decides nothing."""
+    return lambda v: None if v["step_at_grid_edge"] else decide(v)
+
+
+FASTER = Criterion(
+    "suite-faster", "reproduced if the candidate reaches 1e-8 in fewer rounds than the baseline; not reproduced if "
+    "not fewer; inconclusive if either never reaches it or a tuned step sits at the grid's edge",
+    ("candidate_rounds", "baseline_rounds", "step_at_grid_edge"),
+    _unless_edge(lambda v: None if v["candidate_rounds"] is None or v["baseline_rounds"] is None
+                 else v["candidate_rounds"] < v["baseline_rounds"]))
+
+LOWER_PLATEAU = Criterion(
+    "suite-lower-plateau", "reproduced if the candidate's final error is below the baseline's under every process "
+    "with unequal rates; not reproduced if below under none; inconclusive otherwise or at the grid's edge",
+    ("processes", "processes_below", "step_at_grid_edge"),
+    _unless_edge(lambda v: True if v["processes_below"] == v["processes"] else
+                 (False if v["processes_below"] == 0 else None)))
+
+BETWEEN_ENDS = Criterion(
+    "suite-between-ends", "reproduced if the mixed weight is at least as good (within 1%) as both ends in at least "
+    "half of the processes; not reproduced if in none; inconclusive otherwise or at the grid's edge",
+    ("processes", "processes_at_least_as_good", "step_at_grid_edge"),
+    _unless_edge(lambda v: True if 2 * v["processes_at_least_as_good"] >= v["processes"] else
+                 (False if v["processes_at_least_as_good"] == 0 else None)))
+
+
+def exact_everywhere_values(rounds: dict[str, int | float | None], budget: int = DECISIVE_ROUNDS) -> dict:
+    """``rounds``: (algorithm / process) -> mean rounds to 1e-8, None when not reached, in runs of
+    ``budget`` rounds."""
+    return {"runs": len(rounds), "runs_reaching_1e-8": sum(value is not None for value in rounds.values()),
+            "rounds": budget}
+
+
+def plateau_everywhere_values(finals: dict[str, float], budget: int = DECISIVE_ROUNDS) -> dict:
+    """``finals``: (algorithm / process) -> final rel. error (mean over seeds), in runs of ``budget`` rounds."""
+    return {"runs": len(finals), "runs_reaching_1e-8": sum(value <= TARGET for value in finals.values()),
+            "rounds": budget}
+
+
+def faster_values(candidate: int | float | None, baseline: int | float | None, edge: bool) -> dict:
+    """Rounds to 1e-8 of the candidate against the baseline's (both tuned)."""
+    return {"candidate_rounds": candidate, "baseline_rounds": baseline, "step_at_grid_edge": edge}
+
+
+def lower_plateau_values(ratios: dict[str, float], edge: bool) -> dict:
+    """``ratios``: process -> candidate's final error / baseline's (both tuned)."""
+    return {"processes": len(ratios), "processes_below": sum(r < 1 for r in ratios.values()), "step_at_grid_edge": edge}
+
+
+def between_ends_values(mixed: dict[str, float], ends: dict[str, float], edge: bool) -> dict:
+    """FedStale's final error per process against the better of its two ends (beta 0 and 1)."""
+    return {"processes": len(mixed), "processes_at_least_as_good": sum(mixed[p] <= 1.01 * ends[p] for p in mixed),
+            "step_at_grid_edge": edge}
+
+
+def exact_everywhere_verdict(rounds: dict[str, int | float | None], budget: int = DECISIVE_ROUNDS) -> Verdict:
+    return EXACT_EVERYWHERE.judge(exact_everywhere_values(rounds, budget))
+
+
+def plateau_everywhere_verdict(finals: dict[str, float], budget: int = DECISIVE_ROUNDS) -> Verdict:
+    return PLATEAU_EVERYWHERE.judge(plateau_everywhere_values(finals, budget))
 
 
 def faster_verdict(candidate: int | float | None, baseline: int | float | None, edge: bool) -> Verdict:
-    """Rounds to 1e-8 of the candidate against the baseline's (both tuned)."""
-    criterion = ("reproduced if the candidate reaches 1e-8 in fewer rounds than the baseline; not reproduced if "
-                 "not fewer; inconclusive if either never reaches it or a tuned step sits at the grid's edge")
-    if edge or candidate is None or baseline is None:
-        return Verdict("inconclusive", criterion)
-    return Verdict("reproduced" if candidate < baseline else "not reproduced", criterion)
+    return FASTER.judge(faster_values(candidate, baseline, edge))
 
 
 def lower_plateau_verdict(ratios: dict[str, float], edge: bool) -> Verdict:
-    """``ratios``: process -> candidate's final error / baseline's (both tuned)."""
-    criterion = ("reproduced if the candidate's final error is below the baseline's under every process with "
-                 "unequal rates; not reproduced if below under none; inconclusive otherwise or at the grid's edge")
-    if edge:
-        return Verdict("inconclusive", criterion)
-    better = [p for p, ratio in ratios.items() if ratio < 1]
-    if len(better) == len(ratios):
-        return Verdict("reproduced", criterion)
-    return Verdict("not reproduced" if not better else "inconclusive", criterion)
+    return LOWER_PLATEAU.judge(lower_plateau_values(ratios, edge))
 
 
 def between_ends_verdict(mixed: dict[str, float], ends: dict[str, float], edge: bool) -> Verdict:
-    """FedStale's final error per process against the better of its two ends (beta 0 and 1)."""
-    criterion = ("reproduced if the mixed weight is at least as good (within 1%) as both ends in at least half "
-                 "of the processes; not reproduced if in none; inconclusive otherwise or at the grid's edge")
-    if edge:
-        return Verdict("inconclusive", criterion)
-    wins = [p for p in mixed if mixed[p] <= 1.01 * ends[p]]
-    if 2 * len(wins) >= len(mixed):
-        return Verdict("reproduced", criterion)
-    return Verdict("not reproduced" if not wins else "inconclusive", criterion)
+    return BETWEEN_ENDS.judge(between_ends_values(mixed, ends, edge))
 
 
 # -- the section ------------------------------------------------------------------------------------
@@ -209,19 +259,22 @@ def _shown(row: dict) -> str:
     return f"{row['rounds_to_target']:.0f}" if row["rounds_to_target"] is not None else f"never ({row['final']:.1e})"
 
 
-def claims(rows: list[dict]) -> list[dict]:
-    """The section's claims, each with the numbers and the verdict its criterion gives."""
+def claims(rows: list[dict], budget: int = DECISIVE_ROUNDS) -> list[dict]:
+    """The section's claims, each with the numbers and the verdict its criterion gives (``budget``:
+    the runs' rounds)."""
     processes = list(dict.fromkeys(r["process"] for r in rows))
     cell = lambda algorithm, process: _cell(rows, algorithm, process)  # noqa: E731
     out = []
 
-    exact = exact_everywhere_verdict({f"{a} / {p}": cell(a, p)["rounds_to_target"] for a in EXACT for p in processes})
+    exact = exact_everywhere_verdict({f"{a} / {p}": cell(a, p)["rounds_to_target"] for a in EXACT for p in processes},
+                                     budget)
     out.append(_claim(FOCUS_PAPER, "Table 1; FedSUM §3", "the tracking and control-variate methods (FOCUS, the "
                       "FedSUM family, SCAFFOLD) converge exactly under any participation, a real-format trace "
                       "included", "rounds to 1e-8", "; ".join(
                           f"{a}: " + "/".join(_shown(cell(a, p)) for p in processes) for a in EXACT), exact))
 
-    plateau = plateau_everywhere_verdict({f"{a} / {p}": cell(a, p)["final"] for a in PLATEAU for p in processes})
+    plateau = plateau_everywhere_verdict({f"{a} / {p}": cell(a, p)["final"] for a in PLATEAU for p in processes},
+                                         budget)
     out.append(_claim(FOCUS_PAPER, "Table 1 (older and newer FedAvg-type methods)", "with τ > 1 local steps the "
                       "FedAvg-type methods, FedStale, FedPBC and Debiasing FedAvg included, stop on a plateau",
                       "final rel. error", "; ".join(
@@ -229,7 +282,7 @@ def claims(rows: list[dict]) -> list[dict]:
                       plateau))
 
     amplified, scaffold = cell("amplified_scaffold", CYCLIC), cell("scaffold", CYCLIC)
-    converges = exact_everywhere_verdict({CYCLIC: amplified["rounds_to_target"]})
+    converges = exact_everywhere_verdict({CYCLIC: amplified["rounds_to_target"]}, budget)
     out.append(_claim(AMPLIFIED, "Theorem (cyclic participation)", "Amplified SCAFFOLD converges under cyclic "
                       "participation", f"{CYCLIC}, period = the cycle (4 rounds), γ = 1.5",
                       f"rounds to 1e-8: {_shown(amplified)}", converges))
@@ -274,9 +327,11 @@ def claims(rows: list[dict]) -> list[dict]:
 
 
 def _claim(paper: str, where: str, claim: str, ran: str, number: str, verdict: Verdict, reason: str = "") -> dict:
-    reason = f"{verdict.criterion}" + (f"; {reason}" if reason else "")
+    """A claim's fields; ``criterion`` (its name) and ``values`` let the report judge it again with
+    its own sizes (experiments/reproduce_report.py suite_section)."""
     return {"paper": paper, "where": where, "claim": claim, "ran": ran, "number": number,
-            "verdict": verdict.outcome, "reason": reason}
+            "verdict": verdict.outcome, "reason": f"{verdict.criterion}" + (f"; {reason}" if reason else ""),
+            "criterion": verdict.name, "values": verdict.values, "note": reason}
 
 
 def exactness_table(rows: list[dict]) -> str:
@@ -303,13 +358,14 @@ def plot_curves(rows: list[dict], path: Path, rounds: int) -> None:
     processes = list(dict.fromkeys(r["process"] for r in rows))
     algorithms = list(dict.fromkeys(r["algorithm"] for r in rows))
     colors = dict(zip(algorithms, palette(len(algorithms))))
-    fig, axes = plt.subplots(1, len(processes), figsize=(3.2 * len(processes), 3.4), sharey=True, squeeze=False)
+    styles = {a: "-" if a in (*EXACT, "amplified_scaffold") else "--" for a in algorithms}
+    fig, axes = plt.subplots(1, len(processes), figsize=(3.2 * len(processes), 3.4), sharey=True, squeeze=False,
+                             layout="constrained")
     for ax, process in zip(axes[0], processes):
         for row in (r for r in rows if r["process"] == process):
             xs, ys = zip(*row["curve"]) if row["curve"] else ((), ())
-            style = "-" if row["algorithm"] in (*EXACT, "amplified_scaffold") else "--"
-            ax.plot(xs, [max(y, 1e-17) for y in ys], style, color=colors[row["algorithm"]], label=row["algorithm"],
-                    lw=1.1)
+            ax.plot(xs, [max(y, 1e-17) for y in ys], styles[row["algorithm"]], color=colors[row["algorithm"]],
+                    label=row["algorithm"], lw=1.1)
         ax.set_yscale("log")
         ax.set_title(process, fontsize=9)
         ax.set_xlabel("round", fontsize=8)
@@ -317,8 +373,9 @@ def plot_curves(rows: list[dict], path: Path, rounds: int) -> None:
         ax.grid(True, which="major", alpha=0.3)
         ax.tick_params(labelsize=7)
     axes[0][0].set_ylabel("‖x − x*‖/‖x*‖ (tuned η)", fontsize=8)
-    axes[0][-1].legend(fontsize=6, ncol=2)
-    fig.tight_layout()
+    # One legend below the panels, every algorithm once (the figure grows to hold it).
+    handles = [plt.Line2D([], [], color=colors[a], linestyle=styles[a], lw=1.1) for a in algorithms]
+    legend_below(fig, handles, algorithms, fontsize=7)
     fig.savefig(path, dpi=80)
     plt.close(fig)
 
@@ -338,16 +395,16 @@ def report_section(quick: bool, images: Path) -> dict:
         f"cyclic with 4 groups, and a trace imported with `focusfl participation import fedscale` from a seeded "
         f"FedScale-format behaviour file of {CLIENTS} devices (spells of 2 to 8 hours a day or two, rounds of "
         f"{ROUND_SECONDS // 60} minutes; the file and the trace are in `suite/`). Each cell: the step tuned on "
-        f"{', '.join(f'{lr:g}' for lr in grid)} by the rule of `focusfl tune` over {sizes.seeds} seed(s) (mean "
+        f"{', '.join(f'{lr:g}' for lr in grid)} (extended past an end until interior) by the rule of `focusfl tune` over {sizes.seeds} seed(s) (mean "
         "round to 1e-8 if every seed gets there, else mean final error); **exact, round r**: every seed below 1e-8 "
-        "(mean round); **plateau e**: the mean final error; *edge*: the tuned step is an end of the grid.",
+        "(mean round); **plateau e**: the mean final error; *edge*: the tuned step is still an end of the grid after the search extended it to its cap.",
         "The imported trace, as the import printed it:\n\n```text\n" + "\n".join(trace_lines) + "\n```",
         exactness_table(rows),
         f"![the suite]({images.parent.name}/{images.name}/suite.png)",
         "*Relative error against rounds at each method's tuned step (seed 0), one panel per process*: solid, "
         "the tracking and control-variate methods; dashed, the FedAvg-type ones.",
     ]
-    return {"title": "The suite under one roof", "claims": claims(rows), "text": text}
+    return {"title": "The suite under one roof", "claims": claims(rows, sizes.rounds), "text": text}
 
 
 __all__ = [name for name in dir() if not name.startswith("_") and name not in ("annotations",)]

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from ..algorithms import ALGORITHMS, make_algorithm
 from ..errors import ConfigError, DivergenceError, FocusflError
@@ -149,14 +149,163 @@ def pick_stable(trials: Sequence[dict]) -> dict:
     edge is not taken. Without an eligible step, the best of all."""
     ordered = sorted(trials, key=lambda t: t["lr"])
     eligible = [t for k, t in enumerate(ordered)
-                if not t["diverged"] and (k + 1 == len(ordered) or not ordered[k + 1]["diverged"])]
+                if not is_diverged(t) and (k + 1 == len(ordered) or not is_diverged(ordered[k + 1]))]
     return pick_best(eligible or ordered)
 
 
 def choose(trials: Sequence[dict]) -> dict:
     """Convex problems: :func:`pick_best`; stochastic metrics (neural networks): :func:`pick_stable`."""
-    stochastic = any(t["metric"] in TAIL_METRICS for t in trials)
+    stochastic = any(t.get("metric") in TAIL_METRICS for t in trials)
     return pick_stable(trials) if stochastic else pick_best(trials)
+
+
+# -- the search rule: a grid extended until its best step is interior ----------------------------
+# At most this many steps are added beyond each end of the given grid; a best step still at an
+# end after that is reported as capped (its optimum may lie further out).
+EXTEND_CAP = 6
+
+
+def is_diverged(trial: dict) -> bool:
+    """A trial that diverged (one seed of it, for a grid row over seeds) or scored +inf."""
+    return bool(trial.get("diverged")) or trial.get("diverged_at") is not None or not trial["final"] < math.inf
+
+
+def grid_ratio(grid: Sequence[float]) -> float:
+    """The factor between neighbouring steps of a log-spaced grid (the extension keeps it)."""
+    ordered = sorted(set(grid))
+    if len(ordered) < 2:
+        return 1.0  # a single given step is not extended (search_steps)
+    # Three significant digits: a grid of rounded steps (the presets' x 1/9 .. 3) extends by 3, not 2.9992.
+    return float(f"{(ordered[-1] / ordered[0]) ** (1.0 / (len(ordered) - 1)):.3g}")
+
+
+def _step(value: float) -> float:
+    return float(f"{value:.6g}")
+
+
+@dataclass(frozen=True)
+class StepChoice:
+    """The step a search settled on for one algorithm: the chosen trial, its neighbours in the
+    (extended) grid, why the search stopped there, and the steps it added beyond the given grid."""
+
+    trial: dict
+    lower: dict | None
+    upper: dict | None
+    reason: str
+    added: tuple[float, ...] = ()
+    capped: bool = False
+
+    @property
+    def lr(self) -> float:
+        return self.trial["lr"]
+
+
+def settle(trials: Sequence[dict], pick: Callable[[Sequence[dict]], dict] = choose) -> tuple[dict, int, list[dict]]:
+    """(the chosen trial, its index, the trials ordered by step)."""
+    ordered = sorted(trials, key=lambda t: t["lr"])
+    best = pick(ordered)
+    return best, next(k for k, t in enumerate(ordered) if t is best), ordered
+
+
+def next_steps(trials: Sequence[dict], ratio: float, added_below: int, added_above: int, *,
+               pick: Callable[[Sequence[dict]], dict] = choose, cap: int = EXTEND_CAP) -> list[float]:
+    """The steps to try next: one grid step beyond the end the best step sits at (none when it is
+    interior, when the step above it diverged, or when that end was extended ``cap`` times)."""
+    best, k, ordered = settle(trials, pick)
+    wanted = []
+    if k == len(ordered) - 1 and added_above < cap:
+        wanted.append(_step(ordered[-1]["lr"] * ratio))
+    if k == 0 and added_below < cap:
+        wanted.append(_step(ordered[0]["lr"] / ratio))
+    return wanted
+
+
+def describe_choice(trials: Sequence[dict], added: Sequence[float] = (), *, cap: int = EXTEND_CAP,
+                    pick: Callable[[Sequence[dict]], dict] = choose, grid: Sequence[float] = ()) -> StepChoice:
+    """The StepChoice of a finished search over ``trials`` (``added``: steps beyond ``grid``)."""
+    best, k, ordered = settle(trials, pick)
+    lower = ordered[k - 1] if k > 0 else None
+    upper = ordered[k + 1] if k + 1 < len(ordered) else None
+    below = sum(1 for lr in added if grid and lr < min(grid))
+    above = len(added) - below
+    capped = (upper is None and above >= cap) or (lower is None and below >= cap)
+    if is_diverged(best):
+        reason = "every step diverged"
+    elif upper is None and lower is None:
+        reason = "the only step tried"
+    elif upper is None:
+        reason = "the largest step tried" + (f" after {above} added above the grid, the cap" if capped else "")
+    elif lower is None:
+        reason = "the smallest step tried" + (f" after {below} added below the grid, the cap" if capped else "")
+    elif is_diverged(upper):
+        reason = "bounded by a diverged step above"
+    elif k + 2 < len(ordered) and is_diverged(ordered[k + 2]) and ranking_key(upper) < ranking_key(best):
+        reason = "one step below the edge of stability (the step above scores better but sits next to a diverged one)"
+    else:
+        reason = "interior: both neighbours score worse"
+    return StepChoice(best, lower, upper, reason, tuple(sorted(added)), capped)
+
+
+def search_steps(evaluate: Callable[[dict[str, list[float]]], dict[str, list[dict]]],
+                 grids: dict[str, Sequence[float]], *, pick: Callable[[Sequence[dict]], dict] = choose,
+                 cap: int = EXTEND_CAP) -> dict[str, StepChoice]:
+    """The search rule of ``focusfl tune``, the presets and the studies: run each algorithm's grid
+    (``evaluate({key: [lr, ...]})`` returns the trials of the steps asked, per key), then extend it
+    geometrically (the grid's own ratio) past the end its best step sits at, one step at a time,
+    until the best step is interior or bounded by a diverged step; at most ``cap`` steps beyond
+    each end (a best step still at the end is reported as capped). A grid of one step is the
+    caller's choice and is run as given."""
+    trials = {key: [] for key in grids}
+    added = {key: [] for key in grids}
+    ratios = {key: grid_ratio(grid) for key, grid in grids.items()}
+    asked = {key: sorted(set(float(lr) for lr in grid)) for key, grid in grids.items()}
+    while asked:
+        for key, found in evaluate(asked).items():
+            trials[key].extend(found)
+        nxt = {}
+        for key in asked:
+            if not trials[key]:
+                continue  # its trials failed: nothing to choose from (the caller reports the failures)
+            if len(set(grids[key])) < 2:
+                continue  # one given step is a choice, not a search: it is not extended
+            below = sum(1 for lr in added[key] if lr < min(grids[key]))
+            wanted = next_steps(trials[key], ratios[key], below, len(added[key]) - below, pick=pick, cap=cap)
+            if wanted:
+                added[key] += wanted
+                nxt[key] = wanted
+        asked = nxt
+    return {key: describe_choice(trials[key], added[key], cap=cap, pick=pick, grid=grids[key])
+            for key in grids if trials[key]}
+
+
+def format_neighbour(trial: dict | None) -> str:
+    """A neighbouring step in a choice's description: its step and score, or that it diverged."""
+    if trial is None:
+        return "none tried"
+    if is_diverged(trial):
+        return f"{trial['lr']:.4g} (diverged)"
+    first = trial.get("first_round_below_target")
+    return f"{trial['lr']:.4g} ({trial['final']:.3g}" + (f", target at round {first:g})" if first is not None else ")")
+
+
+def format_choice(name: str, choice: StepChoice) -> str:
+    """One line: the chosen step, its neighbours, the reason (and the extension, when there was one)."""
+    line = (f"{name}: lr {choice.lr:.4g}; below {format_neighbour(choice.lower)}, above "
+            f"{format_neighbour(choice.upper)}; {choice.reason}")
+    if choice.added:
+        line += f" (added beyond the grid: {', '.join(f'{lr:.4g}' for lr in choice.added)})"
+    return line
+
+
+def choice_columns(choice: StepChoice) -> dict:
+    """The search's columns of a summary row."""
+    def score(trial):
+        return None if trial is None else ("diverged" if is_diverged(trial) else trial["final"])
+
+    return {"lower_lr": None if choice.lower is None else choice.lower["lr"], "lower_score": score(choice.lower),
+            "upper_lr": None if choice.upper is None else choice.upper["lr"], "upper_score": score(choice.upper),
+            "reason": choice.reason, "added_steps": ";".join(f"{lr:g}" for lr in choice.added),
+            "capped": choice.capped}
 
 
 def format_best(best: Sequence[dict], target: float | None) -> str:
@@ -331,6 +480,12 @@ def _is_work(spec: str | dict) -> bool:
     return parse_spec(spec)[0] != "fixed"
 
 
+def algorithm_table(spec: str, lrs: Sequence[float]) -> dict:
+    """A sweep's algorithm table of ``spec`` at the steps ``lrs`` (its own lr axis)."""
+    name, params = parse_spec(spec)
+    return {"name": name, **params, "lr": sorted(lrs)}
+
+
 # What a tune's folder may be extended with (more steps, seeds or algorithms reuse its trials).
 SEARCH_KEYS = ("name", "algorithms", "lr", "seeds", "targets")
 
@@ -342,54 +497,85 @@ def tune_identity(data: dict) -> dict:
 
 
 def tune(setup: TuneSetup, search: TuneSearch) -> int:
-    """Run the grid as a sweep into ``search.out``, print the best step per algorithm; 0, or a
-    FocusflError / DivergenceError when trials failed or every step diverged."""
+    """Run the grid as a sweep into ``search.out``, extending it past an end where an algorithm's
+    best step sits (:func:`search_steps`), print the chosen step per algorithm with its neighbours
+    and the reason; 0, or a FocusflError / DivergenceError when trials failed or every step diverged."""
     if search.seeds < 1 or search.workers < 1:
         raise ConfigError("seeds and workers must be >= 1")
     grid = lr_grid(search.lr_min, search.lr_max, search.points)
     algorithms = expand_algorithms(search.algorithms)
+    labels = {spec: algorithm_label({"name": parse_spec(spec)[0], **parse_spec(spec)[1]}) for spec in algorithms}
     seeds = list(range(setup.seed, setup.seed + search.seeds))
     run = setup.run.with_problem_defaults()
-    data = dict(
-        name="tune", algorithms=algorithms, problems=[run.problem], participation=[run.participation], lr=grid,
-        seeds=seeds, rounds=run.rounds, eval_every=run.eval_every, schedule=run.schedule, dtype=run.dtype,
-        device=run.device, engine=run.engine, targets=[] if setup.target is None else [setup.target],
-        **({"local_steps": run.local_steps} if run.local_steps is not None else {}),
-        # A work axis only when asked: a tune under fixed work writes the tables it always did.
-        **({"work": [run.work]} if _is_work(run.work) else {}))
-    experiment = make_experiment(**data)
+    steps = {spec: list(grid) for spec in algorithms}  # every step tried so far, per algorithm
     found: dict = {}
+    reports = []
+
+    def data() -> dict:
+        # Each algorithm's table carries the steps its search has tried so far.
+        return dict(
+            name="tune", algorithms=[algorithm_table(spec, lrs) for spec, lrs in steps.items()],
+            problems=[run.problem], participation=[run.participation], seeds=seeds, rounds=run.rounds,
+            eval_every=run.eval_every, schedule=run.schedule, dtype=run.dtype, device=run.device, engine=run.engine,
+            targets=[] if setup.target is None else [setup.target],
+            **({"local_steps": run.local_steps} if run.local_steps is not None else {}),
+            # A work axis only when asked: a tune under fixed work writes the tables it always did.
+            **({"work": [run.work]} if _is_work(run.work) else {}))
 
     def tables(experiment, runs, folder, *, band, failures) -> list[str]:
         trials = grid_rows(runs, folder, setup.target)
-        best = [choose([t for t in trials if t["algorithm"] == name])
-                for name in dict.fromkeys(t["algorithm"] for t in trials)]
+        best = []
+        for spec in algorithms:
+            mine = [t for t in trials if t["algorithm"] == labels[spec]]
+            if mine:
+                choice = describe_choice(mine, [lr for lr in steps[spec] if lr not in grid], grid=grid)
+                best.append({**choice.trial, **choice_columns(choice)})
         write_csv(folder / "grid.csv", trials)
         write_csv(folder / "summary.csv", best)
         write_json(folder / "config.json", {"tune": setup_record(setup), "grid": grid, "algorithms": algorithms,
-                                            "seeds": seeds})
+                                            "seeds": seeds, "steps": steps, "extend_cap": EXTEND_CAP})
         found.update(trials=trials, best=best)
         return ["grid.csv", "summary.csv", "config.json"]
 
-    # Every trial is a run folder under OUT/runs/: a rerun after a crash skips the finished ones.
-    report = run_sweep(experiment, search.out, workers=search.workers, threads=run.threads, progress=True,
-                       kind="tune", tables=tables, experiment_identity=tune_identity(data))
-    if report.skipped:
-        print(f"reused {report.skipped} trial(s) finished by an earlier run")
-    if report.restarted:
-        print(restart_note(report))
-    best = found["best"]
-    print(format_best(best, setup.target))
+    def evaluate(asked: dict[str, list[float]]) -> dict[str, list[dict]]:
+        if reports:
+            for spec, new in asked.items():
+                print(f"extending the grid of {labels[spec]}: {', '.join(f'{lr:.4g}' for lr in new)} (its best step "
+                      "was at the end of the steps tried)")
+        for spec, new in asked.items():
+            steps[spec] = sorted(set(steps[spec]) | set(new))
+        # Every trial is a run folder under OUT/runs/: a rerun after a crash skips the finished ones.
+        asked_data = data()
+        reports.append(run_sweep(make_experiment(**asked_data), search.out, workers=search.workers,
+                                 threads=run.threads, progress=True, kind="tune", tables=tables,
+                                 experiment_identity=tune_identity(asked_data)))
+        return {spec: [t for t in found["trials"] if t["algorithm"] == labels[spec] and t["lr"] in new]
+                for spec, new in asked.items()}
+
+    choices = search_steps(evaluate, {spec: grid for spec in algorithms})
+    if reports[0].skipped:
+        print(f"reused {reports[0].skipped} trial(s) finished by an earlier run")
+    for report in reports:
+        if report.restarted:
+            print(restart_note(report))
+    print(format_best(found["best"], setup.target))
+    print("\nthe chosen steps (the search extends the grid past an end until the best step is interior or bounded "
+          f"by a diverged step, at most {EXTEND_CAP} steps beyond each end):")
+    for spec, choice in choices.items():
+        print("  " + format_choice(labels[spec], choice) + ("; CAPPED: a step further out may do better"
+                                                             if choice.capped else ""))
     print(f"\nwrote {Path(search.out) / 'summary.csv'} (best per algorithm), grid.csv (every step size"
           f"{', over ' + str(len(seeds)) + ' seeds' if len(seeds) > 1 else ''}), config.json, and the trials "
           "as a sweep: experiment.toml, runs/")
-    if report.failed:
-        raise FocusflError(f"{len(report.failed)} trial(s) failed (the first: {report.failed[0]['error']}); "
+    failed = [f for report in reports for f in report.failed]
+    if failed:
+        raise FocusflError(f"{len(failed)} trial(s) failed (the first: {failed[0]['error']}); "
                            "run the same command again to retry them")
-    diverged = [row["algorithm"] for row in best if row["diverged_at"] is not None]
+    diverged = [labels[spec] for spec, choice in choices.items() if is_diverged(choice.trial)]
     if diverged:
+        tried = [lr for lrs in steps.values() for lr in lrs]
         raise DivergenceError(
-            f"every step size in [{search.lr_min:g}, {search.lr_max:g}] diverged for {', '.join(diverged)}; "
+            f"every step size in [{min(tried):g}, {max(tried):g}] diverged for {', '.join(diverged)}; "
             "lower --lr-min"
         )
     return 0
