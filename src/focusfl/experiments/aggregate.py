@@ -24,10 +24,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from ..algorithms import ALGORITHMS
 from ..errors import ConfigError
 from ..io.atomic import open_atomic, write_csv
+from ..io.figures import figure_files
 from ..metrics import higher_is_better, primary_metric
+from ..plots import plot_band_panels
 from ..runs.config import configuration_key
+from ..runs.folder import CONFIG, METRICS, is_run_folder, read_config, run_state
+from ..spec import format_spec
+from .layout import FAILURES, RESULTS, RUNS, SUMMARY, WORK_COLUMN, axis_columns
 
 PLOT_POINTS = 600  # points per curve in a sweep's figures (a long run is thinned evenly)
 X_AXES = {"round": "round", "comm_up": "floats sent up (clients to server)",
@@ -121,9 +127,6 @@ def aggregate(experiment, runs, folder: Path, *, band: str, failures: Sequence[d
               panel_titles: dict[str, str] | None = None) -> list[str]:
     """Write results.csv, summary.csv (and failures.csv, or remove a stale one) and the
     figures of ``runs`` into ``folder``; returns the names written."""
-    from ..runs.folder import METRICS, read_config, run_state
-    from .layout import FAILURES, RESULTS, RUNS, SUMMARY, WORK_COLUMN, axis_columns
-
     axis_names = axis_columns(any(WORK_COLUMN in run.axes for run in runs))
     configuration = {run.key: configuration_key(run.resolved) for run in runs}
     finished = [run for run in runs if run_state(folder / RUNS / run.key, run.key, run.resolved) == "done"]
@@ -310,8 +313,6 @@ def plot_series(series: Sequence[Series], folder: Path, *, metric: str, band: st
     ``x_factor[algorithm]`` multiplies an algorithm's x values (the FOCUS notebook's axis counts
     SCAFFOLD's and ProxSkip's rounds twice); ``xlabel`` replaces the x axis's name;
     ``panel_titles[participation spec]`` says what a panel's participation means."""
-    from ..plots import plot_band_panels
-
     log = use_log(series)
     seeds = max(len(members) for members in iter_groups(series).values())
     labels = curve_labels(series)
@@ -350,9 +351,6 @@ def _scaled(band: Band, factor: float) -> Band:
 def read_folders(paths: Sequence[str | Path], metric: str | None) -> tuple[list[Series], str]:
     """Series of every finished run in the given run and sweep folders (a sweep through its
     results.csv); seeds of one configuration are grouped by ``summarize`` and ``band_of``."""
-    from ..runs.folder import METRICS, is_run_folder, read_config
-    from .layout import RESULTS, WORK_COLUMN, axis_columns
-
     sources = []
     for given in paths:
         path = Path(given)
@@ -413,9 +411,6 @@ def read_folders(paths: Sequence[str | Path], metric: str | None) -> tuple[list[
 def _sweep_run_record(sweep: Path, run: str) -> dict | None:
     """The config.json of a sweep's run (None where the sweep folder no longer has it: the run
     is then told apart by its axes alone)."""
-    from ..runs.folder import CONFIG, read_config
-    from .layout import RUNS
-
     path = sweep / RUNS / run / CONFIG
     if not run or "/" in run or not path.is_file():
         return None
@@ -478,8 +473,6 @@ def _run_axes(info: dict, path: Path) -> dict:
     """The axes of a run folder, from its config.json. The algorithm's label is its name and the
     hyperparameters it ran with that differ from their defaults (``mifa:notebook=true``); its lr
     and local steps are axes of their own."""
-    from ..spec import format_spec
-
     def spec(value: Any) -> str:
         if isinstance(value, dict):
             return format_spec(str(value.get("name")), {})
@@ -504,9 +497,6 @@ def _has_work(info: dict) -> bool:
 
 def _algorithm_label(described: dict) -> str:
     """``name:key=value`` of the hyperparameters that differ from the algorithm's defaults."""
-    from ..algorithms import ALGORITHMS
-    from ..spec import format_spec
-
     name = str(described.get("name"))
     defaults = ALGORITHMS[name]() if name in ALGORITHMS else None
     changed = {k: v for k, v in described.items() if k not in ("name", "lr", "local_steps")
@@ -516,8 +506,6 @@ def _algorithm_label(described: dict) -> str:
 
 def _participation_label(value: Any) -> str:
     if isinstance(value, dict):
-        from ..spec import format_spec
-
         params = {k: _shared(v) for k, v in value.items() if k != "name" and not isinstance(v, dict)}
         # A per-client list with one value (markov's rho=0.8 for every client) is that value; one
         # that varies (the rate preset's p_i) is left out of the label.
@@ -543,8 +531,6 @@ def write_plot(paths: Sequence[str | Path], out: Path, *, x: str, metric: str | 
     folder = out.parent
     if not folder.is_dir():
         raise ConfigError(f"--out {str(out)!r}: folder {str(folder)!r} does not exist")
-    from ..io.figures import figure_files
-
     targets = [folder / f"{stem}.png", folder / f"{stem}.pdf"]
     with figure_files(targets, "--out") as scratch:  # never over a file of the user's; atomically
         panels = len({s.axes.get("participation") for s in series})

@@ -5,7 +5,6 @@ Writes ``DIR/report.md`` (one row per claim: which paper and where, what we ran,
 the verdict with its criterion and the numbers it read), the figures it refers to under
 ``DIR/images/reproductions/``, and ``DIR/summary.csv`` (the claim rows). docs/reproductions.md
 is this report:
-
     focusfl reproduce report --out runs/report --data PATH/mnist10k.npz
     cp runs/report/report.md docs/reproductions.md
     cp runs/report/images/reproductions/*.png docs/images/reproductions/
@@ -30,11 +29,34 @@ import torch
 from ..errors import ConfigError, FocusflError
 from ..io.atomic import write_csv
 from ..io.folders import output_folder
+from ..matrix import bias
+from ..matrix.bias import DEFAULT_BIAS_PROBLEM, FEDAVG_STEP, WARMUP_EFOLDS
+from ..participation import make_participation
+from ..plots import coinciding_groups, palette, pyplot
+from ..problems import make_problem
+from . import studies
+from .exactness import PROBLEMS, PROCESSES, TABLE, format_markdown, measure_table
 from .nn_study import FULL_STUDY, QUICK_STUDY, check_study_folder, nn_section
 from .preset import Preset
+from .reproduce_delays import measure, plot_delays, summarize_rows
+from .reproduce_ridge import SCENARIOS, many_lines_style, plot_figures, run_figure4
+from .studies import as_table, reductions, scaffold_against_focus, scaffold_fixed_point
 from .suite_study import report_section as suite_report_section
-from .verdicts import (ANOTHER_AXIS, CRITERIA, NOT_REPRODUCED, REPRODUCED, Claim, Criterion, Section, ahead, all_of,
-                       claims_rows, claims_table, finite, show)
+from .verdicts import (
+    ANOTHER_AXIS,
+    CRITERIA,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    Claim,
+    Criterion,
+    Section,
+    ahead,
+    all_of,
+    claims_rows,
+    claims_table,
+    finite,
+    show,
+)
 
 FOCUS = "FOCUS paper (seed 002)"
 REVIEWS = "FOCUS reviews and answers (seed 003)"
@@ -193,9 +215,6 @@ def _floats_to(rows: list[dict], threshold: float = 1e-8) -> float:
 
 
 def ridge_section(sizes: Sizes, images: Path) -> Section:
-    from ..plots import coinciding_groups
-    from .reproduce_ridge import SCENARIOS, many_lines_style, plot_figures, run_figure4
-
     section = Section("FOCUS paper, Figure 4: ridge regression")
     paper_panels, paper = run_figure4(sizes.ridge_rounds, setting="paper")
     nb_panels, notebook = run_figure4(sizes.ridge_rounds, setting="notebook")
@@ -353,9 +372,6 @@ FOCUS_VS_SCAFFOLD = Criterion(
 
 
 def exactness_section(sizes: Sizes) -> Section:
-    from .exactness import PROBLEMS, PROCESSES, TABLE, format_markdown, measure_table
-    from .studies import scaffold_against_focus, scaffold_fixed_point
-
     section = Section("Exact convergence (FOCUS Table 1), SCAFFOLD")
     cells = [(p, q) for p in PROBLEMS for q in PROCESSES]
     table = measure_table() if sizes.exactness else None
@@ -432,11 +448,6 @@ BIAS_OLD_WINDOW = Criterion(
 
 
 def bias_section(sizes: Sizes) -> Section:
-    from ..matrix import bias
-    from ..matrix.bias import DEFAULT_BIAS_PROBLEM, FEDAVG_STEP, WARMUP_EFOLDS
-    from ..participation import make_participation
-    from ..problems import make_problem
-
     section = Section("FedAvg's bias (FOCUS Theorem 3)")
     problem = make_problem(DEFAULT_BIAS_PROBLEM)
     process = make_participation("bernoulli", problem.num_clients, seed=0)
@@ -499,9 +510,6 @@ FEDSUM_DELAYS = Criterion(
 
 
 def fedsum_section(sizes: Sizes, images: Path) -> Section:
-    from .reproduce_delays import measure, plot_delays, summarize_rows
-    from .studies import reductions
-
     section = Section("FedSUM family: reductions and delay metrics")
     gaps = reductions()
     worst = max(gaps.values())
@@ -534,8 +542,6 @@ def fedsum_section(sizes: Sizes, images: Path) -> Section:
 
 # -- studies --------------------------------------------------------------------------------------
 def _table(rows, row_key, column_key, title_row: str, cell=None) -> str:
-    from .studies import as_table
-
     row_labels, column_labels, cells = as_table(rows, row_key, column_key, **({} if cell is None else {"cell": cell}))
     header = f"| {title_row} | " + " | ".join(str(c) for c in column_labels) + " |"
     lines = [header, "|---" * (len(column_labels) + 1) + "|"]
@@ -545,8 +551,6 @@ def _table(rows, row_key, column_key, title_row: str, cell=None) -> str:
 
 
 def _plot_rounds(rows, x_key: str, path: Path, xlabel: str, title: str, log_x: bool) -> None:
-    from ..plots import palette, pyplot
-
     plt = pyplot()
     algorithms = list(dict.fromkeys(r["algorithm"] for r in rows))
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
@@ -622,8 +626,6 @@ PROXSKIP_EXACT_ONLY_FULL = Criterion(
 
 
 def studies_section(sizes: Sizes, images: Path) -> Section:
-    from . import studies
-
     section = Section("Studies the reviewers asked for (seed 003) and ProxSkip's adaptations")
     low = studies.low_participation(sizes.low_p, rounds=sizes.study_rounds)
     _plot_rounds(low, "p_min", images / "low_participation.png", "smallest participation rate p_min",
@@ -739,8 +741,6 @@ WORK_PREDICTION = Criterion(
 
 
 def work_section(sizes: Sizes, images: Path) -> Section:
-    from . import studies
-
     section = Section("Exactness under arbitrary work")
     problems = {k: studies.WORK_PROBLEMS[k] for k in sizes.work_problems}
     works = {k: studies.WORK_PROCESSES[k] for k in sizes.work_processes}
@@ -832,8 +832,6 @@ def _work_cell(row: dict) -> str:
 def _plot_work_curves(rows: list[dict], path: Path, rounds: int) -> None:
     """One panel per work process: rel. error against rounds of every algorithm at its tuned step,
     on the first problem under arbitrary participation; one legend for all panels, beside them."""
-    from ..plots import palette, pyplot
-
     plt = pyplot()
     problem = rows[0]["problem"]
     works = list(dict.fromkeys(r["work"] for r in rows))

@@ -27,8 +27,19 @@ from typing import Sequence
 
 import torch
 
+from ..algorithms import ALGORITHMS, make_algorithm
+from ..algorithms.base import State
+from ..algorithms.fedavg import FedAvg
+from ..algorithms.scaffold import ScaffoldClients, ScaffoldServer
+from ..engine import Resume, simulate
+from ..matrix import bias
+from ..matrix.bias import server_trajectory
 from ..metrics import first_below  # noqa: F401 (a study's rows are read with it)
-from .tune import StepChoice, TuneSetup, lr_grid, pick_best, run_trial, search_steps, setup as tune_setup
+from ..participation import make_participation, summarize
+from ..problems import make_problem
+from ..work import make_work, step_law
+from .tune import StepChoice, TuneSetup, lr_grid, pick_best, run_trial, search_steps
+from .tune import setup as tune_setup
 
 # The exactness table's problem: small enough for hundreds of runs in seconds.
 SMALL_RIDGE = "ridge:dim=10,clients=8,samples=20"
@@ -123,8 +134,6 @@ def long_absences(
     average). Each rho runs ``rounds`` rounds, or long enough for ``absences`` mean absences of
     the rarest client if that is longer (a run short against the absences cannot tell slow from
     never). Adds the measured delay metrics of each rho, its rounds and its mean absence."""
-    from ..participation import make_participation, summarize
-
     rows = []
     for rho in rhos:
         horizon = max(rounds, math.ceil(absences * mean_absence(rho) / eval_every) * eval_every)
@@ -196,13 +205,6 @@ def scaffold_fixed_point(
     grad f_i(x*) - c_i + c = 0, so z = x*, and c_i^new = c_i. With an offset every local step moves
     by -eta * offset, and c - mean c_i never changes (the server adds (1/N) sum Delta c_i), so the
     bias stays."""
-    from ..algorithms import make_algorithm
-    from ..algorithms.base import State
-    from ..algorithms.scaffold import ScaffoldClients, ScaffoldServer
-    from ..engine import Resume, simulate
-    from ..participation import make_participation
-    from ..problems import make_problem
-
     problem = make_problem(problem_spec)
     algorithm = make_algorithm("scaffold", lr=lr, local_steps=local_steps)
     x_star = problem.x_star
@@ -228,8 +230,6 @@ def scaffold_against_focus(
     """Tuned FOCUS and SCAFFOLD on the paper's ridge under arbitrary participation: rounds and
     vectors communicated (down + up) to 1e-8. The step is tuned on seed 0, then run on seeds
     0..``seeds``-1 (the participation's draws): per-seed rounds and vectors ("never": math.inf)."""
-    from ..algorithms import make_algorithm
-
     rows = []
     for algorithm in ("focus", "scaffold"):
         setup = tune_setup(problem=problem, participation=participation, rounds=rounds, local_steps=local_steps,
@@ -253,11 +253,6 @@ def scaffold_against_focus(
 # -- FedSUM reductions ------------------------------------------------------------------------------
 def reductions(problem_spec: str = "ridge:dim=8,clients=6,samples=20,hetero=1", rounds: int = 60) -> dict[str, float]:
     """Max over rounds of ||x_a - x_b|| / ||x*|| for each equivalence of ALGORITHMS.md 3.4."""
-    from ..algorithms import make_algorithm
-    from ..matrix.bias import server_trajectory
-    from ..participation import make_participation
-    from ..problems import make_problem
-
     problem = make_problem(problem_spec)
     n = problem.num_clients
     full = make_participation("full", n).mask(rounds)
@@ -311,8 +306,6 @@ WORK_ALGORITHMS = ("focus", "scaffold", "fedsum", "fedavg", "mifa", "fednova")
 
 def partial_work_algorithms() -> tuple[str, ...]:
     """The study's algorithms that this build registers and that honour per-client step counts."""
-    from ..algorithms import ALGORITHMS
-
     return tuple(name for name in WORK_ALGORITHMS if name in ALGORITHMS and ALGORITHMS[name].partial_work)
 
 
@@ -339,12 +332,6 @@ def fedavg_prediction(problem_spec: str, participation: str, work: str, lr: floa
     (longer than the tuning runs: the average's noise shrinks like 1/sqrt(rounds)).
     Distances relative to ||x*|| ("predicted", "measured") and ||x_bar - x_w|| / ||x_w - x*||
     ("mismatch", with the batch-means standard error of the average on the same scale)."""
-    from ..algorithms.fedavg import FedAvg
-    from ..matrix import bias
-    from ..participation import make_participation
-    from ..problems import make_problem
-    from ..work import make_work, step_law
-
     problem = make_problem(problem_spec)
     n = problem.num_clients
     process = make_participation(participation, n, seed=seed)

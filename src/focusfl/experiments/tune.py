@@ -27,6 +27,7 @@ beside the mean.
 """
 from __future__ import annotations
 
+import csv
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +39,10 @@ from ..io.atomic import write_csv, write_json
 from ..metrics import selection_metric
 from ..runs.config import RunConfig, WithRun
 from ..runs.driver import build, execute
+from ..runs.folder import METRICS, read_config
 from ..spec import format_spec, parse_spec
+from .aggregate import Series, _Reducer, _stats
+from .layout import RUNS
 from .sweep import make_experiment, restart_note, run_sweep
 
 DEFAULT_TARGET = 1e-10
@@ -351,12 +355,6 @@ def grid_rows(runs, folder: Path, target: float | None) -> list[dict]:
     ``first_round_below_target`` is the mean round at which the seeds reach ``target``, and
     only if every seed does (else None); ``final`` is the mean final value (inf if one diverged).
     """
-    import csv
-
-    from .aggregate import Series, _Reducer, _stats
-    from ..runs.folder import METRICS, read_config
-    from .layout import RUNS
-
     groups: dict[tuple, list] = {}
     metric = None
     for run in runs:
