@@ -196,3 +196,62 @@ def test_the_checker_finds_a_cycle_and_an_upward_arrow():
                             "focusfl.runs.folder": {"focusfl.io.outputs": 5}})
     assert arrows == ["focusfl.io.outputs:3 (io) imports focusfl.spec: io imports only errors and the version",
                       "focusfl.matrix.bias:7 (core) imports focusfl.runs.config (runs)"]
+
+
+# -- imports at module top ------------------------------------------------------------------------
+# An import inside a function is a dependency found only when that function runs (a missing module
+# fails mid-run, after hours). It is allowed only for a measured reason:
+LAZY_LIBRARIES = {  # optional extras, or slow to import for commands that never use them
+    "flwr", "ray", "transformers", "datasets", "flwr_datasets", "safetensors", "tokenizers", "pyarrow",
+    "tensorboard", "matplotlib", "PIL", "scipy", "cryptography", "grpc", "huggingface_hub", "psutil",
+}
+LAZY_MODULES = {
+    # Every command's modules are imported inside `_interrupts_deferred()` so that a Ctrl-C during
+    # start-up (torch alone took about 5 s under load) exits 130 in one line (test_cli_failures).
+    "cli.py": None,
+    # `focusfl --help` builds this parser: it must import no Flower module.
+    "flower/cli.py": None,
+    "flower/local.py": {".tls", "focusfl"},  # .tls needs cryptography; the package path of a child's PATH
+    "limits.py": {"resource"},  # Unix only
+    "experiments/executors.py": {"ctypes"},  # prctl, Linux only
+    "runs/tensorboard.py": {"torch.utils.tensorboard"},  # needs the tensorboard extra
+}
+
+
+def function_level_imports() -> list[tuple[str, int, str]]:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = str(path.relative_to(PACKAGE))
+        seen: set[int] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for inner in ast.walk(node):
+                if isinstance(inner, (ast.Import, ast.ImportFrom)) and id(inner) not in seen:
+                    seen.add(id(inner))
+                    if isinstance(inner, ast.ImportFrom):
+                        found.append((relative, inner.lineno, "." * inner.level + (inner.module or "")))
+                    else:
+                        found.extend((relative, inner.lineno, alias.name) for alias in inner.names)
+    return found
+
+
+def lazy_allowed(relative: str, module: str) -> bool:
+    if module.split(".")[0] in LAZY_LIBRARIES:
+        return True
+    if relative in LAZY_MODULES:
+        allowed = LAZY_MODULES[relative]
+        return allowed is None or module in allowed
+    return False
+
+
+def test_imports_sit_at_module_top_unless_a_reason_is_listed():
+    wrong = [f"{relative}:{line} imports {module} inside a function"
+             for relative, line, module in function_level_imports() if not lazy_allowed(relative, module)]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_import_check_finds_an_import_inside_a_function():
+    assert not lazy_allowed("engine/loop.py", "..algorithms")
+    assert lazy_allowed("engine/loop.py", "matplotlib.pyplot") and lazy_allowed("cli.py", ".experiments.sweep")
+    assert not lazy_allowed("limits.py", "torch")

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 from typing import Sequence
 
 from .io.figures import figure_metadata
+from .io.figures import figure_metadata as metadata
 from .metrics import primary_metric
 
 
@@ -135,8 +137,6 @@ LOG_FLOOR = math.log10(FLOOR)
 
 
 def _wrap(text: str, width: int = 62) -> str:
-    import textwrap
-
     return "\n".join(line for part in text.split("\n") for line in (textwrap.wrap(part, width) or [""]))
 
 
@@ -178,8 +178,6 @@ def constrained(fig) -> None:
 
 def save_figure(fig, paths: Sequence[Path]) -> None:
     """Save ``fig`` at each path, tagged as focusfl's (io/figures.py), then close it."""
-    from .io.figures import figure_metadata as metadata
-
     for path in paths:
         fig.savefig(path, metadata=metadata(path))
     pyplot().close(fig)

@@ -13,6 +13,9 @@ from typing import Sequence
 
 import numpy as np
 
+from ..plots import _wrap as wrap
+from ..plots import chars_across, legend_below, save_figure
+
 
 def _pyplot():
     import matplotlib
@@ -97,9 +100,6 @@ def plot_training_bands(
     """Test accuracy, and test/train loss (log scale): per run (label -> one row list per seed)
     the mean over the seeds, with their min-max band when there are several. A run a seed of
     which diverged says so in its label and ends each of its own curves in a cross."""
-    from ..plots import chars_across, legend_below, save_figure
-    from ..plots import _wrap as wrap
-
     plt = _pyplot()
     fig, (acc_ax, loss_ax) = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
     handles, labels = [], []

@@ -12,7 +12,6 @@ for the algorithms that never do within ``ROUNDS`` rounds, the level they platea
 smallest error of the second half of the run).
 
 The tuning is done once, offline, and its result is stored in ``TABLE`` below:
-
     python -m focusfl.experiments.exactness --tune     # grid search, prints a new TABLE
     python -m focusfl.experiments.exactness            # reruns TABLE, prints the docs table
 
@@ -24,6 +23,8 @@ from __future__ import annotations
 import argparse
 import math
 from typing import Sequence
+
+import torch
 
 from .tune import lr_grid, pick_best, run_trial, search_steps, setup
 
@@ -196,8 +197,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tune", action="store_true", help="grid-search every cell and print a new TABLE")
     args = parser.parse_args(argv)
-    import torch
-
     torch.set_num_threads(1)  # hundreds of short runs on tiny problems: threads only cost
     if args.tune:
         table = tune_table()

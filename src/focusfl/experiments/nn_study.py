@@ -33,7 +33,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+
 import numpy as np
+import torch
 
 from ..errors import ConfigError
 from ..io.atomic import open_atomic, write_csv, write_text
@@ -44,10 +46,28 @@ from ..runs.config import RunConfig
 from ..runs.driver import build, execute
 from .authors_loop import compare, comparison_config
 from .preset import Preset
-from .reproduce_nn import (AUTHORS_MARKOV_MATRIX, PresetOptions, Setup, authors_markov_rate, run_preset_runs,
-                           scenario_tag)
-from .verdicts import (ANOTHER_AXIS, NOT_REPRODUCED, REPRODUCED, Claim, Criterion, Section, ahead, all_of,
-                       claims_rows, claims_table, finite, show)
+from .reproduce_nn import (
+    AUTHORS_MARKOV_MATRIX,
+    PresetOptions,
+    Setup,
+    authors_markov_rate,
+    run_preset_runs,
+    scenario_tag,
+)
+from .verdicts import (
+    ANOTHER_AXIS,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    Claim,
+    Criterion,
+    Section,
+    ahead,
+    all_of,
+    claims_rows,
+    claims_table,
+    finite,
+    show,
+)
 
 FOCUS = "FOCUS paper (seed 002)"
 FIGURES = Path("images") / "reproductions"
@@ -507,8 +527,6 @@ def section_markdown(section: Section, sizes: StudySizes) -> str:
 
 
 def run(args: StudyOptions) -> int:
-    import torch
-
     if args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
     if not args.data or not Path(args.data).expanduser().is_file():

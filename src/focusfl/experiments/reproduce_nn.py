@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from ..algorithms import ALGORITHMS
+from ..data.plots import plot_label_histograms, plot_training_bands
 from ..errors import ConfigError
 from ..io.atomic import read_csv, write_csv
 from ..io.folders import open_store
@@ -516,8 +517,6 @@ def ran_line(problem: Any, summary: list[dict]) -> str:
 def write_outputs(folder: Path, setup: Setup, panels, summary, steps, problem) -> list[str]:
     """summary.csv, steps.csv, figure_<scenario>.png/pdf (seed bands) and partition.png; the names.
     A figure's title is the setting's, then what was actually run (ran_line), then the scenario."""
-    from ..data.plots import plot_label_histograms, plot_training_bands
-
     written = ["summary.csv", "steps.csv", "partition.png"]
     write_csv(folder / "summary.csv", summary)
     write_csv(folder / "steps.csv", steps)

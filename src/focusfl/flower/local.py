@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..runs.folder import Interrupted
 from ..signals import handled
 
 APP_PYPROJECT = """[build-system]
@@ -429,8 +430,6 @@ def signals_interrupt():
     """SIGTERM and SIGHUP raise KeyboardInterrupt (exit status 128+N) as Ctrl-C does, so that a
     federation killed by its caller stops its processes (``with LocalFederation``) instead of
     leaving them running. Main thread only; signals ignored when focusfl started stay ignored."""
-    from ..runs.folder import Interrupted
-
     def handler(signum, frame) -> None:
         raise Interrupted(f"interrupted by {signal.Signals(signum).name}", 128 + signum)
 

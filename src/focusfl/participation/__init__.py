@@ -16,6 +16,7 @@ from .cyclic import CyclicParticipation, ReshuffledCyclicParticipation
 from .full import FullParticipation, UniformParticipation
 from .label import LabelParticipation
 from .markov import MarkovParticipation
+from .plots import plot_raster  # matplotlib is imported when a raster is drawn
 from .statistics import ParticipationStats, delays, empirical_p, empirical_q, summarize
 from .trace import TraceParticipation, load_trace
 from .weighted import WeightedParticipation
@@ -59,13 +60,6 @@ def make_participation(
     if getattr(cls, "NEEDS_PROBLEM", False):
         return cls.from_problem(problem, num_clients, seed, **params)
     return cls(num_clients, seed, **params)
-
-
-def plot_raster(*args: Any, **kwargs: Any) -> Any:
-    """Lazy wrapper of :func:`focusfl.participation.plots.plot_raster` (keeps matplotlib off import)."""
-    from .plots import plot_raster as _plot_raster
-
-    return _plot_raster(*args, **kwargs)
 
 
 __all__ = [

@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..io.figures import figure_metadata
 from .statistics import as_mask
 
 _FORMATS = (".png", ".pdf", ".svg")
@@ -54,8 +55,6 @@ def plot_raster(mask: Any, path: str | Path, title: str | None = None) -> Path:
     ``focusfl.io``'s ``figure_files``, which puts the file in place atomically.
     """
     import matplotlib
-
-    from ..io.figures import figure_metadata
 
     path = Path(path)
     if path.suffix.lower() not in _FORMATS:

@@ -45,6 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, grad_and_value, vmap
+from torch.nn.parameter import UninitializedParameter
 
 from ..data import Dataset, ImageData, label_histograms, load_dataset, make_partition
 from ..data.partition import ClientRows, check_client_tables, client_rows
@@ -52,8 +53,8 @@ from ..errors import ConfigError
 from ..limits import check_allocation
 from ..rng import hash_bits, uniform
 from ..spec import parse_spec
-from .base import Oracle, Problem
 from . import client_batched
+from .base import Oracle, Problem
 from .models import KeyedDropout, default_model, make_model, prepare_for_clients
 
 # Last coordinate of the dropout-key hash; minibatch keys use sample positions there, which
@@ -162,8 +163,6 @@ class NeuralNetwork(Problem):
 
     def _start(self, module: nn.Module, p: dict[str, Any]) -> None:
         """Take the model and the parameters, then try one forward and one gradient call."""
-        from torch.nn.parameter import UninitializedParameter
-
         built = [t for t in module.parameters() if not isinstance(t, UninitializedParameter)]
         self.check_model_memory(sum(t.numel() for t in built), f"model {p['model']!r}")
         self.params = p
@@ -816,8 +815,6 @@ def _materialized(module: nn.Module, input_shape) -> nn.Module:
     """A model whose lazy layers (nn.LazyLinear, ...) have their shapes and initial values: one
     forward pass of a zero batch, inside the caller's seeded RNG, so the initialisation is still
     drawn from the seed. In eval mode (BatchNorm statistics and dropout untouched)."""
-    from torch.nn.parameter import UninitializedParameter
-
     if not any(isinstance(t, UninitializedParameter) for t in [*module.parameters(), *module.buffers()]):
         return module
     training = module.training
