@@ -622,6 +622,8 @@ def _command_texts() -> dict[str, tuple[str, str]]:
                                              "focusfl reproduce report --data PATH/mnist.npz  # with the mnist-demo",
                                              "focusfl reproduce report --quick")),
         "reproduce mnist-demo": (None, _examples("focusfl reproduce mnist-demo --data PATH/mnist.npz")),
+        "reproduce nn-study": (None, _examples("focusfl reproduce nn-study --data PATH/mnist.npz --workers 2",
+                                               "focusfl reproduce nn-study --data PATH/mnist.npz --quick")),
         "reproduce fedsum-mnist": (None, _examples("focusfl reproduce fedsum-mnist --data-dir DATA --download")),
         "reproduce focus-cifar10": (None, _examples("focusfl reproduce focus-cifar10 --data-dir DATA --download")),
         "reproduce fedsum-resnet18": (None, _examples(

@@ -131,7 +131,8 @@ def authors_side(problem, x0: torch.Tensor, model: str) -> AuthorsServer:
 
     clients = []
     for i in range(problem.num_clients):
-        ids = problem.client_index[i, : int(problem.sizes[i])]
+        client = torch.tensor([i], device=problem.client_order.device)
+        ids = problem.sample_ids(client, torch.arange(int(problem.sizes[i]), device=client.device)[None, :])[0]
         clients.append(AuthorsClient(fresh(), problem.inputs(problem.train_images[ids]), problem.train_labels[ids]))
     return AuthorsServer(fresh(), clients)
 

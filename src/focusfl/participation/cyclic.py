@@ -40,26 +40,16 @@ def _check_groups(where: str, groups: Any, n: int) -> int:
     return check_int(where, "groups", groups, 1, n)
 
 
-class CyclicParticipation(ParticipationProcess):
-    """Clients 0..N-1 split into E contiguous groups; round r activates group r mod E."""
+class _Groups(ParticipationProcess):
+    """E groups of near-equal size, one group a round: each client once per epoch of E rounds."""
 
-    name: ClassVar[str] = "cyclic"
     DEFAULTS: ClassVar[dict[str, Any]] = {"groups": 4}
     direct: ClassVar[bool] = True
 
     def __init__(self, num_clients: int, seed: int = 0, groups: int = 4) -> None:
         super().__init__(num_clients, seed)
         self.groups = _check_groups(f"participation {self.name}", groups, self.num_clients)
-        self.labels = group_labels(np.arange(self.num_clients), self.groups)
         self.bounds = group_bounds(self.num_clients, self.groups)
-
-    def _rows(self, start: int, stop: int) -> np.ndarray:
-        return self.labels[None, :] == (np.arange(start, stop) % self.groups)[:, None]
-
-    def _active_sets(self, start: int, stop: int) -> list[np.ndarray]:
-        bounds = self.bounds
-        return [np.arange(bounds[r % self.groups], bounds[r % self.groups + 1], dtype=np.int64)
-                for r in range(start, stop)]
 
     def nominal_p(self) -> np.ndarray:
         return np.full(self.num_clients, 1.0 / self.groups)
@@ -71,21 +61,35 @@ class CyclicParticipation(ParticipationProcess):
         return {"groups": self.groups}
 
 
-class ReshuffledCyclicParticipation(ParticipationProcess):
+class CyclicParticipation(_Groups):
+    """Clients 0..N-1 split into E contiguous groups; round r activates group r mod E."""
+
+    name: ClassVar[str] = "cyclic"
+
+    def __init__(self, num_clients: int, seed: int = 0, groups: int = 4) -> None:
+        super().__init__(num_clients, seed, groups)
+        self.labels = group_labels(np.arange(self.num_clients), self.groups)
+
+    def _rows(self, start: int, stop: int) -> np.ndarray:
+        return self.labels[None, :] == (np.arange(start, stop) % self.groups)[:, None]
+
+    def _active_sets(self, start: int, stop: int) -> list[np.ndarray]:
+        bounds = self.bounds
+        return [np.arange(bounds[r % self.groups], bounds[r % self.groups + 1], dtype=np.int64)
+                for r in range(start, stop)]
+
+
+class ReshuffledCyclicParticipation(_Groups):
     """Like cyclic, but epoch e = r // E cuts a fresh random permutation (stream of epoch e) into groups.
 
     Still once per epoch per client, but the gap between two visits varies from 1 to 2E - 1 rounds.
     """
 
     name: ClassVar[str] = "reshuffled_cyclic"
-    STREAM: ClassVar[int] = 7
-    DEFAULTS: ClassVar[dict[str, Any]] = {"groups": 4}
-    direct: ClassVar[bool] = True  # one permutation per epoch: O(N / E) a round
+    STREAM: ClassVar[int] = 7  # direct: one permutation per epoch, O(N / E) a round
 
     def __init__(self, num_clients: int, seed: int = 0, groups: int = 4) -> None:
-        super().__init__(num_clients, seed)
-        self.groups = _check_groups(f"participation {self.name}", groups, self.num_clients)
-        self.bounds = group_bounds(self.num_clients, self.groups)
+        super().__init__(num_clients, seed, groups)
         self._order: tuple[int, np.ndarray] | None = None  # the last epoch's permutation
 
     def epoch_order(self, epoch: int) -> np.ndarray:
@@ -114,12 +118,3 @@ class ReshuffledCyclicParticipation(ParticipationProcess):
             group = np.arange(lo, hi) % self.groups
             out[lo - start : hi - start] = self.epoch_labels(epoch)[None, :] == group[:, None]
         return out
-
-    def nominal_p(self) -> np.ndarray:
-        return np.full(self.num_clients, 1.0 / self.groups)
-
-    def cycle(self) -> int:
-        return self.groups  # every client once per epoch of E rounds
-
-    def _params(self) -> dict[str, Any]:
-        return {"groups": self.groups}
