@@ -56,6 +56,7 @@ from .reproduce_nn import (
 )
 from .verdicts import (
     ANOTHER_AXIS,
+    FOCUS,
     NOT_REPRODUCED,
     REPRODUCED,
     Claim,
@@ -69,7 +70,6 @@ from .verdicts import (
     show,
 )
 
-FOCUS = "FOCUS paper (seed 002)"
 FIGURES = Path("images") / "reproductions"
 TITLE = "SG-FOCUS against FedAvg, FedAU and SCAFFOLD on real digits (MNIST), and the FOCUS paper's CIFAR-10 figure"
 

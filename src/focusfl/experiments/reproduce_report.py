@@ -45,8 +45,11 @@ from .suite_study import report_section as suite_report_section
 from .verdicts import (
     ANOTHER_AXIS,
     CRITERIA,
+    FEDSUM,
+    FOCUS,
     NOT_REPRODUCED,
     REPRODUCED,
+    REVIEWS,
     Claim,
     Criterion,
     Section,
@@ -58,9 +61,6 @@ from .verdicts import (
     show,
 )
 
-FOCUS = "FOCUS paper (seed 002)"
-REVIEWS = "FOCUS reviews and answers (seed 003)"
-FEDSUM = "FedSUM paper (seed 004)"
 FEDNOVA = "FedNova paper (Wang et al., NeurIPS 2020)"
 ISSUE_WORK = "focusfl issue 20 (arbitrary work)"
 FIGURES = Path("images") / "reproductions"

@@ -31,9 +31,9 @@ from ..io.atomic import open_atomic, write_text
 from ..participation.importing import ImportOptions, import_trace, statistics_lines, trace_text
 from ..plots import legend_below, palette, pyplot
 from .studies import TARGET, work_trial
-from .verdicts import Criterion, Verdict
 from .tune import TuneSetup, lr_grid, pick_best, search_steps
 from .tune import setup as tune_setup
+from .verdicts import FOCUS, Criterion, Verdict
 
 PROBLEM = "ridge:dim=10,clients=8,samples=20"
 CLIENTS = 8
@@ -247,7 +247,7 @@ AMPLIFIED = "Amplified SCAFFOLD (Crawshaw and Liu, NeurIPS 2024)"
 FEDSTALE = "FedStale (Rodio and Neglia, 2024)"
 FEDPBC = "FedPBC (Xiang et al., IEEE CDC 2023)"
 DEBIASING = "Debiasing FedAvg (Sun et al., ICLR 2025)"
-FOCUS_PAPER = "FOCUS paper (seed 002)"
+FOCUS_PAPER = FOCUS
 
 
 def _cell(rows: list[dict], algorithm: str, process: str) -> dict:

@@ -25,6 +25,11 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import FocusflError
 
+# The sources a claim names (the papers in ../shared/seeds/): one definition for every report section.
+FOCUS = "FOCUS paper (seed 002)"
+REVIEWS = "FOCUS reviews and answers (seed 003)"
+FEDSUM = "FedSUM paper (seed 004)"
+
 REPRODUCED = "reproduced"
 ANOTHER_AXIS = "reproduced on another axis"
 NOT_REPRODUCED = "not reproduced"
