@@ -2,6 +2,7 @@
 
 The deployment tests (test_flower_deployment.py) run it for real: LocalFederation is warm by
 default, and their federations must equal the reference replay bit for bit."""
+import functools
 import time
 
 import pytest
@@ -9,15 +10,64 @@ import pytest
 pytest.importorskip("flwr")
 
 from focusfl.flower import warm  # noqa: E402
-from focusfl.flower.local import LocalFederation  # noqa: E402
+from focusfl.flower.local import SUPEREXEC_POLL, LocalFederation  # noqa: E402
 
 
-def test_fast_time_caps_sleeps_only():
-    fast = warm._fast_time(0.01)
+def test_pacer_caps_sleeps_doubles_them_while_idle_and_restarts_short_after_activity():
+    pacer = warm.Pacer(first=0.001, cap=0.004)
     started = time.monotonic()
-    fast.sleep(3)
+    pacer.sleep(3)  # Flower's idle sleep: capped
     assert time.monotonic() - started < 1
-    assert fast.time is time.time and fast.monotonic is time.monotonic
+    assert [pacer.pause for _ in range(4) if pacer.sleep(3) is None] == [0.004, 0.004, 0.004, 0.004]
+    pacer.active()
+    assert pacer.pause == 0.001
+    assert pacer.time is time.time and pacer.monotonic is time.monotonic
+
+
+def test_a_pushed_reply_ends_the_nodes_sleep_and_a_stored_message_wakes_the_executor():
+    pacer = warm.Pacer(first=30, cap=30)
+    warm.REPLY_PUSHED.set()
+    started = time.monotonic()
+    pacer.sleep(30)
+    assert time.monotonic() - started < 5 and not warm.REPLY_PUSHED.is_set()
+    pacer = warm.Pacer(first=0.001, cap=30)
+    pacer.pause = 30
+    assert warm._announcing(lambda: 7, pacer)() == 7 and warm.TASK_STORED.is_set() and pacer.pause == 0.001
+    pacer.pause = 30
+    warm._then_active(lambda: None, pacer)()
+    assert pacer.pause == 0.001
+    warm.TASK_STORED.clear()
+    assert warm._announcing(lambda: None, pacer)() is None and not warm.TASK_STORED.is_set()
+
+
+def test_the_server_polls_short_after_news_and_doubles_while_waiting(monkeypatch):
+    from flwr.superlink.grid.http_grid import HttpGrid
+
+    from focusfl.flower import strategy
+
+    class Reply:
+        def __init__(self, to):
+            self.metadata = type("M", (), {"reply_to_message_id": to})()
+
+    class Grid(HttpGrid):
+        def __init__(self):
+            self.pulls = 0
+
+        def push_messages(self, messages):
+            return ["a", "b"]
+
+        def pull_messages(self, ids):
+            self.pulls += 1
+            return [Reply("a")] if self.pulls == 4 else [Reply("b")] if self.pulls == 6 else []
+
+    pauses = []
+    monkeypatch.setattr(strategy.time, "sleep", pauses.append)
+    replies = strategy.send_and_receive(Grid(), [], timeout=60)
+    assert sorted(r.metadata.reply_to_message_id for r in replies) == ["a", "b"]
+    first = strategy.FIRST_POLL
+    assert pauses == [first, 2 * first, 4 * first, first, 2 * first]
+    assert isinstance(strategy.http_grid.pull_objects, functools.partial)
+    assert strategy.http_grid.pull_objects.keywords == {"initial_backoff": first, "backoff_cap": strategy.POLL}
 
 
 def test_warm_needs_the_runtime_port():
@@ -29,8 +79,8 @@ def test_local_federation_starts_warm_nodes_by_default(tmp_path):
     fed = LocalFederation(tmp_path, nodes=2)
     fed.port = 1
     assert fed.node_args(0)[1:3] == ["-m", "focusfl.flower.warm"]
-    assert fed.env()["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"] == "0.05"
+    assert fed.env()["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"] == SUPEREXEC_POLL
     cold = LocalFederation(tmp_path, nodes=2, warm=False)
     cold.port = 1
     assert cold.node_args(0)[0].endswith("flower-supernode")
-    assert "FLWR_SUPEREXEC_TASK_POLL_INTERVAL" not in cold.env() or cold.env()["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"] != "0.05"
+    assert "FLWR_SUPEREXEC_TASK_POLL_INTERVAL" not in cold.env() or cold.env()["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"] != SUPEREXEC_POLL

@@ -34,6 +34,7 @@ has a timeout, and a round with nobody in it still takes the server step, as in 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import signal
 import threading
@@ -48,6 +49,8 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
+from flwr.superlink.grid import http_grid
+from flwr.superlink.grid.http_grid import HttpGrid
 
 from ..algorithms.base import Algorithm, RoundContext, State, check_work_process
 from ..engine.divergence import BlowUpDetector
@@ -599,28 +602,45 @@ def _ttl(timeout: float) -> float:
     return max(10.0, 2.0 * timeout)
 
 
-POLL = 0.05  # seconds between pulls of replies from a SuperLink (Flower's HttpGrid sleeps 3 s)
+# The ServerApp's pulls of replies from a SuperLink (Flower's HttpGrid sleeps 3 s between pulls,
+# and 1 s, doubling, before pulling a reply's objects again): FIRST_POLL seconds after a push or a
+# reply, doubling while nothing comes, up to POLL. Replies of a small model come within tens of
+# milliseconds; polling at the short pause all along would spend CPU the nodes need.
+FIRST_POLL = 0.005
+POLL = 0.1
 
 
 def send_and_receive(grid: Grid, messages: list[Message], *, timeout: float | None = None) -> list[Message]:
-    """``grid.send_and_receive``, polling a SuperLink every POLL seconds instead of Flower's 3 s.
+    """``grid.send_and_receive`` with short polls (FIRST_POLL, doubling up to POLL) instead of Flower's 3 s.
 
     Flower 1.42's ``HttpGrid.send_and_receive`` (a deployment's grid) sleeps 3 s between pulls
-    (flwr/superlink/grid/http_grid.py), which puts a floor of 3 s under every exchange; this is
-    the same loop with a shorter sleep. Other grids (simulation, FakeGrid) are called as they are.
+    (flwr/superlink/grid/http_grid.py), which puts a floor of 3 s under every exchange, and its
+    ``pull_messages`` waits 1 s before it asks again for a reply's objects that the SuperLink does
+    not hold yet; this is the same loop with shorter sleeps. Other grids (simulation, FakeGrid)
+    are called as they are.
     """
-    from flwr.superlink.grid.http_grid import HttpGrid
-
     if not isinstance(grid, HttpGrid):
         return list(grid.send_and_receive(messages, timeout=timeout))
+    _short_object_pulls()
     waiting = set(grid.push_messages(messages))
     end = time.time() + (timeout if timeout is not None else 0.0)
     replies: list[Message] = []
+    pause = FIRST_POLL
     while timeout is None or time.time() < end:
         got = list(grid.pull_messages(waiting))
         replies.extend(got)
         waiting.difference_update(m.metadata.reply_to_message_id for m in got)
         if not waiting:
             break
-        time.sleep(POLL)
+        if got:
+            pause = FIRST_POLL
+        time.sleep(pause)
+        pause = min(2 * pause, POLL)
     return replies
+
+
+def _short_object_pulls() -> None:
+    """HttpGrid's pulls of a reply's objects back off from FIRST_POLL up to POLL (Flower: 1 s up to 10 s)."""
+    if not isinstance(http_grid.pull_objects, functools.partial):
+        http_grid.pull_objects = functools.partial(http_grid.pull_objects, initial_backoff=FIRST_POLL,
+                                                   backoff_cap=POLL)

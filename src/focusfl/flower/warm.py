@@ -10,11 +10,13 @@ SuperNode asks the SuperLink for a message every 3 s when idle and checks for a 
 (the SuperNode starts no SuperExec) and, in a thread of the same process, an executor that
 acquires the node's ClientApp tasks from the SuperNode's Runtime API and runs each one the
 way ``flwr-clientapp`` does (pull the message and context, call the ClientApp, push the reply
-and the new context), but in this already warm process. It also shortens those sleeps to
-``POLL`` seconds, and the backoff of pulls of a message's objects (1 s, then doubling) to
-``POLL`` seconds, doubling up to 0.5 s. Only focusfl's own Flower app runs in process: a task of any other app is
-answered with an error. The messages, contexts and the ClientApp's
-computation are the same (one torch thread: focusfl/threads.py), so results are unchanged.
+and the new context), but in this already warm process. Its sleeps end early on events (a
+message stored wakes the executor; a reply pushed wakes the SuperNode's loop), its polls start
+at FIRST_POLL seconds after the node last had work and double up to POLL while nothing comes,
+and the backoff of pulls of a message's objects (Flower: 1 s, doubling) does the same. Only
+focusfl's own Flower app runs in process: a task of any other app is answered with an error.
+The messages, contexts and the ClientApp's computation are the same (one torch thread:
+focusfl/threads.py), so results are unchanged. benchmarks/flower_latency.py measures it.
 """
 from __future__ import annotations
 
@@ -22,18 +24,75 @@ import functools
 import sys
 import threading
 import time
-from types import SimpleNamespace
 
 from .client_app import app
 
-POLL = 0.05  # seconds between polls (Flower: 3 s idle, 0.5 s for replies, 1 s for tasks)
+# The SuperNode's polls (Flower: 3 s idle, 0.5 s for a reply, 1 s for a task) start at FIRST_POLL
+# seconds after the node last had work and double while nothing comes, up to POLL: the next
+# round's message comes within a fraction of a second of the last reply, and a node polling
+# every few milliseconds all the time would spend the CPU the federation's processes share
+# (each poll is signed and verified: on 2 cores, idle polls at 20 Hz took a third of a core
+# per node and slowed every exchange; starting at 5 ms rather than 20 ms saved nothing measurable).
+FIRST_POLL = 0.02
+POLL = 0.2
+IDLE = 0.5  # seconds between the executor's asks for a task when TASK_STORED does not wake it first
 APP_ID = "focusfl/focusfl-federation"  # publisher/name of the app local.py writes
 
 
-def _fast_time(poll: float) -> SimpleNamespace:
-    """``time`` with every sleep capped at ``poll`` seconds (for Flower's polling loops)."""
-    names = {name: getattr(time, name) for name in dir(time) if not name.startswith("_")}
-    return SimpleNamespace(**{**names, "sleep": lambda seconds: time.sleep(min(seconds, poll))})
+# Events that end the warm node's sleeps as soon as there is something to do: the SuperNode's
+# loop stored a message (the executor stops waiting for a task), and the executor pushed the
+# ClientApp's reply (the SuperNode's loop stops waiting for it). The loops still check their
+# state after every wake-up, so a missed event costs one poll, never a result.
+TASK_STORED = threading.Event()
+REPLY_PUSHED = threading.Event()
+
+
+def _nap(wake: threading.Event, seconds: float) -> None:
+    """Sleep ``seconds``, or less if ``wake`` is set meanwhile (then cleared for the next nap)."""
+    if wake.wait(seconds):
+        wake.clear()
+
+
+class Pacer:
+    """``time`` for Flower's SuperNode loop: every sleep is at most the current pause, which
+    starts at ``first`` after activity (``active``) and doubles with each sleep up to ``cap``;
+    REPLY_PUSHED ends a sleep early."""
+
+    def __init__(self, first: float = FIRST_POLL, cap: float = POLL) -> None:
+        self.first, self.cap, self.pause = first, cap, first
+        for name in dir(time):
+            if not name.startswith("_") and name != "sleep":
+                setattr(self, name, getattr(time, name))
+
+    def active(self) -> None:
+        self.pause = self.first
+
+    def sleep(self, seconds: float) -> None:
+        pause, self.pause = min(seconds, self.pause), min(2 * self.pause, self.cap)
+        _nap(REPLY_PUSHED, pause)
+
+
+def _announcing(pull_and_store, pacer: Pacer):
+    """The SuperNode's ``_pull_and_store_message``, setting TASK_STORED (and the pacer back to
+    short polls) when it stored a message."""
+    @functools.wraps(pull_and_store)
+    def pulled(*args, **kwargs):
+        run_id = pull_and_store(*args, **kwargs)
+        if run_id is not None:
+            pacer.active()
+            TASK_STORED.set()
+        return run_id
+    return pulled
+
+
+def _then_active(push, pacer: Pacer):
+    """The SuperNode's ``_push_messages``, setting the pacer back to short polls once a reply is
+    sent: the next round's message is on its way."""
+    @functools.wraps(push)
+    def pushed(*args, **kwargs):
+        push(*args, **kwargs)
+        pacer.active()
+    return pushed
 
 
 def run_task(address: str, token: str, app) -> None:
@@ -70,6 +129,7 @@ def run_task(address: str, token: str, app) -> None:
         try:
             if reply is not None and context is not None:
                 push_message(client, reply, context)
+                REPLY_PUSHED.set()
         finally:
             retry.max_tries = 1
             push_task_output(client=client, context=context, sub_status=status, details=details)
@@ -78,7 +138,7 @@ def run_task(address: str, token: str, app) -> None:
             client.close()
 
 
-def pull_task_input(client, poll: float = POLL):
+def pull_task_input(client):
     """``flwr.supernode.runtime.run_clientapp.pull_task_input`` with a short backoff: the
     SuperNode offers the task before it holds the message's objects, and Flower's pull waits
     1 s, then 2 s, ... for an object that is not there yet (supercore/inflatable)."""
@@ -103,12 +163,12 @@ def pull_task_input(client, poll: float = POLL):
     message = pull_and_inflate_object_from_tree(
         tree, make_pull_object_fn_protobuf(client.PullObject, node, context.run_id),
         make_confirm_message_received_fn_protobuf(client.ConfirmMessageReceived, node, context.run_id),
-        return_type=Message, initial_backoff=poll, backoff_cap=0.5)
+        return_type=Message, initial_backoff=FIRST_POLL, backoff_cap=POLL)
     message.metadata.__dict__["_message_id"] = tree.object_id
     return message, context, run, fab
 
 
-def serve(address: str, poll: float = POLL) -> None:
+def serve(address: str) -> None:
     """Acquire this SuperNode's tasks forever; run focusfl's ClientApp tasks in process."""
     from flwr.proto.runtime_pb2 import AcquireTaskRequest  # pylint: disable=E0611
     from flwr.supercore.constant import TaskType
@@ -130,7 +190,7 @@ def serve(address: str, poll: float = POLL) -> None:
         if res.HasField("task") and res.token:
             run_task(address, res.token, app)
         else:
-            time.sleep(poll)
+            _nap(TASK_STORED, IDLE)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -141,9 +201,11 @@ def main(argv: list[str] | None = None) -> None:
     import flwr.supernode.start_client_internal as internal
     from flwr.supernode.cli.flower_supernode import flower_supernode
 
-    internal.time = _fast_time(POLL)
+    internal.time = pacer = Pacer()
+    internal._pull_and_store_message = _announcing(internal._pull_and_store_message, pacer)
+    internal._push_messages = _then_active(internal._push_messages, pacer)
     # the SuperNode's pulls of a message's objects from the SuperLink: the same short backoff
-    internal.pull_objects = functools.partial(internal.pull_objects, initial_backoff=POLL, backoff_cap=0.5)
+    internal.pull_objects = functools.partial(internal.pull_objects, initial_backoff=FIRST_POLL, backoff_cap=POLL)
     threading.Thread(target=serve, args=(address,), name="focusfl-warm-executor", daemon=True).start()
     sys.argv = ["flower-supernode", *argv, "--isolation", "process"]
     flower_supernode()
