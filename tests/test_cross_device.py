@@ -169,6 +169,28 @@ def test_a_table_mapped_on_disk_is_not_counted_against_memory():
         build(config.replace(state_memory="1000TB"))
 
 
+def test_a_neural_networks_client_table_mapped_on_disk_is_not_counted_by_its_model_check(tmp_path, monkeypatch):
+    """A neural network checks its model and the algorithm's state before it builds the model;
+    the clients' table it counts is the one memory will hold: none where state_memory maps it.
+    Here SCAFFOLD's table (64 clients x the 51,480-parameter digits CNN in float64, 26 MB) is
+    beyond a 10 MB memory but builds mapped, and is refused when the budget keeps it in memory."""
+    from focusfl import limits
+    from focusfl.errors import DataError
+    from focusfl.runs.driver import build
+
+    rng = np.random.default_rng(0)
+    digits = tmp_path / "digits.npz"
+    np.savez(digits, images=rng.integers(0, 255, (1280, 28, 28), dtype=np.uint8),
+             labels=(np.arange(1280) % 10).astype(np.uint8))
+    config = RunConfig(algorithm="scaffold", problem=f"nn:data={digits},test_fraction=0.2,clients=64,partition=iid",
+                       participation="uniform:m=2", rounds=1, lr=0.01, state_memory="1MB")
+    monkeypatch.setattr(limits, "available_bytes", lambda: 10 * 2**20)
+    built = build(config)
+    assert built.problem.dim == 51_480
+    with pytest.raises(DataError, match="scaffold's state for 64 clients x 51,480 parameters"):
+        build(config.replace(state_memory="1GB"))
+
+
 def test_a_mapped_run_with_a_damaged_table_is_refused_in_one_line(tmp_path):
     out = tmp_path / "run"
     assert run_cli("run", *COMMON, "--state-memory", "0", "--out", str(out)).returncode == 0

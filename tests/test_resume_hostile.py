@@ -243,7 +243,8 @@ def digits10k(tmp_path) -> Path:
 
 def test_pushsum_tracking_state_beyond_4_gib_is_one_line(tmp_path, digits10k):
     problem = f"nn:data={digits10k},test_fraction=0.2,clients=8000,partition=iid,min_size=1,batch=1"
-    proc = run_cli(*PUSHSUM, "--problem", problem, "--out", str(tmp_path / "p"), limit_gib=4)
+    # --state-memory: the table stays in memory (beyond it, the 9.9 GB table would be mapped on disk)
+    proc = run_cli(*PUSHSUM, "--problem", problem, "--state-memory", "1TB", "--out", str(tmp_path / "p"), limit_gib=4)
     assert_one_line_error(proc, 2, contains="pushsum_tracking's state for 8,000 clients x 51,480 parameters")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["digits.npz"]
 

@@ -29,7 +29,7 @@ from ..spec import parse_spec
 from ..threads import fixed_threads
 from ..work import make_work
 from .config import DTYPES, RunConfig, as_requested, check_config, record, run_key, state_budget
-from .store import check_state_memory, initial_state, reference_state
+from .store import StateInMemory, check_state_memory, initial_state, reference_state
 
 # The parts of a run, in the order build() makes them; an error raised while making one carries
 # its name as ``exc.part`` (a sweep names its file's key by it): "work-algorithm" is an algorithm
@@ -97,14 +97,28 @@ def problem_of(config: RunConfig, *, problems: dict | None = None,
     if problems is not None and key in problems:
         return problems[key]
     device = _part("problem", lambda: resolve_device(config.device))
-    # A neural network checks its model and the algorithm's declared state before it builds it.
-    state_size = algorithm_state_size(config.algorithm, config.local_steps)
+    # A neural network checks its model and the algorithm's declared state before it builds it
+    # (the clients' table not counted where it will be mapped on disk: runs/store.py).
+    state_size = _state_in_memory(config)
     problem = _part("problem", lambda: make_problem(config.problem, dtype=DTYPES[config.dtype], device=str(device),
                                                     allow_model_import=allow_model_import, state_size=state_size))
     made = (problem, problem.describe())
     if problems is not None:
         problems[key] = made
     return made
+
+
+def _state_in_memory(config: RunConfig):
+    """The run's algorithm's state size as memory will hold it (store.StateInMemory), or None
+    where the algorithm or the budget cannot be made (the run refuses them later, in its words)."""
+    size = algorithm_state_size(config.algorithm, config.local_steps)
+    if size is None:
+        return None
+    try:
+        budget = state_budget(config)
+    except ConfigError:
+        return size
+    return StateInMemory(size.__self__, budget, DTYPES[config.dtype])
 
 
 def build(config: RunConfig, *, problems: dict | None = None, allow_model_import: bool = False) -> BuiltRun:

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..algorithms.base import Algorithm, State, check_state_size
+from ..algorithms.base import Algorithm, State, StateSize, check_state_size
 from ..engine.tree import RowStore
 from ..errors import ConfigError, DataError
 from ..limits import check_allocation, human_bytes
@@ -117,6 +117,45 @@ def check_state_memory(algorithm: Algorithm, problem: Any, budget: int) -> None:
     rest = algorithm.state_size(n, d).nbytes(torch.empty((), dtype=problem.dtype).element_size()) - clients
     check_allocation(max(0, rest), f"{algorithm.name}'s state for {n:,} clients x {d:,} parameters, but the "
                                    f"clients' table of {human_bytes(clients)} (mapped on disk)", error=ConfigError)
+
+
+class StateInMemory:
+    """``algorithm.state_size(N, d)`` as memory will hold it: without the clients' table when
+    that table is larger than ``budget`` bytes, since such a table is mapped on disk
+    (initial_state). What a neural network checks its model and the algorithm's state against
+    before it builds the model (make_problem's ``state_size``), as check_state_memory checks the
+    built run: one rule for both."""
+
+    def __init__(self, algorithm: Algorithm, budget: int, dtype: torch.dtype) -> None:
+        self.algorithm, self.budget, self.dtype = algorithm, budget, dtype
+
+    @property
+    def __self__(self) -> Algorithm:  # the algorithm, as for the bound ``state_size`` it stands for
+        return self.algorithm
+
+    def __call__(self, num_clients: int, dim: int) -> StateSize:
+        full = self.algorithm.state_size(num_clients, dim)
+        try:
+            floats, integers = _row_elements(self.algorithm, dim, self.dtype)
+        except ConfigError:  # rows that differ from client to client: never mapped
+            return full
+        table = StateSize(floats * num_clients, integers * num_clients)
+        if table.nbytes(self.dtype.itemsize) <= self.budget:
+            return full
+        return StateSize(max(0, full.floats - table.floats), max(0, full.integers - table.integers))
+
+
+def _row_elements(algorithm: Algorithm, dim: int, dtype: torch.dtype) -> tuple[int, int]:
+    """(floats, integers) of one client's row for a model of ``dim`` parameters, from the rows of
+    models of 1 and 2 parameters (a row's fields are a fixed number of d-vectors and counters),
+    so that nothing of the model's size is allocated before the model is checked."""
+    counts = []
+    for size in (1, 2):
+        template, _ = row_template(algorithm, torch.zeros(size, dtype=dtype))
+        counts.append((sum(f[0].numel() for f in template if f.is_floating_point()),
+                       sum(f[0].numel() for f in template if not f.is_floating_point())))
+    (floats1, integers1), (floats2, integers2) = counts
+    return floats1 + (floats2 - floats1) * (dim - 1), integers1 + (integers2 - integers1) * (dim - 1)
 
 
 # -- the mapped table ------------------------------------------------------------------------------
