@@ -273,8 +273,6 @@ def test_nn_study_command_runs_as_a_user_types_it_and_reuses_its_runs(tmp_path):
 VERDICT = r"\*\*(reproduced|reproduced on another axis|not reproduced|inconclusive|inconclusive \(quick\))\*\* \(criterion:"
 
 
-@pytest.mark.xfail(strict=True, reason="docs/reproductions.md predates computed verdicts (issue 30): it needs "
-                   "`focusfl reproduce report --data ...` rerun (hours); strict, so the regenerated page must pass")
 def test_reproductions_page_is_a_report_whose_figures_exist():
     import re
     from pathlib import Path
