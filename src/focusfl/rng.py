@@ -66,7 +66,9 @@ def _on_numpy(coords: tuple, device) -> bool:
     tensors = [c for c in coords if isinstance(c, torch.Tensor)]
     if any(t.device.type != "cpu" for t in tensors):
         return False
-    return not (tensors and torch._C._are_functorch_transforms_active())
+    # A torch without this (private) query is taken as inside a transform: the tensor path, always right.
+    transforms_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
+    return not (tensors and transforms_active())
 
 
 def hash_bits(*coords: torch.Tensor | int, device: torch.device | str | None = None) -> torch.Tensor:
