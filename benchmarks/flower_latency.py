@@ -8,8 +8,9 @@ ClientApp calls in the SuperNode's process, wakes its loops on events (message s
 pushed) and polls from 0.02 s doubling to 0.2 s, and the ServerApp pulls replies (and their
 objects) from 0.005 s doubling to 0.1 s. Seconds per round: the ServerApp's own "done: R rounds
 in S s" over R (the handshake and the audit are included); start-up and shutdown: the rest of
-the wall time (processes started, nodes joined, the run submitted, the ServerApp started; then
-the stream closed and every process stopped). Both runs must give the same model, bit for bit.
+the wall time, in three parts: processes started and nodes joined (LocalFederation's start),
+the run submitted and its ServerApp started plus, after the last round, the log stream closed
+(``flwr run`` less the rounds), and every process stopped. Both runs must give the same model, bit for bit.
 
 The breakdown prints what a cold message costs: starting a Python process that imports
 flwr's ClientApp runtime and focusfl's ClientApp (torch), measured here, and Flower's fixed
@@ -28,7 +29,9 @@ import time
 from pathlib import Path
 
 
-def federation(warm: bool, rounds: int, nodes: int, folder: Path) -> tuple[float, float, bytes]:
+def federation(warm: bool, rounds: int, nodes: int, folder: Path) -> tuple[float, tuple[float, float, float], bytes]:
+    """Seconds per round; (processes up and nodes joined, the run's own start and end, shutdown);
+    the model's bytes."""
     from focusfl.flower.local import LocalFederation
     from focusfl.flower.server_app import FederationConfig
 
@@ -36,13 +39,16 @@ def federation(warm: bool, rounds: int, nodes: int, folder: Path) -> tuple[float
                               rounds=rounds, out=str(folder / "run"))
     started = time.perf_counter()
     with LocalFederation(folder / "fed", nodes=nodes, warm=warm) as fed:
+        up = time.perf_counter()
         result = fed.run(config, timeout=1800)
-    total = time.perf_counter() - started
+        ran = time.perf_counter()
+    down = time.perf_counter() - ran
     found = re.search(r"done: (\d+) rounds in ([0-9.]+) s", result.stdout)
     if result.returncode != 0 or not found:
         raise SystemExit(f"the federation failed:\n{result.stdout[-2000:]}")
     rounds_s = float(found.group(2))
-    return rounds_s / int(found.group(1)), total - rounds_s, (folder / "run" / "model.pt").read_bytes()
+    parts = (up - started, ran - up - rounds_s, down)
+    return rounds_s / int(found.group(1)), parts, (folder / "run" / "model.pt").read_bytes()
 
 
 def cold_start(repeat: int = 3) -> float:
@@ -72,8 +78,11 @@ def main() -> None:
         if args.only and mode != args.only:
             continue
         with tempfile.TemporaryDirectory() as folder:
-            per_round, rest, models[mode] = federation(mode == "warm", args.rounds, args.nodes, Path(folder))
-        print(f"{mode}: {per_round:6.2f} s/round; start-up and shutdown {rest:.1f} s")
+            per_round, (up, run, down), models[mode] = federation(mode == "warm", args.rounds, args.nodes,
+                                                                  Path(folder))
+        print(f"{mode}: {per_round:6.2f} s/round; start-up and shutdown {up + run + down:.1f} s: processes up and "
+              f"nodes joined {up:.1f} s, the run submitted, its ServerApp started and its log stream closed "
+              f"{run:.1f} s, shutdown {down:.1f} s")
     if len(models) == 2:
         print(f"same model, bit for bit: {models['cold'] == models['warm']}")
 

@@ -322,3 +322,124 @@ def test_a_federation_folder_is_a_run_folder_that_plot_reads_as_one(tmp_path):
     assert all(key in federated for key in _REQUIRED)
     assert main(["plot", str(tmp_path / "fed"), str(tmp_path / "run"), "--out", str(tmp_path / "both.png")]) == 0
     assert (tmp_path / "both.png").is_file()
+
+
+def test_a_message_travels_as_one_config_record_and_unpacks_to_its_records(monkeypatch):
+    """pack: every record in one ConfigRecord (Flower sends a RecordDict and a ConfigRecord, two
+    objects, rather than one per record, array and chunk); unpack gives the records back."""
+    from flwr.app import ArrayRecord, ConfigRecord
+    from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
+
+    from focusfl.flower import codec
+
+    problem = make_problem(PROBLEM)
+    state = make_algorithm("focus").init(problem.initial_point(), 6)
+    records = {codec.CTX: ConfigRecord({"round": 3, "client": 1, "losses": [0.5, 0.25]}),
+               codec.SERVER: encode_tree(state.server), codec.ROWS: ArrayRecord()}
+    content = codec.pack(records)
+    assert len(get_all_nested_objects(content)) == 2
+    unpacked = codec.unpack(content)
+    assert list(unpacked) == list(records) and dict(unpacked[codec.CTX]) == dict(records[codec.CTX])
+    assert_same(decode_tree(unpacked[codec.SERVER], state.server), state.server)
+    assert isinstance(unpacked[codec.ROWS], ArrayRecord) and not unpacked[codec.ROWS]
+    # arrays beyond one chunk keep their ArrayRecord (Flower chunks it)
+    monkeypatch.setattr(codec, "INLINE_BYTES", 100)
+    content = codec.pack(records)
+    assert isinstance(content[codec.SERVER], ArrayRecord) and codec.SERVER not in json_index(content)
+    assert_same(decode_tree(codec.unpack(content)[codec.SERVER], state.server), state.server)
+
+
+def json_index(content):
+    import json
+
+    from focusfl.flower import codec
+    return json.loads(content[codec.PACKED][codec.INDEX])
+
+
+def test_unpack_refuses_what_pack_would_not_write():
+    import json
+
+    from flwr.app import ConfigRecord, RecordDict
+
+    from focusfl.flower import codec
+
+    problem = make_problem(PROBLEM)
+    state = make_algorithm("focus").init(problem.initial_point(), 6)
+    good = dict(codec.pack({codec.CTX: ConfigRecord({"round": 1}), codec.SERVER: encode_tree(state.server)})
+                [codec.PACKED])
+    index = json.loads(good[codec.INDEX])
+
+    def packed(**change):
+        entries = {**good, **change}
+        return RecordDict({codec.PACKED: ConfigRecord({k: v for k, v in entries.items() if v is not None})})
+
+    array = index[codec.SERVER]["arrays"][0]
+    cases = {
+        "no content": None,
+        "missing packed record": RecordDict({codec.CTX: ConfigRecord({"round": 1})}),
+        "readable index": packed(index=None),
+        "not a mapping": packed(index="[1]"),
+        "no kind or names": packed(index=json.dumps({**index, codec.CTX: {"kind": "other", "names": []}})),
+        "lacks a value": packed(**{f"{codec.CTX}/round": None}),
+        "describes an array badly": packed(index=json.dumps(
+            {**index, codec.SERVER: {"kind": "arrays", "arrays": [[array[0], array[1], [-1], array[3]]]}})),
+        "missing or repeated": packed(**{f"{codec.SERVER}/{array[0]}": "not bytes"}),
+        "unindexed entry": packed(**{"smuggled/x": b"1"}),
+    }
+    for reason, content in cases.items():
+        with pytest.raises(codec.Malformed, match=reason):
+            codec.unpack(content)
+
+
+def test_a_reply_whose_packing_is_unreadable_is_rejected_as_malformed():
+    """A train reply whose packed record lost its index: counted as malformed, the round goes on
+    without it, and the run equals the reference on the realized trace."""
+    from flwr.app import ConfigRecord, RecordDict
+
+    from focusfl.flower import codec
+
+    class Garbling(FakeGrid):
+        garbled = 0
+
+        def _deliver(self, message):
+            replies = super()._deliver(message)
+            if message.metadata.message_type == "train" and message.metadata.group_id == "2":
+                for reply in replies:
+                    if not reply.has_error():
+                        entries = dict(reply.content[codec.PACKED])
+                        del entries[codec.INDEX]
+                        reply.content = RecordDict({codec.PACKED: ConfigRecord(entries)})
+                        self.garbled += 1
+            return replies
+
+    problem = make_problem(PROBLEM)
+    algorithm = make_algorithm("focus", local_steps=2)
+    algorithm = dataclasses.replace(algorithm, lr=algorithm.auto_lr(problem.smoothness(), problem.num_clients))
+    strategy = AlgorithmStrategy(algorithm, problem, rounds=5, participation=None, seed=0)
+    grid = Garbling(make_client_app(), range(problem.num_clients))
+    result = strategy.start(grid)
+    assert grid.garbled == problem.num_clients and result.counts["malformed"] == grid.garbled
+    assert result.mask[2].sum() == 0
+    assert_same(result.server, replay(strategy.algorithm, problem, result.mask).server)
+
+
+def test_a_node_answers_an_unreadable_request_with_a_malformed_error():
+    from flwr.app import ConfigRecord, Message, RecordDict
+
+    from focusfl.flower import codec
+
+    grid = FakeGrid(make_client_app(), range(2))
+    node = grid.nodes[next(iter(grid.nodes))]
+    request = Message(RecordDict({codec.RUN: ConfigRecord({"seed": 0})}), dst_node_id=node.node_id,
+                      message_type="query", group_id="hello")
+    reply = grid.app(request, node.context)
+    assert reply.has_error() and "packed" in reply.error.reason
+
+
+def test_arrays_too_large_to_pack_travel_as_array_records_and_the_run_is_the_same(monkeypatch):
+    from focusfl.flower import codec
+
+    monkeypatch.setattr(codec, "INLINE_BYTES", 64)  # every message's arrays go as ArrayRecords
+    strategy, grid, result, problem = federate("scaffold", rounds=6, participation="full")
+    assert sum(result.counts.values()) == 0
+    assert_same(result.server, replay(strategy.algorithm, problem, result.mask).server)

@@ -84,3 +84,25 @@ def test_local_federation_starts_warm_nodes_by_default(tmp_path):
     cold.port = 1
     assert cold.node_args(0)[0].endswith("flower-supernode")
     assert "FLWR_SUPEREXEC_TASK_POLL_INTERVAL" not in cold.env() or cold.env()["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"] != SUPEREXEC_POLL
+
+
+def test_the_in_process_runtime_calls_flowers_handlers_with_the_task_its_token_names():
+    """The executor's Runtime API without HTTP: Flower's own handler, on the node's state, for
+    the task the token authenticates; no task for the token, no call."""
+    from flwr.proto.message_pb2 import PullObjectRequest  # pylint: disable=E0611
+    from flwr.proto.task_pb2 import Task  # pylint: disable=E0611
+
+    class State:
+        def get_task_by_token(self, token):
+            return Task(task_id=5, run_id=7) if token == "good" else None
+
+        def get_object(self, run_id, object_id):
+            return b"content" if (run_id, object_id) == (7, "abc") else None
+
+    response = warm.InProcessRuntime(State(), "good").PullObject(PullObjectRequest(object_id="abc"))
+    assert response.object_found and response.object_available and response.object_content == b"content"
+    assert not warm.InProcessRuntime(State(), "good").PullObject(PullObjectRequest(object_id="x")).object_found
+    with pytest.raises(RuntimeError, match="authentication"):
+        warm.InProcessRuntime(State(), "forged").PullObject(PullObjectRequest(object_id="abc"))
+    with pytest.raises(AttributeError):
+        warm.InProcessRuntime(State(), "good").GetNodes

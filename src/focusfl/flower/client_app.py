@@ -21,7 +21,7 @@ the node never raises into Flower.
 from __future__ import annotations
 
 import torch
-from flwr.app import ConfigRecord, Context, Error, Message, RecordDict
+from flwr.app import ConfigRecord, Context, Error, Message
 from flwr.clientapp import ClientApp
 
 from ..algorithms.base import Algorithm
@@ -38,7 +38,9 @@ from .codec import (
     decode_run,
     decode_tree,
     encode_tree,
+    pack,
     round_context,
+    unpack,
 )
 from .deadline import local_work, node_deadline
 from .node import NO_ROUND, LostState, Memory, build, data_fingerprint, fresh, has_memory, load, store, sync
@@ -60,8 +62,8 @@ def partition_id(context: Context, num_clients: int) -> int:
     return value
 
 
-def _node(message: Message, context: Context):
-    run = decode_run(message.content.get(RUN))
+def _node(records: dict, context: Context):
+    run = decode_run(records.get(RUN))
     built = build(run, dict(context.node_config))
     client = partition_id(context, built.problem.num_clients)
     memory = load(context.state, built, run, dict(context.node_config))
@@ -81,13 +83,14 @@ def _handle(message: Message, context: Context) -> Message:
     """Answer one message (every type); errors become error replies."""
     kind = message.metadata.message_type
     try:
-        run, built, client, memory = _node(message, context)
+        records = unpack(message.content)
+        run, built, client, memory = _node(records, context)
         if kind == "query":
             status = {"client": client, "num_clients": built.problem.num_clients,
                       "committed_round": -1 if memory is None else memory.committed_round,
                       "token": run.token, "data": data_fingerprint(built.problem)}
-            return Message(RecordDict({STATUS: ConfigRecord(status)}), reply_to=message)
-        ctx = decode_ctx(message.content.get(CTX))
+            return Message(pack({STATUS: ConfigRecord(status)}), reply_to=message)
+        ctx = decode_ctx(records.get(CTX))
         if ctx.client != client:
             raise Malformed("malformed", f"message for client {ctx.client} reached client {client}")
         if ctx.num_clients != built.problem.num_clients:
@@ -96,13 +99,13 @@ def _handle(message: Message, context: Context) -> Message:
             memory = sync(fresh(built, client) if memory is None else memory, ctx.ack,
                           tracked=has_memory(built.initial.clients))
             store(context.state, memory, run, dict(context.node_config))
-            content = RecordDict({ROWS: encode_tree(memory.committed),
-                                  STATUS: ConfigRecord({"client": client, "committed_round": memory.committed_round})})
+            content = pack({ROWS: encode_tree(memory.committed),
+                            STATUS: ConfigRecord({"client": client, "committed_round": memory.committed_round})})
             return Message(content, reply_to=message)
         if kind == "train":
-            return _train(message, context, run, built, ctx, memory)
+            return _train(message, records, context, run, built, ctx, memory)
         if kind == "train.finish":
-            return _finish(message, context, run, built, ctx, memory)
+            return _finish(message, records, context, run, built, ctx, memory)
         raise Malformed("malformed", f"unknown message type {kind!r}")
     except LostState as exc:
         return error_reply(message, "lost_state", str(exc))
@@ -112,7 +115,7 @@ def _handle(message: Message, context: Context) -> Message:
         return error_reply(message, "client_failure", f"{type(exc).__name__}: {exc}")
 
 
-def _train(message, context, run, built, ctx, memory: Memory | None) -> Message:
+def _train(message, records, context, run, built, ctx, memory: Memory | None) -> Message:
     algorithm, problem = built.algorithm, built.problem
     tracked = has_memory(built.initial.clients)
     if memory is None:
@@ -121,7 +124,7 @@ def _train(message, context, run, built, ctx, memory: Memory | None) -> Message:
     if ctx.steps > algorithm.local_steps:
         raise Malformed("malformed", f"asked for {ctx.steps} steps, local_steps is {algorithm.local_steps}")
     deadline = node_deadline(dict(context.node_config))
-    server = decode_tree(message.content.get(SERVER), built.initial.server, _fields(message))
+    server = decode_tree(records.get(SERVER), built.initial.server, _fields(records))
     one = round_context(ctx)
     rows, out, steps, losses = local_work(algorithm, problem, server, memory.committed, one, run.seed, deadline)
     finished = not has_finish(algorithm)
@@ -134,23 +137,23 @@ def _train(message, context, run, built, ctx, memory: Memory | None) -> Message:
         reply["losses"] = losses
     if deadline is not None:
         reply["deadline"] = deadline
-    content = RecordDict({MESSAGE: encode_tree(out), CTX: ConfigRecord(reply)})
+    content = pack({MESSAGE: encode_tree(out), CTX: ConfigRecord(reply)})
     return Message(content, reply_to=message)
 
 
-def _finish(message, context, run, built, ctx, memory: Memory | None) -> Message:
+def _finish(message, records, context, run, built, ctx, memory: Memory | None) -> Message:
     if memory is None or memory.pending is None or memory.pending_round != ctx.round:
         held = NO_ROUND if memory is None else memory.pending_round
         raise LostState(f"finish of round {ctx.round}, but the node holds pending round {held}")
-    server = decode_tree(message.content.get(SERVER), built.initial.server, _fields(message))
+    server = decode_tree(records.get(SERVER), built.initial.server, _fields(records))
     rows = built.algorithm.client_finish(server, memory.pending, round_context(ctx))
     memory = memory._replace(pending=_own(rows), pending_finished=True)
     store(context.state, memory, run, dict(context.node_config))
-    return Message(RecordDict({CTX: ConfigRecord({"round": ctx.round, "client": ctx.client})}), reply_to=message)
+    return Message(pack({CTX: ConfigRecord({"round": ctx.round, "client": ctx.client})}), reply_to=message)
 
 
-def _fields(message: Message) -> tuple[str, ...]:
-    return tuple(message.content[SERVER].keys()) if SERVER in message.content else ()
+def _fields(records: dict) -> tuple[str, ...]:
+    return tuple(records[SERVER].keys()) if SERVER in records else ()
 
 
 def _own(rows):

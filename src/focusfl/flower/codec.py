@@ -1,6 +1,13 @@
 """What focusfl puts on Flower's wire: NamedTuples of tensors as ArrayRecords, contexts and run
 descriptions as ConfigRecords, and the checks every received record passes.
 
+A message's records travel packed (:func:`pack`, :func:`unpack`): Flower moves a message as a
+tree of objects, one request per object and hop (Message, RecordDict, every record, every Array
+and every chunk; a FOCUS round message was 9 objects, each crossing 3 hops), and the SuperLink
+spends milliseconds of CPU on each request. So every record of a message goes into one
+ConfigRecord (arrays as their ``.npy`` bytes) while the arrays fit one of Flower's chunks; larger
+arrays keep their ArrayRecords, which Flower chunks.
+
 A record from the network is untrusted: :func:`decode_tree` accepts it only if it holds exactly
 the template's fields, each with the template's dtype and shape and (for floating point) only
 finite values; anything else raises :class:`Malformed` with a short reason, which the strategy
@@ -10,11 +17,13 @@ which round-trip float64 bit for bit.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord, ConfigRecord
+from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
+from flwr.common.constant import FLWR_PRIVATE_MAX_ARRAY_CHUNK_SIZE
 
 from ..algorithms.base import RoundContext
 
@@ -25,6 +34,11 @@ ROWS = "focusfl.rows"  # ArrayRecord: a client's committed rows (audit only)
 CTX = "focusfl.ctx"  # ConfigRecord: round, client, protocol fields
 RUN = "focusfl.run"  # ConfigRecord: algorithm, problem, seed, dtype, run token (JSON)
 STATUS = "focusfl.status"  # ConfigRecord: a node's answer to the handshake
+PACKED = "focusfl"  # ConfigRecord: the records above, packed (pack/unpack)
+INDEX = "index"  # the packed record's entry naming its records (JSON)
+# Arrays of a message up to this many bytes in all travel inside the packed ConfigRecord: no
+# more than one of Flower's array chunks, so no object grows beyond what Flower sends anyway.
+INLINE_BYTES = FLWR_PRIVATE_MAX_ARRAY_CHUNK_SIZE
 
 
 class Malformed(ValueError):
@@ -42,6 +56,80 @@ def encode_tree(tree: Any, fields: tuple[str, ...] | None = None) -> ArrayRecord
     for name in names:
         tensor = getattr(tree, name).detach().cpu().contiguous()
         record[name] = Array(tensor.numpy())
+    return record
+
+
+def pack(records: Mapping[str, ConfigRecord | ArrayRecord]) -> RecordDict:
+    """A message's content: ``records`` in one ConfigRecord (PACKED), the ArrayRecords with them
+    while their arrays fit INLINE_BYTES together, else as ArrayRecords of their own.
+
+    The packed record holds INDEX (JSON: each record's kind and, for arrays, each array's dtype,
+    shape and stype, in order) and an entry ``key/name`` per config value or array (its bytes)."""
+    arrays = [record for record in records.values() if isinstance(record, ArrayRecord)]
+    inline = sum(len(array.data) for record in arrays for array in record.values()) <= INLINE_BYTES
+    index: dict[str, Any] = {}
+    flat: dict[str, Any] = {}
+    content = RecordDict()
+    for key, record in records.items():
+        if isinstance(record, ConfigRecord):
+            index[key] = {"kind": "config", "names": list(record.keys())}
+            flat.update({f"{key}/{name}": value for name, value in record.items()})
+        elif inline:
+            index[key] = {"kind": "arrays", "arrays": [[name, a.dtype, list(a.shape), a.stype] for name, a in record.items()]}
+            flat.update({f"{key}/{name}": array.data for name, array in record.items()})
+        else:
+            content[key] = record
+    content[PACKED] = ConfigRecord({INDEX: json.dumps(index), **flat})
+    return content
+
+
+def unpack(content: Any) -> dict[str, ConfigRecord | ArrayRecord]:
+    """The records :func:`pack` packed into ``content`` (a RecordDict from the network), each
+    rebuilt as Flower's record; raises :class:`Malformed` for anything pack would not write."""
+    if not isinstance(content, RecordDict):
+        raise Malformed("malformed", "no content")
+    records = {key: record for key, record in content.items() if key != PACKED}
+    packed = content.get(PACKED)
+    if not isinstance(packed, ConfigRecord):
+        raise Malformed("malformed", "missing packed record")
+    try:
+        index = json.loads(packed[INDEX])
+    except (KeyError, TypeError, ValueError):
+        raise Malformed("malformed", "packed record without a readable index") from None
+    if not isinstance(index, dict):
+        raise Malformed("malformed", "packed index is not a mapping")
+    used = {INDEX}
+    for key, entry in index.items():
+        if key in records or not isinstance(entry, dict):
+            raise Malformed("malformed", f"packed record {key!r} is duplicated or not described")
+        names = entry.get("names") if entry.get("kind") == "config" else entry.get("arrays")
+        if entry.get("kind") not in ("config", "arrays") or not isinstance(names, list):
+            raise Malformed("malformed", f"packed record {key!r} has no kind or names")
+        if entry["kind"] == "config":
+            if not all(isinstance(name, str) and f"{key}/{name}" in packed for name in names):
+                raise Malformed("malformed", f"packed record {key!r} lacks a value")
+            records[key] = ConfigRecord({name: packed[f"{key}/{name}"] for name in names})
+        else:
+            records[key] = _arrays(key, names, packed)
+        used.update(f"{key}/{name}" for name in (names if entry["kind"] == "config" else (a[0] for a in names)))
+    extra = sorted(set(packed.keys()) - used)
+    if extra:
+        raise Malformed("malformed", f"packed record holds an unindexed entry {extra[0]!r}")
+    return records
+
+
+def _arrays(key: str, described: list, packed: ConfigRecord) -> ArrayRecord:
+    record = ArrayRecord()
+    for item in described:
+        if not (isinstance(item, list) and len(item) == 4 and isinstance(item[0], str) and isinstance(item[1], str)
+                and isinstance(item[2], list) and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
+                                                      for n in item[2]) and isinstance(item[3], str)):
+            raise Malformed("malformed", f"packed record {key!r} describes an array badly")
+        name, dtype, shape, stype = item
+        data = packed.get(f"{key}/{name}")
+        if not isinstance(data, bytes) or name in record:
+            raise Malformed("malformed", f"packed array {key}/{name} is missing or repeated")
+        record[name] = Array(dtype=dtype, shape=tuple(shape), stype=stype, data=data)
     return record
 
 

@@ -46,7 +46,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 from flwr.superlink.grid import http_grid
@@ -55,13 +55,13 @@ from flwr.superlink.grid.http_grid import HttpGrid
 from ..algorithms.base import Algorithm, RoundContext, State, check_work_process
 from ..engine.divergence import BlowUpDetector
 from ..engine.loop import Resume, run_rounds
-from ..engine.rows import evaluation_row
 from ..engine.round import Collected
+from ..engine.rows import evaluation_row
 from ..engine.simulate import schedule_of
 from ..engine.tree import concat_rows, gather_rows
 from .client_app import ERROR_CODE, has_finish
 from .codec import (CTX, MESSAGE, ROWS, RUN, SERVER, STATUS, Malformed, RunSpec, WireContext, decode_tree,
-                    encode_ctx, encode_run, encode_tree)
+                    encode_ctx, encode_run, encode_tree, pack, unpack)
 from .node import data_fingerprint, has_memory
 
 # Reasons a client's round is not accepted (metrics.csv has a cumulative column for each).
@@ -274,7 +274,7 @@ class AlgorithmStrategy(Strategy):
             return
         messages = {}
         for node in new:
-            message = Message(RecordDict({RUN: encode_run(self.run)}), dst_node_id=node, message_type="query",
+            message = Message(pack({RUN: encode_run(self.run)}), dst_node_id=node, message_type="query",
                               group_id="hello", ttl=_ttl(self.timeout))
             messages[node] = message
         replies = send_and_receive(grid, list(messages.values()), timeout=self.timeout)
@@ -284,7 +284,8 @@ class AlgorithmStrategy(Strategy):
             if node is None or reply.metadata.src_node_id != node:
                 self._count("unknown_node")
                 continue
-            if reply.has_error() or STATUS not in reply.content:
+            records = {} if reply.has_error() else _records(reply)  # malformed: no STATUS
+            if reply.has_error() or STATUS not in records:
                 reason = _reason(reply) if reply.has_error() else "malformed"
                 self._count(reason)
                 detail = reply.error.reason if reply.has_error() else "no status"
@@ -294,7 +295,7 @@ class AlgorithmStrategy(Strategy):
                     self.told.add((node, reason))
                     self.log(f"node {node}: handshake failed, asked again next round ({detail})")
                 continue
-            status = reply.content[STATUS]
+            status = records[STATUS]
             client = status.get("client")
             if (isinstance(client, bool) or not isinstance(client, int) or not 0 <= client < self.problem.num_clients
                     or status.get("num_clients") != self.problem.num_clients or status.get("token") != self.run.token):
@@ -350,7 +351,7 @@ class AlgorithmStrategy(Strategy):
             ctx = WireContext(round=r, client=client, num_clients=self.problem.num_clients,
                               lr_scale=float(self.schedule(r)), ack=self.committed[client],
                               phase=kind, steps=entry.asked.get(client, 0) if kind == "train" else 0)
-            message = Message(RecordDict({RUN: run, CTX: encode_ctx(ctx), SERVER: server}),
+            message = Message(pack({RUN: run, CTX: encode_ctx(ctx), SERVER: server}),
                               dst_node_id=self.client_node[client], message_type=kind, group_id=str(r),
                               ttl=_ttl(self.timeout))
             entry._out[client] = message
@@ -380,21 +381,26 @@ class AlgorithmStrategy(Strategy):
             if reply.metadata.src_node_id != self.client_node[client]:
                 self._reject(entry, client, "unknown_node", f"reply from node {reply.metadata.src_node_id}", kind)
                 continue
-            ctx = reply.content.get(CTX) if reply.has_content() else None
+            try:
+                records = unpack(reply.content) if reply.has_content() else {}
+            except Malformed as exc:
+                self._reject(entry, client, exc.reason, str(exc), kind)
+                continue
+            ctx = records.get(CTX)
             if not isinstance(ctx, ConfigRecord) or ctx.get("round") != entry.round or ctx.get("client") != client:
                 self._reject(entry, client, "stale", "reply names another round or client", kind)
                 continue
-            yield client, reply
+            yield client, records
         for client in sorted(set(by_id.values()) - seen):
             self._reject(entry, client, "timeout", f"no reply within {self.timeout:g} s", kind)
 
     def _accept(self, entry: RoundLog, replies: Iterable[Message]) -> None:
         accepted, losses = {}, {}
-        for client, reply in self._matched(entry, replies, "train"):
+        for client, records in self._matched(entry, replies, "train"):
             try:
-                done = self._steps_done(entry, client, reply.content[CTX])
-                losses[client] = _losses(reply.content[CTX], done)
-                accepted[client] = decode_tree(reply.content.get(MESSAGE), self.message_template,
+                done = self._steps_done(entry, client, records[CTX])
+                losses[client] = _losses(records[CTX], done)
+                accepted[client] = decode_tree(records.get(MESSAGE), self.message_template,
                                                device=self.problem.device)
             except Malformed as exc:
                 self._reject(entry, client, exc.reason, str(exc))
@@ -437,7 +443,7 @@ class AlgorithmStrategy(Strategy):
         # A failed finish changes nothing here: the round stays accepted, and the node, unable
         # to commit it, reports lost state at its next contact. The replies are only read through
         # _matched, which counts the stale, duplicate and malformed ones in metrics.csv.
-        for _client, _reply in self._matched(entry, replies, "finish"):
+        for _client, _records in self._matched(entry, replies, "finish"):
             continue
 
     def _reject(self, entry: RoundLog, client: int, reason: str, detail: str, kind: str = "train") -> None:
@@ -468,7 +474,7 @@ class AlgorithmStrategy(Strategy):
         for c, node in sorted(self.client_node.items()):
             if node in live and c not in self.lost:
                 ctx = WireContext(round=-1, client=c, num_clients=n, lr_scale=1.0, ack=self.committed[c], phase="audit")
-                messages[c] = Message(RecordDict({RUN: encode_run(self.run), CTX: encode_ctx(ctx)}), dst_node_id=node,
+                messages[c] = Message(pack({RUN: encode_run(self.run), CTX: encode_ctx(ctx)}), dst_node_id=node,
                                       message_type="query.state", group_id="audit", ttl=_ttl(self.timeout))
         replies = send_and_receive(grid, list(messages.values()), timeout=self.timeout)
         by_id = {m.metadata.message_id: c for c, m in messages.items()}
@@ -479,11 +485,12 @@ class AlgorithmStrategy(Strategy):
             if client is None or reply.has_error() or reply.metadata.src_node_id != self.client_node[client]:
                 continue
             try:
-                status = reply.content[STATUS]
+                records = unpack(reply.content)
+                status = records[STATUS]
                 if status.get("committed_round") != self.committed[client]:
                     mismatched.append(client)
                     continue
-                rows[client] = decode_tree(reply.content.get(ROWS), template, device=self.problem.device)
+                rows[client] = decode_tree(records.get(ROWS), template, device=self.problem.device)
             except (Malformed, KeyError):
                 continue
         for client in range(n):  # never accepted: the initial row is the committed one
@@ -574,6 +581,14 @@ def _signals_deferred():
 
 
 MAX_LOSSES_PER_STEP = 16  # a bound on the losses a reply may report per local step (untrusted input)
+
+
+def _records(reply: Message) -> dict:
+    """A reply's records (codec.unpack); none where it has no content or its packing is malformed."""
+    try:
+        return unpack(reply.content) if reply.has_content() else {}
+    except Malformed:
+        return {}
 
 
 def _losses(ctx: ConfigRecord, done: int) -> list[float]:

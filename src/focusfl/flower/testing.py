@@ -18,7 +18,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, RecordDict
 from flwr.serverapp import Grid
 
-from .codec import CTX, MESSAGE
+from .codec import CTX, MESSAGE, pack, unpack
 
 FAULTS = ("drop_request", "drop_reply", "superlink_error", "nan", "inf", "shape", "dtype", "duplicate",
           "stale", "late", "foreign", "extra_field")
@@ -143,11 +143,13 @@ class FakeGrid(Grid):
         if fault == "foreign":
             reply.metadata.__dict__["_src_node_id"] = 999_999
             return [reply]
+        records = unpack(reply.content)  # faults change what the node sent, then pack it again
         if fault == "stale":
-            ctx = reply.content[CTX]
-            reply.content[CTX] = ConfigRecord({"round": int(ctx["round"]) - 1, "client": ctx["client"]})
+            ctx = records[CTX]
+            records[CTX] = ConfigRecord({"round": int(ctx["round"]) - 1, "client": ctx["client"]})
+            reply.content = pack(records)
             return [reply]
-        record = reply.content[MESSAGE]
+        record = records[MESSAGE]
         name = next(iter(record.keys()))
         data = record[name].numpy()
         if fault == "nan":
@@ -162,11 +164,13 @@ class FakeGrid(Grid):
             data = data.astype(np.float32)
         elif fault == "extra_field":
             record["bogus"] = Array(np.zeros(1))
+            reply.content = pack(records)
             return [reply]
         corrupted = ArrayRecord()
         for key in record.keys():
             corrupted[key] = Array(data) if key == name else record[key]
-        reply.content[MESSAGE] = corrupted
+        records[MESSAGE] = corrupted
+        reply.content = pack(records)
         return [reply]
 
 

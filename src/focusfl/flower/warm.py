@@ -10,10 +10,14 @@ SuperNode asks the SuperLink for a message every 3 s when idle and checks for a 
 (the SuperNode starts no SuperExec) and, in a thread of the same process, an executor that
 acquires the node's ClientApp tasks from the SuperNode's Runtime API and runs each one the
 way ``flwr-clientapp`` does (pull the message and context, call the ClientApp, push the reply
-and the new context), but in this already warm process. Its sleeps end early on events (a
-message stored wakes the executor; a reply pushed wakes the SuperNode's loop), its polls start
-at FIRST_POLL seconds after the node last had work and double up to POLL while nothing comes,
-and the backoff of pulls of a message's objects (Flower: 1 s, doubling) does the same. Only
+and the new context), but in this already warm process. Being in the SuperNode's process, it
+calls the Runtime API's own handlers on the node's state (:class:`InProcessRuntime`) rather
+than through HTTP: the same requests and responses, each a function call, not a loopback
+round trip of a few milliseconds (a task took about 20 such requests). Its sleeps end early on
+events (a message stored wakes the executor; a reply pushed wakes the SuperNode's loop), its
+polls start at FIRST_POLL seconds after the node last had work and double up to POLL while
+nothing comes, and the backoff of pulls of a message's objects (Flower: 1 s, doubling) does the
+same. Only
 focusfl's own Flower app runs in process: a task of any other app is answered with an error.
 The messages, contexts and the ClientApp's computation are the same (one torch thread:
 focusfl/threads.py), so results are unchanged. benchmarks/flower_latency.py measures it.
@@ -21,6 +25,7 @@ focusfl/threads.py), so results are unchanged. benchmarks/flower_latency.py meas
 from __future__ import annotations
 
 import functools
+import importlib
 import sys
 import threading
 import time
@@ -95,22 +100,56 @@ def _then_active(push, pacer: Pacer):
     return pushed
 
 
-def run_task(address: str, token: str, app) -> None:
-    """One ClientApp task, as ``flwr.supernode.runtime.run_clientapp`` runs it, in this process."""
+class InProcessRuntime:
+    """The SuperNode's Runtime API for an executor in the SuperNode's own process.
+
+    Each method of Flower's ``RuntimeHttpClient`` that a ClientApp task uses calls the handler
+    Flower's Runtime router would call for it (flwr.supernode.servicer.runtime, and the shared
+    heartbeat handler) on the node's state, with the task its token names, as the router's
+    authentication does. Requests and responses are the same protobuf messages; a handler's
+    FlowerError reaches the caller as an exception, as an HTTP error would."""
+
+    def __init__(self, state, token: str | None = None) -> None:
+        from flwr.supercore.servicer.runtime import runtime_handlers as shared
+        from flwr.supernode.servicer.runtime import runtime_handlers as node
+
+        self.state, self.token = state, token
+        self._calls = {"PullTaskInput": node.pull_task_input, "PushTaskOutput": node.push_task_output,
+                       "PullMessages": node.pull_messages, "PushMessages": node.push_messages,
+                       "PullObject": node.pull_object, "PushObject": node.push_object,
+                       "ConfirmMessageReceived": node.confirm_message_received,
+                       "SendTaskHeartbeat": shared.send_task_heartbeat}
+        self._acquire = node.acquire_task
+
+    def AcquireTask(self, request):
+        return self._acquire(request, self.state)
+
+    def __getattr__(self, name: str):
+        handler = self.__dict__.get("_calls", {}).get(name)
+        if handler is None:
+            raise AttributeError(name)
+        return lambda request: handler(request, self.state, self._task())
+
+    def _task(self):
+        task = self.state.get_task_by_token(self.token) if self.token else None
+        if task is None:
+            raise RuntimeError("Runtime task-token authentication failed")
+        return task
+
+    def close(self) -> None:
+        pass
+
+
+def run_task(runtime: InProcessRuntime, app) -> None:
+    """One ClientApp task, as ``flwr.supernode.runtime.run_clientapp`` runs it, in this process
+    (``runtime``: the node's Runtime API for the task's token)."""
     from flwr.app import Message
     from flwr.app.error import Error
     from flwr.common.constant import ErrorCode, SubStatus
     from flwr.supercore.heartbeat import HeartbeatSender, make_task_heartbeat_fn_http
-    from flwr.supercore.interceptors import RuntimeTokenHttpInterceptor, RuntimeVersionHttpInterceptor
-    from flwr.supercore.retry import make_simple_http_retry_invoker
-    from flwr.supercore.runtime import RuntimeHttpClient
     from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
 
-    retry = make_simple_http_retry_invoker()
-    client = RuntimeHttpClient.from_server_address(
-        server_address=address, insecure=True, root_certificates=None, retry_invoker=retry,
-        interceptors=[RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"),
-                      RuntimeTokenHttpInterceptor(token)])
+    client = runtime
     heartbeat = HeartbeatSender(make_task_heartbeat_fn_http(client))
     message = reply = context = None
     status, details = SubStatus.FAILED, "ClientApp task failed"
@@ -131,7 +170,6 @@ def run_task(address: str, token: str, app) -> None:
                 push_message(client, reply, context)
                 REPLY_PUSHED.set()
         finally:
-            retry.max_tries = 1
             push_task_output(client=client, context=context, sub_status=status, details=details)
             if heartbeat.is_running:
                 heartbeat.stop()
@@ -150,7 +188,9 @@ def pull_task_input(client):
         make_confirm_message_received_fn_protobuf,
         make_pull_object_fn_protobuf,
     )
-    from flwr.supercore.inflatable.inflatable_utils import pull_and_inflate_object_from_tree
+    from flwr.supercore.inflatable.inflatable_utils import (
+        pull_and_inflate_object_from_tree,
+    )
     from flwr.supercore.task_identity import TaskIdentity
 
     res = client.PullTaskInput(PullTaskInputRequest())
@@ -168,47 +208,54 @@ def pull_task_input(client):
     return message, context, run, fab
 
 
-def serve(address: str) -> None:
-    """Acquire this SuperNode's tasks forever; run focusfl's ClientApp tasks in process."""
+def serve(state) -> None:
+    """Acquire this SuperNode's tasks (from its NodeState ``state``) forever; run focusfl's
+    ClientApp tasks in process."""
     from flwr.proto.runtime_pb2 import AcquireTaskRequest  # pylint: disable=E0611
     from flwr.supercore.constant import TaskType
-    from flwr.supercore.interceptors import RuntimeVersionHttpInterceptor
-    from flwr.supercore.retry import make_simple_http_retry_invoker
-    from flwr.supercore.runtime import RuntimeHttpClient
 
-    client = RuntimeHttpClient.from_server_address(
-        server_address=address, insecure=True, root_certificates=None,
-        interceptors=[RuntimeVersionHttpInterceptor(component_name="SuperExec")],
-        retry_invoker=make_simple_http_retry_invoker())
+    executor = InProcessRuntime(state)
     while True:
         try:
-            res = client.AcquireTask(AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP],
-                                                        agentapp_fab_hashes=[]))
-        except Exception:  # the SuperNode's API not up yet (or going down)
+            res = executor.AcquireTask(AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP],
+                                                          agentapp_fab_hashes=[]))
+        except Exception:  # the node's state not ready yet (or going down)
             time.sleep(0.2)
             continue
         if res.HasField("task") and res.token:
-            run_task(address, res.token, app)
+            run_task(InProcessRuntime(state, res.token), app)
         else:
             _nap(TASK_STORED, IDLE)
+
+
+def _serving(start_client_internal):
+    """flower-supernode's ``start_client_internal``, which first starts the executor's thread on
+    the node's state (the one its Runtime API serves)."""
+    @functools.wraps(start_client_internal)
+    def started(*args, state_factory, **kwargs):
+        threading.Thread(target=serve, args=(state_factory.state(),), name="focusfl-warm-executor",
+                         daemon=True).start()
+        return start_client_internal(*args, state_factory=state_factory, **kwargs)
+    return started
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--port" not in argv:
         raise SystemExit("focusfl.flower.warm needs the SuperNode's --port (its Runtime API)")
-    address = f"127.0.0.1:{argv[argv.index('--port') + 1]}"
     import flwr.supernode.start_client_internal as internal
-    from flwr.supernode.cli.flower_supernode import flower_supernode
+
+    # the module (flwr.supernode.cli exports a function of the same name)
+    cli = importlib.import_module("flwr.supernode.cli.flower_supernode")
 
     internal.time = pacer = Pacer()
     internal._pull_and_store_message = _announcing(internal._pull_and_store_message, pacer)
     internal._push_messages = _then_active(internal._push_messages, pacer)
     # the SuperNode's pulls of a message's objects from the SuperLink: the same short backoff
     internal.pull_objects = functools.partial(internal.pull_objects, initial_backoff=FIRST_POLL, backoff_cap=POLL)
-    threading.Thread(target=serve, args=(address,), name="focusfl-warm-executor", daemon=True).start()
+    cli.start_client_internal = _serving(cli.start_client_internal)
     sys.argv = ["flower-supernode", *argv, "--isolation", "process"]
-    flower_supernode()
+    cli.flower_supernode()
 
 
 if __name__ == "__main__":
