@@ -304,6 +304,24 @@ def test_augmentation_is_the_papers_crop_and_flip():
     assert torch.equal(out[1], padded[1, :, 8:13, 0:6].flip(-1))
 
 
+def test_augmentation_equals_padding_then_cropping_every_offset_and_flip():
+    """The one-gather crop against its definition (pad with zeros, take the window, flip), for
+    every offset and both flips, images smaller than the padding included, float images too."""
+    span = 9
+    offsets = torch.arange(span * span)
+    bits = torch.cat([offsets, offsets + (1 << 31)])  # top = k % 9, left = k // 9, then flipped
+    for shape, dtype in (((3, 5, 6), torch.uint8), ((1, 3, 2), torch.uint8), ((2, 4, 4), torch.float64)):
+        images = (torch.arange(len(bits) * math.prod(shape)) % 251 + 1).to(dtype).view(len(bits), *shape)
+        out = crop_flip(images, bits, padding=4)
+        padded = F.pad(images, (4, 4, 4, 4))
+        for k, value in enumerate(bits.tolist()):
+            top, left, flip = value % span, value // span % span, value >> 31
+            window = padded[k, :, top:top + shape[1], left:left + shape[2]]
+            assert torch.equal(out[k], window.flip(-1) if flip else window), (shape, k)
+    leading = crop_flip(images.view(2, len(bits) // 2, *shape), bits.view(2, -1), padding=4)
+    assert torch.equal(leading.view_as(out), out)
+
+
 def test_augmentation_is_keyed_by_seed_round_client_and_step():
     # Clients smaller than the batch use all their samples at every step: without augmentation
     # their gradients repeat, with it every (seed, round, client, step) has its own crops.
