@@ -17,6 +17,7 @@ import numpy as np
 from ..argtypes import positive_float
 from ..errors import ConfigError, DataError
 from ..runs.cli import add_run_options, run_config_of
+from .defaults import FEDERATION_DEFAULTS
 
 EXAMPLES = """examples:
   focusfl federation local --nodes 3 --algorithm focus --problem ridge:clients=3 --rounds 20 --out runs/fed
@@ -66,8 +67,6 @@ RUN_OPTIONS = ("algorithm", "problem", "participation", "work", "rounds", "local
 
 
 def _common(p) -> None:
-    from .server_app import FEDERATION_DEFAULTS
-
     add_run_options(p, RUN_OPTIONS, defaults=FEDERATION_DEFAULTS, helps={
         "problem": "problem SPEC; each node builds its client from it",
         "participation": "'available' (every node that answers in time) or a participation SPEC (S_r requested)"})

@@ -47,14 +47,12 @@ from ..runs.folder import COMPLETE, DIVERGED, INTERRUPTED, write_finished
 from ..signals import handled
 from ..threads import fixed_threads
 from ..work.trace import trace_record, trace_text
+from .defaults import FEDERATION_DEFAULTS
 from .strategy import AlgorithmStrategy, FederationResult, StopRounds
 
 RUN_CONFIG_KEY = "focusfl"
 
 
-# What a federation's run fields default to where they differ from a run's (runs.config): a
-# federation takes whoever answers, and a loopback one is a short demonstration.
-FEDERATION_DEFAULTS = {"algorithm": "focus", "participation": "available", "rounds": 20}
 # Its own knobs, with their defaults.
 KNOBS = {"timeout": 30.0, "out": None, "token": None, "audit": True}
 
