@@ -157,4 +157,9 @@ def loss_and_gradients(
         per_sample = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none")
         losses = (per_sample.view_as(weights) * weights).sum(1) / weights.sum(1)
         grads = torch.autograd.grad(losses.sum(), leaves)
-    return torch.cat([g.reshape(n, -1) for g in grads], dim=1), losses.detach()
+    # Each gradient copied once, straight into its columns: a linear layer's weight gradient
+    # comes back transposed (bmm's backward), and reshaping it before a cat copied it twice.
+    flat = z.new_empty(n, sum(numels))
+    for columns, grad, shape in zip(torch.split(flat, numels, dim=1), grads, shapes):
+        columns.view(n, *shape).copy_(grad)
+    return flat, losses.detach()
