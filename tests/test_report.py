@@ -251,23 +251,47 @@ def test_report_and_study_commands_refuse_bad_input_in_one_line(tmp_path):
     assert sorted(p.name for p in users.iterdir()) == ["notes.txt"]
 
 
-def test_nn_study_command_runs_as_a_user_types_it_and_reuses_its_runs(tmp_path):
+def test_nn_study_and_report_commands_run_as_a_user_types_them(tmp_path):
+    """``reproduce nn-study`` at toy sizes; the same command again reuses every run and writes the
+    same summary; then the whole ``reproduce report`` on the same digits, reusing that study
+    (``--nn-study``, as its help offers) rather than running it a third time. The report once
+    crashed on a fresh install while its parts were tested one by one."""
+    import re
+
     from cli_harness import run_cli
 
     fixture = Path(__file__).resolve().parent / "fixtures" / "mnist1500.npz"
-    out = tmp_path / "study"
-    command = ["reproduce", "nn-study", "--quick", "--data", str(fixture), "--out", str(out)]
+    study = tmp_path / "study"
+    command = ["reproduce", "nn-study", "--quick", "--data", str(fixture), "--out", str(study)]
     proc = run_cli(*command, timeout=900)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("quick study") and "SG-FOCUS as the authors run it" in proc.stdout
-    text = (out / "report.md").read_text()
+    text = (study / "report.md").read_text()
     assert "(quick: toy sizes, not findings)" in text.splitlines()[0] and "None" not in text
     assert "What drives the gap" in text and "| suspected driver | verdict |" in text
-    first = (out / "summary.csv").read_bytes()
+    first = (study / "summary.csv").read_bytes()
     again = run_cli(*command, timeout=900)
     sweeps = [line for line in again.stdout.splitlines() if line.startswith("sweep ")]
     assert again.returncode == 0 and sweeps and all(", 0 to run;" in line for line in sweeps)  # every run reused
-    assert (out / "summary.csv").read_bytes() == first
+    assert (study / "summary.csv").read_bytes() == first
+
+    out = tmp_path / "report"
+    proc = run_cli("reproduce", "report", "--quick", "--out", str(out), "--data", str(fixture),
+                   "--nn-study", str(study), timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    assert "quick report" in proc.stdout.splitlines()[0] and "QUICK" in proc.stdout
+    sweeps = [line for line in proc.stdout.splitlines() if line.startswith("sweep ")]
+    assert all(", 0 to run;" in line for line in sweeps)  # the study's runs, reused
+    text = (out / "report.md").read_text()
+    assert "quick" in "\n".join(text.splitlines()[:3]) and "None" not in text
+    verdicts = re.findall(VERDICT, text)
+    assert len(verdicts) >= 25 and "inconclusive (quick)" in verdicts
+    assert "on MNIST (mnist1500.npz)" in text and "tuned on the clients' validation share" in text
+    assert (study / "alpha-0.3" / "steps.csv").is_file() and not (out / "nn-study").exists()
+    figures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+    assert figures and all((out / figure).is_file() for figure in figures)
+    rows = read_csv(out / "summary.csv")
+    assert rows and all(row["criterion"] and row["measured"] for row in rows)
 
 
 VERDICT = r"\*\*(reproduced|reproduced on another axis|not reproduced|inconclusive|inconclusive \(quick\))\*\* \(criterion:"
@@ -284,30 +308,6 @@ def test_reproductions_page_is_a_report_whose_figures_exist():
     assert figures and all((docs / figure).is_file() for figure in figures)
     verdicts = re.findall(VERDICT, text)
     assert len(verdicts) >= 25 and "inconclusive (quick)" not in verdicts and "None" not in text
-
-
-def test_report_command_runs_end_to_end_as_a_user_types_it(tmp_path):
-    # The report once crashed on a fresh install while its parts were tested one by one: run the
-    # whole command, at toy sizes, with the neural-network study on the bundled MNIST sample.
-    import re
-
-    from cli_harness import run_cli
-
-    fixture = Path(__file__).resolve().parent / "fixtures" / "mnist1500.npz"
-    out = tmp_path / "report"
-    proc = run_cli("reproduce", "report", "--quick", "--out", str(out), "--data", str(fixture), timeout=900)
-    assert proc.returncode == 0, proc.stderr
-    assert "quick report" in proc.stdout.splitlines()[0] and "QUICK" in proc.stdout
-    text = (out / "report.md").read_text()
-    assert "quick" in "\n".join(text.splitlines()[:3]) and "None" not in text
-    verdicts = re.findall(VERDICT, text)
-    assert len(verdicts) >= 25 and "inconclusive (quick)" in verdicts
-    assert "on MNIST (mnist1500.npz)" in text and "tuned on the clients' validation share" in text
-    assert (out / "nn-study" / "alpha-0.3" / "steps.csv").is_file()
-    figures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
-    assert figures and all((out / figure).is_file() for figure in figures)
-    rows = read_csv(out / "summary.csv")
-    assert rows and all(row["criterion"] and row["measured"] for row in rows)
 
 
 # -- exactness under arbitrary work ----------------------------------------------------------------
