@@ -6,8 +6,8 @@ script, in one temporary folder (a later command reads what an earlier one wrote
 tables below: an option the command gives is set to a small value (SMALL), options a command
 leaves at a large default are added (ADDED), placeholders name test files (PLACEHOLDERS), and the
 files a command reads are made from the repository's own (FILES). A command that needs what a
-test cannot have, or that another test already runs end to end, is listed in SKIPPED with the reason. Synopses (`[--lr ETA|auto]`) are not
-commands; tests/test_docs.py checks their options.
+test cannot have, or that another test already runs end to end, is listed in SKIPPED with the
+reason. Synopses (`[--lr ETA|auto]`) are not commands; tests/test_docs.py checks their options.
 """
 from __future__ import annotations
 
