@@ -378,6 +378,7 @@ def test_unpack_refuses_what_pack_would_not_write():
         "no content": None,
         "missing packed record": RecordDict({codec.CTX: ConfigRecord({"round": 1})}),
         "readable index": packed(index=None),
+        "without a readable index": packed(index="[" * 100_000),  # deeper than the JSON parser goes
         "not a mapping": packed(index="[1]"),
         "no kind or names": packed(index=json.dumps({**index, codec.CTX: {"kind": "other", "names": []}})),
         "lacks a value": packed(**{f"{codec.CTX}/round": None}),

@@ -94,7 +94,7 @@ def unpack(content: Any) -> dict[str, ConfigRecord | ArrayRecord]:
         raise Malformed("malformed", "missing packed record")
     try:
         index = json.loads(packed[INDEX])
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, RecursionError):  # RecursionError: JSON nested too deep
         raise Malformed("malformed", "packed record without a readable index") from None
     if not isinstance(index, dict):
         raise Malformed("malformed", "packed index is not a mapping")
