@@ -75,7 +75,8 @@ def pack(records: Mapping[str, ConfigRecord | ArrayRecord]) -> RecordDict:
             index[key] = {"kind": "config", "names": list(record.keys())}
             flat.update({f"{key}/{name}": value for name, value in record.items()})
         elif inline:
-            index[key] = {"kind": "arrays", "arrays": [[name, a.dtype, list(a.shape), a.stype] for name, a in record.items()]}
+            described = [[name, array.dtype, list(array.shape), array.stype] for name, array in record.items()]
+            index[key] = {"kind": "arrays", "arrays": described}
             flat.update({f"{key}/{name}": array.data for name, array in record.items()})
         else:
             content[key] = record
