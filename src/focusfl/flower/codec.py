@@ -92,7 +92,9 @@ def unpack(content: Any) -> dict[str, ConfigRecord | ArrayRecord]:
     records = {key: record for key, record in content.items() if key != PACKED}
     packed = content.get(PACKED)
     if not isinstance(packed, ConfigRecord):
-        raise Malformed("malformed", "missing packed record")
+        # e.g. records one by one, as focusfl wrote them before they were packed: both ends of a
+        # federation must run the same focusfl
+        raise Malformed("malformed", "missing packed record (does the other end run another focusfl version?)")
     try:
         index = json.loads(packed[INDEX])
     except (KeyError, TypeError, ValueError, RecursionError):  # RecursionError: JSON nested too deep
