@@ -106,3 +106,31 @@ def test_the_in_process_runtime_calls_flowers_handlers_with_the_task_its_token_n
         warm.InProcessRuntime(State(), "forged").PullObject(PullObjectRequest(object_id="abc"))
     with pytest.raises(AttributeError):
         warm.InProcessRuntime(State(), "good").GetNodes
+
+
+def test_the_executor_survives_a_task_whose_runtime_calls_fail(monkeypatch, capsys):
+    """A handler's error reaches the in-process executor as an exception: that task is lost (the
+    server times it out), the executor goes on to the next one."""
+    from flwr.proto.runtime_pb2 import AcquireTaskResponse  # pylint: disable=E0611
+    from flwr.proto.task_pb2 import Task  # pylint: disable=E0611
+
+    asked = []
+
+    class Stop(BaseException):
+        pass
+
+    def acquire(self, request):
+        asked.append(1)
+        if len(asked) > 2:
+            raise Stop
+        return AcquireTaskResponse(task=Task(task_id=len(asked)), token="t")
+
+    def failing(runtime, app):
+        raise RuntimeError("Runtime task-token authentication failed")
+
+    monkeypatch.setattr(warm.InProcessRuntime, "AcquireTask", acquire)
+    monkeypatch.setattr(warm, "run_task", failing)
+    with pytest.raises(Stop):
+        warm.serve(object())
+    assert len(asked) == 3  # two failed tasks, then the next ask
+    assert capsys.readouterr().err.count("failed: Runtime task-token authentication failed") == 2

@@ -114,7 +114,7 @@ def unpack(content: Any) -> dict[str, ConfigRecord | ArrayRecord]:
             records[key] = ConfigRecord({name: packed[f"{key}/{name}"] for name in names})
         else:
             records[key] = _arrays(key, names, packed)
-        used.update(f"{key}/{name}" for name in (names if entry["kind"] == "config" else (a[0] for a in names)))
+        used.update(f"{key}/{name}" for name in records[key].keys())
     extra = sorted(set(packed.keys()) - used)
     if extra:
         raise Malformed("malformed", f"packed record holds an unindexed entry {extra[0]!r}")

@@ -136,8 +136,6 @@ class InProcessRuntime:
             raise RuntimeError("Runtime task-token authentication failed")
         return task
 
-    def close(self) -> None:
-        pass
 
 
 def run_task(runtime: InProcessRuntime, app) -> None:
@@ -149,13 +147,12 @@ def run_task(runtime: InProcessRuntime, app) -> None:
     from flwr.supercore.heartbeat import HeartbeatSender, make_task_heartbeat_fn_http
     from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
 
-    client = runtime
-    heartbeat = HeartbeatSender(make_task_heartbeat_fn_http(client))
+    heartbeat = HeartbeatSender(make_task_heartbeat_fn_http(runtime))
     message = reply = context = None
     status, details = SubStatus.FAILED, "ClientApp task failed"
     try:
         heartbeat.start()
-        message, context, run, _fab = pull_task_input(client)
+        message, context, run, _fab = pull_task_input(runtime)
         if run.fab_id != APP_ID:
             raise RuntimeError(f"warm executor runs only {APP_ID}, not {run.fab_id}")
         reply = app(message=message, context=context)
@@ -167,13 +164,12 @@ def run_task(runtime: InProcessRuntime, app) -> None:
     finally:
         try:
             if reply is not None and context is not None:
-                push_message(client, reply, context)
+                push_message(runtime, reply, context)
                 REPLY_PUSHED.set()
         finally:
-            push_task_output(client=client, context=context, sub_status=status, details=details)
+            push_task_output(client=runtime, context=context, sub_status=status, details=details)
             if heartbeat.is_running:
                 heartbeat.stop()
-            client.close()
 
 
 def pull_task_input(client):
@@ -188,9 +184,7 @@ def pull_task_input(client):
         make_confirm_message_received_fn_protobuf,
         make_pull_object_fn_protobuf,
     )
-    from flwr.supercore.inflatable.inflatable_utils import (
-        pull_and_inflate_object_from_tree,
-    )
+    from flwr.supercore.inflatable.inflatable_utils import pull_and_inflate_object_from_tree
     from flwr.supercore.task_identity import TaskIdentity
 
     res = client.PullTaskInput(PullTaskInputRequest())
@@ -223,7 +217,11 @@ def serve(state) -> None:
             time.sleep(0.2)
             continue
         if res.HasField("task") and res.token:
-            run_task(InProcessRuntime(state, res.token), app)
+            try:
+                run_task(InProcessRuntime(state, res.token), app)
+            except Exception as exc:  # a handler's error reaches us as an exception, not over HTTP:
+                # the task is lost (the server counts a timeout), the executor goes on
+                print(f"focusfl warm executor: task {res.task.task_id} failed: {exc}", file=sys.stderr, flush=True)
         else:
             _nap(TASK_STORED, IDLE)
 
