@@ -320,6 +320,22 @@ def test_augmentation_equals_padding_then_cropping_every_offset_and_flip():
             assert torch.equal(out[k], window.flip(-1) if flip else window), (shape, k)
     leading = crop_flip(images.view(2, len(bits) // 2, *shape), bits.view(2, -1), padding=4)
     assert torch.equal(leading.view_as(out), out)
+    # Laid out channels-last for the convolutions: the same values, each image's pixels in HWC order.
+    hwc = crop_flip(images.view(2, len(bits) // 2, *shape), bits.view(2, -1), padding=4, channels_last=True)
+    assert torch.equal(hwc, leading)
+    assert hwc.permute(0, 1, 3, 4, 2).is_contiguous()
+
+
+def test_channels_last_images_standardise_to_the_same_numbers_laid_out_channels_last():
+    """The convolutions' layout is chosen before standardising (a copy of bytes, not of
+    floats); the tiled scale and shift give the NCHW path's numbers, float32 and float64."""
+    for dtype in (torch.float32, torch.float64):
+        problem = toy_problem(dataset=toy_dataset(shape=(3, 12, 12)), model="focus-cnn", dtype=dtype)
+        images = problem.train_images[:20].view(2, 10, 3, 12, 12)
+        hwc = images.permute(0, 1, 3, 4, 2).contiguous().permute(0, 1, 4, 2, 3)
+        plain, laid_out = problem.inputs(images), problem.inputs(hwc)
+        assert torch.equal(plain, laid_out) and laid_out.dtype == dtype
+        assert laid_out.permute(0, 1, 3, 4, 2).is_contiguous()
 
 
 def test_augmentation_is_keyed_by_seed_round_client_and_step():

