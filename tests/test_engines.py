@@ -98,3 +98,45 @@ def test_simulate_never_modifies_the_callers_state():
     simulate(algorithm, problem, process, 3, seed=5, resume=Resume(start, 2))
     for before, field in zip(saved, start.clients):
         assert torch.equal(before, field)
+
+
+# -- the heap rounds allocate from ------------------------------------------------------------------
+_HEAP_PROBE = (
+    "import ctypes, resource, torch\n"
+    "from focusfl.engine.heap import retain_freed_memory\n"
+    "from focusfl.engine.simulate import simulate\n"
+    "from focusfl.algorithms import make_algorithm\n"
+    "from focusfl.participation import make_participation\n"
+    "from focusfl.problems import make_problem\n"
+    "problem = make_problem('ridge:clients=4,samples=8,dim=3')\n"
+    "simulate(make_algorithm('focus', lr=1e-3), problem, make_participation('full', 4), 2, seed=0)\n"
+    "def step():\n"  # what a local step does: frees and re-allocates the same large blocks
+    "    for _ in range(8):\n"
+    "        blocks = [torch.ones(2 << 20) for _ in range(6)]\n"
+    "        del blocks\n"
+    "step()\n"
+    "before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
+    "step()\n"
+    "faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before\n"
+    "print(retain_freed_memory(), faults)\n"
+)
+
+
+def _heap_probe(**env):
+    import os
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _HEAP_PROBE], env={**os.environ, **env}, capture_output=True,
+                         text=True, check=True).stdout.split()
+    return out[0] == "True", int(out[1])
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="glibc's malloc settings")
+def test_a_simulation_keeps_its_freed_heap_and_leaves_the_users_malloc_settings_alone():
+    """Once a round has run, steps that free and re-allocate 48 MB of blocks no longer
+    page-fault on fresh memory; a user's own malloc setting stands (and the faults with it)."""
+    kept, faults = _heap_probe()
+    assert kept and faults < 100, faults
+    left_alone, user_faults = _heap_probe(MALLOC_MMAP_THRESHOLD_="131072")
+    assert not left_alone and user_faults > 1000, user_faults

@@ -32,6 +32,7 @@ from ..algorithms.base import Algorithm, RoundContext, State, check_work_process
 from ..errors import ConfigError
 from ..problems.base import Problem
 from .divergence import BlowUpDetector
+from .heap import retain_freed_memory
 from .round import Collected, Engine, server_step
 from .rows import diverged, evaluation_row
 
@@ -67,6 +68,7 @@ class EngineExchange:
     def __init__(self, engine: Engine, algorithm: Algorithm, problem: Problem, seed: int, start_round: int) -> None:
         self.engine, self.algorithm, self.problem, self.seed, self.start_round = \
             engine, algorithm, problem, seed, start_round
+        retain_freed_memory()  # once per process: no page faults on every step's regrown heap
 
     def requested(self, r: int, drawn: torch.Tensor | None) -> torch.Tensor:
         return drawn

@@ -21,6 +21,7 @@ import torch
 
 from ..algorithms.base import Algorithm, RoundContext, State
 from ..problems.base import Problem
+from .heap import retain_freed_memory
 from .tree import gather_rows
 
 
@@ -70,6 +71,7 @@ class Engine:
         """One round; ``donate=True`` lets it update ``state``'s client table in place (the
         caller promises not to read the old state again); ``steps``: the active clients' local
         step counts (int64 [n]; None: every client does the algorithm's local_steps)."""
+        retain_freed_memory()  # once per process: no page faults on every step's regrown heap
         ctx = RoundContext(round=round_, active=active, num_clients=problem.num_clients, lr_scale=lr_scale,
                            steps=steps)
         algorithm.check_work(ctx)
