@@ -29,10 +29,11 @@ class Collected(NamedTuple):
     """What the collect phase of a round brought back.
 
     ``active``: the clients whose work the server takes (sorted; a federation drops the ones
-    that failed); ``rows``: their new client rows (None where nodes keep them); ``message``:
-    their stacked messages (None when nobody's work arrived); ``steps``: the local steps each
-    took (int64 [n]; None: the algorithm's local_steps); ``losses``: the minibatch losses of
-    those steps (float64 numbers; empty for problems that measure none)."""
+    that failed); ``rows``: their new client rows, in the form the engine's own commit reads
+    (None where nodes keep them); ``message``: their stacked messages (None when nobody's work
+    arrived); ``steps``: the local steps each took (int64 [n]; None: the algorithm's
+    local_steps); ``losses``: the minibatch losses of those steps (float64 numbers; empty for
+    problems that measure none)."""
 
     active: torch.Tensor
     rows: Any

@@ -12,12 +12,22 @@ step, never summed on the way, so chunking changes speed, not results.
 """
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import torch
 
 from ..algorithms.base import Algorithm, RoundContext, State
 from ..problems.base import Problem, live_losses
 from .round import Collected, Engine
 from .tree import concat_rows, gather_rows, scatter_rows
+
+
+class ChunkRows(NamedTuple):
+    """One chunk's new client rows, with its clients and their local step counts."""
+
+    active: torch.Tensor
+    steps: torch.Tensor | None
+    rows: Any
 
 
 def client_chunks(active: torch.Tensor, chunk: int | None) -> list[torch.Tensor]:
@@ -40,16 +50,24 @@ def vectorized_collect(algorithm: Algorithm, state: State, problem: Problem, ctx
         row_parts.append(rows)
         message_parts.append(message)
         losses.extend(live_losses(oracle, part_steps))
-    rows = row_parts[0] if len(row_parts) == 1 else concat_rows(row_parts)
+    # The rows stay in their chunks: the commit writes each chunk's into the table, so the
+    # round's [n, d] rows are never concatenated (14 MB a round on the CIFAR-10 benchmark).
+    rows = [ChunkRows(part, part_steps, part_rows) for part, part_steps, part_rows in zip(parts, step_parts, row_parts)]
     message = message_parts[0] if len(message_parts) == 1 else concat_rows(message_parts)
     return Collected(ctx.active, rows, message, ctx.steps, losses)
 
 
 def vectorized_commit(algorithm: Algorithm, state: State, server, collected: Collected, ctx: RoundContext,
                       donate: bool) -> State:
-    """The active clients finish with the new server state; their rows go back in one scatter."""
-    rows = algorithm.client_finish(server, collected.rows, ctx)
-    return State(server, scatter_rows(state.clients, ctx.active, rows, in_place=donate))
+    """The active clients finish with the new server state, a chunk at a time, and each chunk's
+    rows are written into the table. Only the first write may copy the table (when it is not
+    donated, or a field shares its memory): the table the later chunks write into is this
+    round's own."""
+    clients = state.clients
+    for k, chunk in enumerate(collected.rows):
+        finished = algorithm.client_finish(server, chunk.rows, ctx._replace(active=chunk.active, steps=chunk.steps))
+        clients = scatter_rows(clients, chunk.active, finished, in_place=donate or k > 0)
+    return State(server, clients)
 
 
 VECTORIZED = Engine("vectorized", vectorized_collect, vectorized_commit)
