@@ -4,6 +4,10 @@ Both engines run the same algorithm object on the same draws; the vectorized one
 active clients, the reference one calls the client round once per client. They must agree to
 rounding error in float64, including rounds with no participant and clients that stay away.
 """
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -123,16 +127,12 @@ _HEAP_PROBE = (
 
 
 def _heap_probe(**env):
-    import os
-    import subprocess
-    import sys
-
     out = subprocess.run([sys.executable, "-c", _HEAP_PROBE], env={**os.environ, **env}, capture_output=True,
                          text=True, check=True).stdout.split()
     return out[0] == "True", int(out[1])
 
 
-@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="glibc's malloc settings")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc settings")
 def test_a_simulation_keeps_its_freed_heap_and_leaves_the_users_malloc_settings_alone():
     """Once a round has run, steps that free and re-allocate 48 MB of blocks no longer
     page-fault on fresh memory; a user's own malloc setting stands (and the faults with it)."""
@@ -140,3 +140,5 @@ def test_a_simulation_keeps_its_freed_heap_and_leaves_the_users_malloc_settings_
     assert kept and faults < 100, faults
     left_alone, user_faults = _heap_probe(MALLOC_MMAP_THRESHOLD_="131072")
     assert not left_alone and user_faults > 1000, user_faults
+    tuned, _ = _heap_probe(GLIBC_TUNABLES="glibc.malloc.trim_threshold=131072")
+    assert not tuned

@@ -49,11 +49,11 @@ def _set_thresholds() -> bool:
         return False
     try:
         libc = ctypes.CDLL(None)  # the C library the process already runs on
-        mallopt = libc.mallopt
-        gnu_version = libc.gnu_get_libc_version  # glibc only: musl's mallopt does nothing
-    except (OSError, AttributeError):
+    except OSError:
         return False
-    del gnu_version
+    if not (hasattr(libc, "mallopt") and hasattr(libc, "gnu_get_libc_version")):
+        return False  # not glibc: musl's mallopt does nothing
+    mallopt = libc.mallopt
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     # The mmap threshold first: setting either one ends the adaptation of both.
     return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(
