@@ -97,19 +97,30 @@ def _flat_dropout(layer: KeyedDropout, x: torch.Tensor, keys: torch.Tensor) -> t
 class _BatchedLinear(torch.autograd.Function):
     """``x [n, b, F] @ weight[k].T`` for every client k, whose weight gradient comes back laid
     out like the weight ``[n, out, F]``: bmm's own backward gives it transposed, and copying
-    that into the flat gradient's columns cost 0.6 ms a step on the CIFAR-10 benchmark."""
+    that into the flat gradient's columns cost 0.6 ms a step on the CIFAR-10 benchmark. Given
+    ``grad_weight_into`` (a contiguous tensor shaped like the weight, used once: the flat
+    gradient's columns of one client), the weight gradient is written there and never copied.
+    Several clients' columns are strided; bmm writes those with other roundings, so they are
+    left to the copy (the same bits whichever way the clients are chunked)."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, grad_weight_into: torch.Tensor | None = None) -> torch.Tensor:
         ctx.save_for_backward(x, weight)
+        ctx.grad_weight_into = grad_weight_into
         return torch.bmm(x, weight.transpose(1, 2))
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         x, weight = ctx.saved_tensors
         grad_x = torch.bmm(grad, weight) if ctx.needs_input_grad[0] else None
-        grad_weight = torch.bmm(grad.transpose(1, 2), x) if ctx.needs_input_grad[1] else None
-        return grad_x, grad_weight
+        grad_weight = None
+        if ctx.needs_input_grad[1]:
+            into = ctx.grad_weight_into
+            if into is not None and into.is_contiguous():
+                grad_weight = torch.bmm(grad.transpose(1, 2), x, out=into)
+            else:
+                grad_weight = torch.bmm(grad.transpose(1, 2), x)
+        return grad_x, grad_weight, None
 
 
 def batched_forward(
@@ -118,11 +129,13 @@ def batched_forward(
     images: torch.Tensor,
     keys: torch.Tensor,
     channels_last: bool = True,
+    gradients_into: Callable[[str], torch.Tensor | None] = lambda name: None,
 ) -> torch.Tensor:
     """Logits ``[n, b, classes]`` of n client networks on their own inputs ``[n, b, C, H, W]``.
 
     ``params(name)`` gives the stacked parameter ``[n, *shape]`` of that name (None if absent);
-    ``channels_last`` picks the memory layout of the convolutional activations.
+    ``channels_last`` picks the memory layout of the convolutional activations;
+    ``gradients_into(name)``, where the backward pass may write that parameter's gradient.
     """
     n = images.shape[0]
     x, layout = images, "input"
@@ -140,7 +153,7 @@ def batched_forward(
             x = _grouped_to_flat(x, n) if layout == "conv" else x.reshape(n, x.shape[1], -1)
             layout = "flat"
         elif isinstance(layer, nn.Linear):
-            out = _BatchedLinear.apply(x, weight)
+            out = _BatchedLinear.apply(x, weight, gradients_into(f"{index}.weight"))
             x = out if bias is None else out + bias[:, None, :]
         elif isinstance(layer, KeyedDropout):
             if layer.training and layer.p > 0:
@@ -164,20 +177,26 @@ def loss_and_gradients(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(gradients [n, d], losses [n]) of every client's weighted mean cross-entropy at z[k]."""
     n = z.shape[0]
+    flat = z.new_empty(n, sum(numels))
+    columns = [column.view(n, *shape) for column, shape in zip(torch.split(flat, numels, dim=1), shapes)]
     with torch.enable_grad():
         # Each layer's stacked parameters are a leaf viewing z (no copy of the [n, d] stack).
         leaves = [
             chunk.detach().view(n, *shape).requires_grad_(True)
             for chunk, shape in zip(torch.split(z, numels, dim=1), shapes)
         ]
-        table = dict(zip(names, leaves))
-        logits = batched_forward(model, table.get, images, keys, channels_last)
+        logits = batched_forward(model, dict(zip(names, leaves)).get, images, keys, channels_last,
+                                 dict(zip(names, columns)).get)
         per_sample = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none")
         losses = (per_sample.view_as(weights) * weights).sum(1) / weights.sum(1)
         grads = torch.autograd.grad(losses.sum(), leaves)
-    # Each gradient copied once, straight into its columns: a linear layer's weight gradient
-    # comes back transposed (bmm's backward), and reshaping it before a cat copied it twice.
-    flat = z.new_empty(n, sum(numels))
-    for columns, grad, shape in zip(torch.split(flat, numels, dim=1), grads, shapes):
-        columns.view(n, *shape).copy_(grad)
+    # The other gradients are copied once, straight into their columns.
+    for column, grad in zip(columns, grads):
+        if not _same_memory(column, grad):
+            column.copy_(grad)
     return flat, losses.detach()
+
+
+def _same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``b`` is ``a`` itself (a gradient the backward pass wrote in place)."""
+    return a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
