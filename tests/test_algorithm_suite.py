@@ -149,6 +149,47 @@ def test_minibatches_within_a_round_are_distinct_draws(problems, name):
     assert steps and len(steps) == len(set(steps))
 
 
+def steps_asked(algorithm, problem, ctx) -> list[int]:
+    """The steps a client round asks its oracle for, in order."""
+    state = algorithm.init(problem.initial_point(), problem.num_clients)
+    inner, steps = problem.oracle(ctx.active, seed=0, round=ctx.round), []
+
+    def recording_oracle(z, step):
+        steps.append(step)
+        return inner(z, step)
+
+    algorithm.client_round(state.server, gather_rows(state.clients, ctx.active), recording_oracle, ctx)
+    return steps
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_round_steps_are_the_steps_a_round_asks_for(problems, name):
+    """round_steps, the hint by which a problem draws several steps' minibatches together, is
+    what the client round asks for: steps 0..k-1, every client doing tau or (work processes)
+    its own count."""
+    problem = problems["ridge"]
+    algorithm = make_algorithm(name, lr=1e-3, local_steps=3)
+    active = torch.tensor([1, 4, 6])
+    ctx = RoundContext(round=0, active=active, num_clients=problem.num_clients)
+    assert algorithm.round_steps(ctx) == 3
+    assert steps_asked(algorithm, problem, ctx) == [0, 1, 2]
+    if algorithm.partial_work:
+        short = ctx._replace(steps=torch.tensor([1, 2, 1]))
+        assert algorithm.round_steps(short) == 2
+        assert steps_asked(algorithm, problem, short) == [0, 1]
+
+
+def test_round_steps_of_proxskip_follow_its_coin(problems):
+    algorithm = make_algorithm("proxskip", lr=1e-3, local_steps=4, random_steps=True, coin_seed=3)
+    counts = set()
+    for round_ in range(12):
+        ctx = RoundContext(round=round_, active=torch.tensor([0, 2]), num_clients=problems["ridge"].num_clients)
+        steps = steps_asked(algorithm, problems["ridge"], ctx)
+        assert steps == list(range(algorithm.round_steps(ctx))), round_
+        counts.add(len(steps))
+    assert len(counts) > 1  # the coin drew several lengths
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_float32_and_stochastic_gradients_run(name):
     problem = make_problem(RIDGE + ",batch=5", dtype=torch.float32)

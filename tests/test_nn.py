@@ -30,6 +30,7 @@ from focusfl.runs.driver import build, execute
 from focusfl.participation import make_participation
 from focusfl.problems import make_problem
 from focusfl.problems.models import MODELS, KeyedDropout, make_model
+from focusfl.problems import nn as nn_module
 from focusfl.problems.nn import NeuralNetwork, crop_flip
 
 # Real MNIST digits committed with the tests (see tests/fixtures/README.md).
@@ -164,6 +165,39 @@ def test_small_clients_use_all_their_samples():
     minibatch = problem.oracle(clients, seed=0, round=0)(x[None], 0)[0]
     other_step = problem.oracle(clients, seed=0, round=9)(x[None], 3)[0]
     assert torch.allclose(minibatch, other_step, atol=1e-12)  # full client gradient every time
+
+
+@pytest.mark.parametrize("augment", ["none", "crop-flip"])
+def test_minibatches_drawn_together_are_the_ones_drawn_alone(augment, monkeypatch):
+    """An oracle told the round's steps draws several steps' minibatches in one go (as many as
+    DRAW_AHEAD_BYTES of samples): the gradients and losses are those of drawing each step
+    alone, bit for bit, in blocks of any size, and a step past the hint is still served."""
+    problem = toy_problem(augment=augment, partition="dirichlet", alpha=0.3, min_size=2)  # with dropout
+    clients = torch.tensor([1, 6, 3])
+    z = problem.initial_point() + 0.01 * torch.randn(3, problem.dim, generator=torch.Generator().manual_seed(4),
+                                                     dtype=torch.float64)
+    alone = []
+    for step in range(5):
+        oracle = problem.oracle(clients, seed=2, round=7)
+        alone.append((oracle(z, step), oracle.calls[0][1]))
+    draws = []
+    original_draw = problem._draw
+    monkeypatch.setattr(problem, "_draw", lambda *a: draws.append(len(a[3])) or original_draw(*a))
+    step_bytes = 3 * problem.batch * problem.train_images[0].nbytes
+    for budget, blocks in ((nn_module.DRAW_AHEAD_BYTES, [4, 1]), (2 * step_bytes, [2, 2, 1])):
+        monkeypatch.setattr(nn_module, "DRAW_AHEAD_BYTES", budget)
+        draws.clear()
+        oracle = problem.oracle(clients, seed=2, round=7, steps=4)
+        for step, (gradients, losses) in enumerate(alone):
+            assert torch.equal(oracle(z, step), gradients), (budget, step)
+            assert torch.equal(oracle.calls[step][1], losses)
+        assert draws == blocks
+    # The draw of several steps is each step's draw.
+    sizes = problem.sizes.index_select(0, clients)
+    picks, weights = problem.minibatch(3, 5, clients, torch.tensor([0, 2]), sizes)
+    for row, step in enumerate((0, 2)):
+        alone_picks, alone_weights = problem.minibatch(3, 5, clients, step, sizes)
+        assert torch.equal(picks[row], alone_picks) and torch.equal(weights[row], alone_weights)
 
 
 def test_client_chunks_give_the_same_run():
@@ -304,9 +338,14 @@ def test_augmentation_is_the_papers_crop_and_flip():
     assert torch.equal(out[1], padded[1, :, 8:13, 0:6].flip(-1))
 
 
-def test_augmentation_equals_padding_then_cropping_every_offset_and_flip():
+@pytest.mark.parametrize("table_bytes", [nn_module.CROP_TABLE_BYTES, 0], ids=["value-table", "pixel-sources"])
+def test_augmentation_equals_padding_then_cropping_every_offset_and_flip(table_bytes, monkeypatch, request):
     """The one-gather crop against its definition (pad with zeros, take the window, flip), for
-    every offset and both flips, images smaller than the padding included, float images too."""
+    every offset and both flips, images smaller than the padding included, float images too;
+    from the table of every value's source and, for larger images, from each pixel's."""
+    monkeypatch.setattr(nn_module, "CROP_TABLE_BYTES", table_bytes)
+    nn_module._crop_value_tables.cache_clear()  # tables made under the limit set here only
+    request.addfinalizer(nn_module._crop_value_tables.cache_clear)
     span = 9
     offsets = torch.arange(span * span)
     bits = torch.cat([offsets, offsets + (1 << 31)])  # top = k % 9, left = k // 9, then flipped

@@ -153,6 +153,12 @@ class Algorithm(abc.ABC):
         """Active clients' rows after the server step; default: unchanged."""
         return clients
 
+    def round_steps(self, ctx: RoundContext) -> int:
+        """The local steps client_round takes this round at most (its oracle calls for steps
+        0..k-1): a problem may draw their minibatches together. A hint, never a rule: any step
+        asked for is served, with the same gradients."""
+        return self.local_steps if ctx.steps is None else max_steps(ctx.steps)
+
     def auto_lr(self, smoothness: float, num_clients: int) -> float:
         """A step size stable on a problem whose clients are L-smooth (``--lr auto``).
 

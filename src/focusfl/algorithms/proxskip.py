@@ -132,6 +132,9 @@ class ProxSkip(Algorithm):
         # Inverse CDF of the geometric law on {1, 2, ...} with success probability p.
         return 1 + int(math.floor(math.log1p(-u) / math.log1p(-self.p)))
 
+    def round_steps(self, ctx: RoundContext) -> int:
+        return self.steps_this_round(ctx.round) if ctx.steps is None else super().round_steps(ctx)
+
     def check_work(self, ctx: RoundContext) -> None:
         """Refuse step counts with ``random_steps``: the coin draws the local steps already."""
         if ctx.steps is not None and self.random_steps:

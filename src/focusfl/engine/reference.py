@@ -28,7 +28,7 @@ def reference_collect(algorithm: Algorithm, state: State, problem: Problem, ctx:
     client_rows, messages, losses = [], [], []
     for k in range(ctx.active.numel()):
         one = one_client(ctx, k)
-        oracle = problem.oracle(one.active, seed=seed, round=ctx.round)
+        oracle = problem.oracle(one.active, seed=seed, round=ctx.round, steps=algorithm.round_steps(one))
         rows, message = algorithm.client_round(state.server, gather_rows(state.clients, one.active), oracle, one)
         client_rows.append(rows)
         messages.append(message)

@@ -43,10 +43,9 @@ def vectorized_collect(algorithm: Algorithm, state: State, problem: Problem, ctx
     parts = client_chunks(ctx.active, problem.client_chunk)
     step_parts = [None] * len(parts) if ctx.steps is None else list(ctx.steps.split([p.numel() for p in parts]))
     for part, part_steps in zip(parts, step_parts):
-        oracle = problem.oracle(part, seed=seed, round=ctx.round)
-        rows, message = algorithm.client_round(
-            state.server, gather_rows(state.clients, part), oracle, ctx._replace(active=part, steps=part_steps)
-        )
+        part_ctx = ctx._replace(active=part, steps=part_steps)
+        oracle = problem.oracle(part, seed=seed, round=ctx.round, steps=algorithm.round_steps(part_ctx))
+        rows, message = algorithm.client_round(state.server, gather_rows(state.clients, part), oracle, part_ctx)
         row_parts.append(rows)
         message_parts.append(message)
         losses.extend(live_losses(oracle, part_steps))

@@ -108,10 +108,12 @@ class Problem(abc.ABC):
     ) -> torch.Tensor:
         """Gradients of f_{clients[k]} at x[k]: ``[n, d]`` for ``x`` [n, d] and ``clients`` [n]."""
 
-    def oracle(self, clients: torch.Tensor, *, seed: int, round: int) -> GradientFn:
+    def oracle(self, clients: torch.Tensor, *, seed: int, round: int, steps: int | None = None) -> GradientFn:
         """Gradient function bound to one round's active clients.
 
-        Subclasses may gather per-client data once here instead of at every local step.
+        Subclasses may gather per-client data once here instead of at every local step, and
+        prepare the minibatches of the ``steps`` local steps the round will take (a hint: every
+        step is served, with the same gradients).
         """
 
         def gradients(z: torch.Tensor, step: int) -> torch.Tensor:

@@ -164,7 +164,7 @@ class LinearModelProblem(Problem, abc.ABC):
     def client_gradients(self, x, clients, *, seed, round, step):
         return self.oracle(clients, seed=seed, round=round)(x, step)
 
-    def oracle(self, clients: torch.Tensor, *, seed: int, round: int):
+    def oracle(self, clients: torch.Tensor, *, seed: int, round: int, steps: int | None = None):
         features = self.features.index_select(0, clients)
         targets = self.targets.index_select(0, clients)
         sizes = self.sizes.index_select(0, clients)
@@ -247,7 +247,7 @@ class Ridge(LinearModelProblem):
     def _curvature_scale(self) -> float:
         return 2.0  # Hessian 2 A_i^T A_i + 2 reg I
 
-    def oracle(self, clients: torch.Tensor, *, seed: int, round: int):
+    def oracle(self, clients: torch.Tensor, *, seed: int, round: int, steps: int | None = None):
         if self.batch is not None:
             return super().oracle(clients, seed=seed, round=round)
         # Exact gradients in Hessian form, (2 A_i^T A_i + 2 reg I) z - 2 A_i^T b_i: one fused

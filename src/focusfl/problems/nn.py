@@ -64,6 +64,8 @@ from .models import KeyedDropout, default_model, make_model, prepare_for_clients
 _DROPOUT_COORD = 0xFFFFFFFF
 _AUGMENT_COORD = 0xFFFFFFFE
 AUGMENT_PADDING = 4  # RandomCrop(32, padding=4) of the papers' CIFAR code
+# The stored samples of the local steps whose minibatches are drawn together (see _gradient_call).
+DRAW_AHEAD_BYTES = 16 * 2**20
 
 # Evaluation batch for eval_batch=auto: on a 2-core Xeon the CIFAR-10 CNN evaluated 10,000
 # images 2.6x faster at 256 in channels-last than at 1000 in NCHW (a batch's activations stay
@@ -469,11 +471,13 @@ class NeuralNetwork(Problem):
     def client_gradients(self, x, clients, *, seed, round, step):
         return self.oracle(clients, seed=seed, round=round)(x, step)
 
-    def oracle(self, clients: torch.Tensor, *, seed: int, round: int) -> Oracle:
+    def oracle(self, clients: torch.Tensor, *, seed: int, round: int, steps: int | None = None) -> Oracle:
         """Minibatch gradients of the clients; the oracle keeps each call's minibatch losses,
-        which the round returns for the rows' ``train_loss`` (nothing is kept here)."""
+        which the round returns for the rows' ``train_loss`` (nothing is kept here). ``steps``
+        (the local steps 0..steps-1 the round will ask for, when the engine knows) lets the
+        minibatches of several steps be drawn together; the gradients are the same."""
         channels_last = self.channels_last
-        call = self._gradient_call(clients, seed=seed, round=round, channels_last=channels_last)
+        call = self._gradient_call(clients, seed=seed, round=round, channels_last=channels_last, steps=steps)
 
         def compute(z: torch.Tensor, step: int) -> tuple[torch.Tensor, torch.Tensor | None]:
             if clients.numel() == 0:
@@ -483,42 +487,68 @@ class NeuralNetwork(Problem):
         return Oracle(compute)
 
     def sample_ids(self, clients: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """The training samples at ``positions`` [n, k] of the clients' own index sets; a position
-        past a client's size (a padding slot, weight 0) gives its first sample."""
+        """The training samples at ``positions`` [..., n, k] of the clients' own index sets; a
+        position past a client's size (a padding slot, weight 0) gives its first sample."""
         starts = self.client_starts.index_select(0, clients)[:, None]
         sizes = self.sizes.index_select(0, clients)[:, None]
         return self.client_order[torch.where(positions < sizes, starts + positions, starts)]
 
-    def _gradient_call(self, clients: torch.Tensor, *, seed: int, round: int, channels_last: bool):
-        """``call(z, step) -> (gradients [n, d], losses [n])`` for the clients' minibatches."""
+    def _gradient_call(self, clients: torch.Tensor, *, seed: int, round: int, channels_last: bool,
+                       steps: int | None = None):
+        """``call(z, step) -> (gradients [n, d], losses [n])`` for the clients' minibatches.
+
+        The minibatches of up to ``steps`` steps are drawn in one go, as many as DRAW_AHEAD_BYTES
+        of stored samples hold: drawing is dozens of small operations a step, and after a
+        backward pass each of them ran several times slower than alone (the CIFAR-10
+        benchmark's draws took 1 ms a step). The draws are elementwise in the steps, so the
+        same minibatches come out whichever steps are drawn together."""
         sizes = self.sizes.index_select(0, clients)
         # Clients smaller than the batch fill its last slots with weight-0 padding; when every
         # client of the call is that small, those slots are dropped instead of computed (13% of
         # the client rounds of the CIFAR-10 preset hold 15-54 samples). Same minibatches.
         largest = int(sizes.max()) if clients.numel() else self.batch
         width = min(self.batch, largest)
+        step_bytes = max(clients.numel() * width * self.train_images[0].nbytes, 1)
+        ahead = max(1, DRAW_AHEAD_BYTES // step_bytes)
+        drawn: dict[int, tuple[torch.Tensor, ...]] = {}
 
         def call(z: torch.Tensor, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-            picks, weights = self.minibatch(seed, round, clients, step, sizes, span=max(self.batch, largest))
-            picks, weights = picks[:, :width], weights[:, :width]
-            ids = self.sample_ids(clients, picks)
-            images = self.train_images[ids]
-            # Channels-last convolutions take per-sample HWC inputs: laying the stored images out
-            # so here (the crop writes them so) costs less than converting standardised floats.
-            per_sample_hwc = channels_last and self.batched_sequential and self._has_convolutions and images.dim() == 5
-            if self.augment:
-                bits = hash_bits(seed, round, clients[:, None], step, _AUGMENT_COORD, self._positions[None, :width],
-                                 device=self.device)
-                images = crop_flip(images, bits, AUGMENT_PADDING, channels_last=per_sample_hwc)
-            elif per_sample_hwc:
-                images = images.permute(0, 1, 3, 4, 2).contiguous().permute(0, 1, 4, 2, 3)
-            keys = hash_bits(seed, round, clients, step, _DROPOUT_COORD, device=self.device)
-            return self._client_grads(z, self.inputs(images), self.train_labels[ids], weights, keys, channels_last)
+            if step not in drawn:
+                count = min(ahead, steps - step) if steps is not None and step < steps else 1
+                drawn.clear()
+                block = torch.arange(step, step + count, device=self.device)
+                drawn.update(enumerate(zip(*self._draw(seed, round, clients, block, sizes, width, largest,
+                                                       channels_last)), start=step))
+            images, labels, weights, keys = drawn.pop(step)
+            return self._client_grads(z, self.inputs(images), labels, weights, keys, channels_last)
 
         return call
 
+    def _draw(self, seed: int, round: int, clients: torch.Tensor, steps: torch.Tensor, sizes: torch.Tensor,
+              width: int, largest: int, channels_last: bool) -> tuple[torch.Tensor, ...]:
+        """The minibatches of ``steps`` [S]: stored images [S, n, width, ...] (cropped and flipped
+        with augmentation), labels and weights [S, n, width] and dropout keys [S, n]."""
+        picks, weights = self.minibatch(seed, round, clients, steps, sizes, span=max(self.batch, largest))
+        picks, weights = picks[..., :width], weights[..., :width]
+        ids = self.sample_ids(clients, picks)
+        images = self.train_images[ids]
+        # Channels-last convolutions take per-sample HWC inputs: laying the stored images out
+        # so here (the crop writes them so) costs less than converting standardised floats.
+        per_sample_hwc = (channels_last and self.batched_sequential and self._has_convolutions
+                          and self.train_images.dim() == 4)
+        step_coordinate = steps.view(-1, 1, 1)
+        if self.augment:
+            bits = hash_bits(seed, round, clients[:, None], step_coordinate, _AUGMENT_COORD,
+                             self._positions[None, :width], device=self.device)
+            images = crop_flip(images, bits, AUGMENT_PADDING, channels_last=per_sample_hwc)
+        elif per_sample_hwc:
+            images = images.movedim(-3, -1).contiguous().movedim(-1, -3)
+        keys = hash_bits(seed, round, clients, steps.view(-1, 1), _DROPOUT_COORD, device=self.device)
+        return images, self.train_labels[ids], weights, keys
+
     def minibatch(self, seed, round_, clients, step, sizes, span=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Positions ``[n, batch]`` into each client's index set, and their 0/1 weights.
+        """Positions ``[n, batch]`` into each client's index set, and their 0/1 weights; for a
+        tensor of steps [S], ``[S, n, batch]``: each step's draw, the same as drawn alone.
 
         Every position j < size of client i gets the key uniform(seed, round, i, step, j); the
         ``batch`` smallest keys win (the same draw as ``rng.minibatch_indices``). Positions past
@@ -526,9 +556,10 @@ class NeuralNetwork(Problem):
         batch and the largest of ``sizes``) limits the positions hashed; the draw is the same.
         """
         positions = self._positions if span is None else self._positions[:span]
+        step = step if isinstance(step, int) else step.view(-1, 1, 1)
         keys = uniform(seed, round_, clients[:, None], step, positions[None, :], device=self.device)
         keys = torch.where(positions[None, :] < sizes[:, None], keys, torch.full_like(keys, 2.0))
-        picks = torch.topk(keys, self.batch, dim=1, largest=False, sorted=True).indices
+        picks = torch.topk(keys, self.batch, dim=-1, largest=False, sorted=True).indices
         return picks, (picks < sizes[:, None]).to(self.dtype)
 
     # -- evaluation ------------------------------------------------------------------------------
@@ -729,29 +760,72 @@ def crop_flip(images: torch.Tensor, bits: torch.Tensor, padding: int, channels_l
     is 0 in stored units, which standardisation maps where Normalize maps a black border.
 
     One gather from the unpadded images, a pixel of the padding reading a clamped one that is
-    then zeroed: no padded copy, and half the gathers of cropping rows then columns. Each
-    image's source rows and columns are looked up in small tables of every offset (and flip),
-    not computed (the CIFAR-10 benchmark's crops took 0.42 ms a step, then 0.24, now 0.10).
-    With ``channels_last`` the result has the same values laid out channels-last (each image's
-    pixels in H, W, C order), zeroed in the same pass: a copy of bytes here saves the
-    convolutions a copy of standardised floats.
+    then zeroed: no padded copy. With ``channels_last`` the result has the same values laid
+    out channels-last (each image's pixels in H, W, C order), so the convolutions get them
+    without a copy of standardised floats. Small images read every value's source from a table
+    of every (offset, flip) case (the CIFAR-10 benchmark's crops: 0.39 ms a step, then 0.22);
+    larger ones make each pixel's source from tables of rows and columns.
     """
     *lead, c, h, w = images.shape
-    flat = images.reshape(-1, c, h * w)
-    count = flat.shape[0]
+    count = math.prod(lead)
     bits = bits.reshape(-1)
     span = 2 * padding + 1
-    row_starts, rows_inside, columns, columns_inside = _crop_tables(h, w, padding, images.device)
     top = bits % span
     left_flip = (bits // span) % span + (bits >> 31) * span  # the column table's row: left, then flipped
+    tables = _crop_value_tables(c, h, w, padding, channels_last, images.device)
+    if tables is not None:
+        sources, inside = tables
+        case = top * (2 * span) + left_flip
+        picked = images.reshape(count, c * h * w).gather(1, sources.index_select(0, case))
+        picked.mul_(inside.index_select(0, case))
+    else:
+        picked = _crop_by_pixel(images.reshape(count, c, h * w), top, left_flip, (h, w), padding, channels_last)
+    if channels_last:
+        return picked.view(*lead, h, w, c).movedim(-1, -3)
+    return picked.view(*lead, c, h, w)
+
+
+def _crop_by_pixel(flat: torch.Tensor, top: torch.Tensor, left_flip: torch.Tensor, side: tuple[int, int],
+                   padding: int, channels_last: bool) -> torch.Tensor:
+    """crop_flip of ``flat`` [count, C, H*W] with one source index per pixel, shared by the
+    channels: for images whose table of every value would be too large."""
+    count, c, hw = flat.shape
+    row_starts, rows_inside, columns, columns_inside = _crop_tables(*side, padding, flat.device)
     source = (row_starts.index_select(0, top)[:, :, None] + columns.index_select(0, left_flip)[:, None, :])
     inside = rows_inside.index_select(0, top)[:, :, None] & columns_inside.index_select(0, left_flip)[:, None, :]
-    picked = flat.gather(2, source.view(count, 1, h * w).expand(count, c, h * w))
+    picked = flat.gather(2, source.view(count, 1, hw).expand(count, c, hw))
     if channels_last:
-        hwc = torch.empty((count, h * w, c), dtype=images.dtype, device=images.device)
-        torch.mul(picked.transpose(1, 2), inside.view(count, h * w, 1), out=hwc)
-        return hwc.view(*lead, h, w, c).movedim(-1, -3)
-    return picked.mul_(inside.view(count, 1, h * w)).view(*lead, c, h, w)
+        hwc = torch.empty((count, hw, c), dtype=flat.dtype, device=flat.device)
+        torch.mul(picked.transpose(1, 2), inside.view(count, hw, 1), out=hwc)
+        return hwc
+    return picked.mul_(inside.view(count, 1, hw))
+
+
+# The largest table of every crop case's sources (int64) and masks that crop_flip keeps per
+# image shape and layout: CIFAR-10's is 4.5 MB, a 64 x 64 x 3 image's 18 MB.
+CROP_TABLE_BYTES = 32 * 2**20
+
+
+@functools.lru_cache(maxsize=16)
+def _crop_value_tables(c: int, h: int, w: int, padding: int, channels_last: bool,
+                       device: torch.device) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """For every case ``top * 2 * span + left_flip``: the source of each output value in an
+    image's C*H*W values (``[2 * span**2, C*H*W]``, in the output's layout, clamped) and whether
+    it is inside the image; None when the tables would exceed CROP_TABLE_BYTES."""
+    span = 2 * padding + 1
+    cases = 2 * span * span
+    if cases * c * h * w * 9 > CROP_TABLE_BYTES:
+        return None
+    row_starts, rows_inside, columns, columns_inside = _crop_tables(h, w, padding, device)
+    top = torch.arange(span, device=device).repeat_interleave(2 * span)
+    left_flip = torch.arange(2 * span, device=device).repeat(span)
+    pixels = (row_starts[top][:, :, None] + columns[left_flip][:, None, :]).view(cases, 1, h * w)
+    inside = (rows_inside[top][:, :, None] & columns_inside[left_flip][:, None, :]).view(cases, 1, h * w)
+    planes = torch.arange(c, device=device).view(1, c, 1) * (h * w)
+    sources, inside = pixels + planes, inside.expand(cases, c, h * w)
+    if channels_last:
+        sources, inside = sources.transpose(1, 2), inside.transpose(1, 2)
+    return sources.reshape(cases, -1).contiguous(), inside.reshape(cases, -1).contiguous()
 
 
 @functools.lru_cache(maxsize=16)

@@ -167,7 +167,7 @@ class OnDemandProblem(Problem, abc.ABC):
     def _losses(self, x: torch.Tensor, made: dict[str, torch.Tensor]) -> torch.Tensor:
         """f_i(x) for the made clients, [n]."""
 
-    def oracle(self, clients: torch.Tensor, *, seed: int, round: int):
+    def oracle(self, clients: torch.Tensor, *, seed: int, round: int, steps: int | None = None):
         made = self._made(clients)
         sizes = torch.full((clients.numel(),), self.samples, device=self.device)
 
