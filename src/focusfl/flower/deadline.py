@@ -81,9 +81,12 @@ def local_work(algorithm, problem, server: Any, rows: Any, ctx, seed: int,
     ``ctx`` is the one-client RoundContext (``ctx.steps``: the count the server asked for, or
     None for the algorithm's local_steps)."""
     asked = algorithm.local_steps if ctx.steps is None else int(ctx.steps[0])
-    oracle = problem.oracle(ctx.active, seed=seed, round=ctx.round)
     if deadline is None or not algorithm.partial_work:
+        # The steps the round will ask for, as the engines tell it (drawn ahead; the same gradients).
+        oracle = problem.oracle(ctx.active, seed=seed, round=ctx.round, steps=algorithm.round_steps(ctx))
         return (*algorithm.client_round(server, rows, oracle, ctx), asked, live_losses(oracle, ctx.steps))
+    # No drawing ahead under a deadline: it would spend the node's time on steps it may not reach.
+    oracle = problem.oracle(ctx.active, seed=seed, round=ctx.round)
     end = time.monotonic() + deadline
     try:
         return (*algorithm.client_round(server, rows, _with_deadline(oracle, end), ctx), asked,
@@ -91,7 +94,7 @@ def local_work(algorithm, problem, server: Any, rows: Any, ctx, seed: int,
     except DeadlineReached as stop:
         done = stop.step
     short = ctx._replace(steps=torch.tensor([done], device=ctx.active.device))
-    fresh = problem.oracle(ctx.active, seed=seed, round=ctx.round)
+    fresh = problem.oracle(ctx.active, seed=seed, round=ctx.round, steps=done)
     return (*algorithm.client_round(server, rows, fresh, short), done, live_losses(fresh, short.steps))
 
 

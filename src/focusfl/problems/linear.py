@@ -249,7 +249,7 @@ class Ridge(LinearModelProblem):
 
     def oracle(self, clients: torch.Tensor, *, seed: int, round: int, steps: int | None = None):
         if self.batch is not None:
-            return super().oracle(clients, seed=seed, round=round)
+            return super().oracle(clients, seed=seed, round=round, steps=steps)
         # Exact gradients in Hessian form, (2 A_i^T A_i + 2 reg I) z - 2 A_i^T b_i: one fused
         # batched product per local step (A_i is samples x dim, the Hessian dim x dim).
         hessians, minus_linears = self._quadratic_form()

@@ -763,8 +763,9 @@ def crop_flip(images: torch.Tensor, bits: torch.Tensor, padding: int, channels_l
     then zeroed: no padded copy. With ``channels_last`` the result has the same values laid
     out channels-last (each image's pixels in H, W, C order), so the convolutions get them
     without a copy of standardised floats. Small images read every value's source from a table
-    of every (offset, flip) case (the CIFAR-10 benchmark's crops: 0.39 ms a step, then 0.22);
-    larger ones make each pixel's source from tables of rows and columns.
+    of every (offset, flip) case (128 CIFAR-10 images with their gather: 0.20 ms, against 0.39 ms
+    making each pixel's source); larger ones make each pixel's source from tables of rows and
+    columns (_crop_by_pixel).
     """
     *lead, c, h, w = images.shape
     count = math.prod(lead)
