@@ -160,3 +160,28 @@ def test_the_baselines_run_and_refuse_bad_keys_on_the_command_line(tmp_path):
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, (args[2], proc.stderr)
         assert "Traceback" not in proc.stderr
         assert not (tmp_path / args[-1]).exists()
+
+
+# -- the report's claims -----------------------------------------------------------------------------
+def test_the_quick_section_states_three_computed_verdicts():
+    from focusfl.experiments import baselines_study
+
+    section = baselines_study.baselines_section(baselines_study.QUICK)
+    assert [c.verdict.name for c in section.claims] == [
+        "amplified-fedavg-lower-error", "feddyn-exact-partial", "fedlaavg-unbiased-intermittent"]
+    assert all(c.verdict.outcome == "inconclusive (quick)" for c in section.claims)  # one seed decides nothing
+    assert "None" not in "\n".join(section.text) and "| process | algorithm |" in section.text[1]
+
+
+def test_the_fedlaavg_verdict_flips_with_what_was_measured():
+    """At the study's full length and seeds FedLaAvg (tau = 1) is exact under Markov availability and
+    FedAvg is not; the same criterion fed the roles swapped says "not reproduced"."""
+    from focusfl.experiments import baselines_study as study
+
+    sizes = study.BaselineSizes(rounds=study.DECISIVE_ROUNDS, seeds=3, grid_every=3)
+    laavg = study.tuned_over_seeds("fedlaavg", study.INTERMITTENT, 1, sizes)
+    fedavg = study.tuned_over_seeds("fedavg", study.INTERMITTENT, 1, sizes)
+    judge = lambda candidate, contrast: study.FEDLAAVG_UNBIASED.judge(  # noqa: E731
+        {"candidate_rounds": candidate["rounds"], "fedavg_rounds": contrast["rounds"], "rounds": sizes.rounds})
+    assert judge(laavg, fedavg).outcome == "reproduced"
+    assert judge(fedavg, laavg).outcome == "not reproduced"
