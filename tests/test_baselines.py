@@ -166,7 +166,7 @@ def test_the_baselines_run_and_refuse_bad_keys_on_the_command_line(tmp_path):
 def test_the_quick_section_states_three_computed_verdicts():
     from focusfl.experiments import baselines_study
 
-    section = baselines_study.baselines_section(baselines_study.QUICK)
+    section = baselines_study.baselines_section(baselines_study.QUICK, quick=True)
     assert [c.verdict.name for c in section.claims] == [
         "amplified-fedavg-lower-error", "feddyn-exact-partial", "fedlaavg-unbiased-intermittent"]
     assert all(c.verdict.outcome == "inconclusive (quick)" for c in section.claims)  # one seed decides nothing
@@ -178,7 +178,7 @@ def test_the_fedlaavg_verdict_flips_with_what_was_measured():
     FedAvg is not; the same criterion fed the roles swapped says "not reproduced"."""
     from focusfl.experiments import baselines_study as study
 
-    sizes = study.BaselineSizes(rounds=study.DECISIVE_ROUNDS, seeds=3, grid_every=3)
+    sizes = study.SuiteSizes(rounds=study.DECISIVE_ROUNDS, seeds=3, grid_every=3)
     laavg = study.tuned_over_seeds("fedlaavg", study.INTERMITTENT, 1, sizes)
     fedavg = study.tuned_over_seeds("fedavg", study.INTERMITTENT, 1, sizes)
     judge = lambda candidate, contrast: study.FEDLAAVG_UNBIASED.judge(  # noqa: E731

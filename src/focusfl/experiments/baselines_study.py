@@ -21,10 +21,10 @@ suite study, extended past an end until interior), then run on every seed at tha
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from .studies import TARGET, tuned
-from .suite_study import GRID, PROBLEM, RATES
+from . import suite_study
+from .suite_study import GRID, PROBLEM, RATES, SuiteSizes
 from .tune import TuneSetup, run_trial
 from .tune import setup as tune_setup
 from .verdicts import MIN_SEEDS, Claim, Criterion, Section, ahead, finite
@@ -42,21 +42,12 @@ AMPLIFICATION = 4.0  # eta_g = P: the period's move counted once per round of th
 FEDDYN_ALPHA = 10.0
 
 
-@dataclass(frozen=True)
-class BaselineSizes:
-    rounds: int = 1000
-    seeds: int = 3
-    grid_every: int = 1  # every k-th point of GRID
-    eval_every: int = 10
-    quick: bool = False
+# The suite study's sizes (1,000 rounds, 3 seeds; quick: 150 rounds, 1 seed, every third step) and
+# its rule that a miss of 1e-8 decides only in a run of the full length.
+FULL, QUICK, DECISIVE_ROUNDS = suite_study.FULL, suite_study.QUICK, suite_study.DECISIVE_ROUNDS
 
 
-FULL = BaselineSizes()
-QUICK = BaselineSizes(rounds=100, seeds=1, grid_every=3, quick=True)
-DECISIVE_ROUNDS = FULL.rounds  # a run that misses 1e-8 decides only at the study's full length
-
-
-def tuned_over_seeds(algorithm: str, participation: str, local_steps: int, sizes: BaselineSizes) -> dict:
+def tuned_over_seeds(algorithm: str, participation: str, local_steps: int, sizes: SuiteSizes) -> dict:
     """``algorithm``'s step tuned on seed 0, then every seed at that step: per-seed rounds to 1e-8
     (math.inf: never) and final rel. errors; ``edge``: the search hit its cap at an end of the grid."""
     setup = tune_setup(problem=PROBLEM, participation=participation, rounds=sizes.rounds, local_steps=local_steps,
@@ -116,7 +107,7 @@ def _row_text(row: dict) -> str:
             f"final {_per_seed(row, 'final')}")
 
 
-def measure(sizes: BaselineSizes) -> dict[str, dict]:
+def measure(sizes: SuiteSizes) -> dict[str, dict]:
     """Every run of the section, by label."""
     return {
         "amplified": tuned_over_seeds(f"amplified_fedavg:amplification={AMPLIFICATION:g}", PERIODIC, 2, sizes),
@@ -128,7 +119,8 @@ def measure(sizes: BaselineSizes) -> dict[str, dict]:
     }
 
 
-def baselines_section(sizes: BaselineSizes) -> Section:
+def baselines_section(sizes: SuiteSizes, quick: bool = False) -> Section:
+    """The section's claims judged at ``sizes`` (``quick``: a toy-size report)."""
     runs = measure(sizes)
     section = Section("Baselines under arbitrary participation")
     amplified, plain = runs["amplified"], runs["plain"]
@@ -140,7 +132,7 @@ def baselines_section(sizes: BaselineSizes) -> Section:
         f"{seeds}", f"final rel. error: η_g = {AMPLIFICATION:g} {_per_seed(amplified, 'final')} "
         f"(η={amplified['lr']:.3g}); η_g = 1 {_per_seed(plain, 'final')} (η={plain['lr']:.3g})",
         AMPLIFICATION_HELPS.judge({"amplified_final": amplified["final"], "plain_final": plain["final"],
-                                   "step_at_grid_edge": amplified["edge"] or plain["edge"]}, quick=sizes.quick,
+                                   "step_at_grid_edge": amplified["edge"] or plain["edge"]}, quick=quick,
                                   reason="the fixed point of a period's map is the same for every η_g and nears x* "
                                          "as η shrinks; amplifying keeps the speed at an η_g times smaller η")))
     for paper, where, said, candidate, fedavg, process, tau in (
@@ -156,7 +148,7 @@ def baselines_section(sizes: BaselineSizes) -> Section:
         section.claims.append(Claim(
             paper, where, said, ran, f"{_row_text(mine)}; {_row_text(theirs)}",
             criterion.judge({"candidate_rounds": mine["rounds"], "fedavg_rounds": theirs["rounds"],
-                             "rounds": sizes.rounds}, quick=sizes.quick)))
+                             "rounds": sizes.rounds}, quick=quick)))
     section.text += [
         f"Each baseline's own claim about participation, on `{PROBLEM}` (the suite's ridge, x* known). Steps tuned on "
         f"seed 0 from {', '.join(f'{lr:g}' for lr in GRID[:: sizes.grid_every])} (extended past an end until interior) "
@@ -172,5 +164,5 @@ def baselines_section(sizes: BaselineSizes) -> Section:
     return section
 
 
-__all__ = ["BaselineSizes", "FULL", "QUICK", "baselines_section", "measure", "tuned_over_seeds",
+__all__ = ["FULL", "QUICK", "baselines_section", "measure", "tuned_over_seeds",
            "exact_where_fedavg_is_not", "AMPLIFICATION_HELPS", "FEDDYN_EXACT", "FEDLAAVG_UNBIASED"]

@@ -869,7 +869,8 @@ def suite_section(sizes: Sizes, images: Path) -> Section:
 
 def baselines_section(sizes: Sizes) -> Section:
     """The baselines' own claims about participation (experiments/baselines_study.py owns runs and criteria)."""
-    return baselines_study.baselines_section(baselines_study.QUICK if sizes.quick else baselines_study.FULL)
+    return baselines_study.baselines_section(baselines_study.QUICK if sizes.quick else baselines_study.FULL,
+                                             quick=sizes.quick)
 
 
 # -- the report -----------------------------------------------------------------------------------
