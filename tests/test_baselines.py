@@ -173,15 +173,31 @@ def test_the_quick_section_states_three_computed_verdicts():
     assert "None" not in "\n".join(section.text) and "| process | algorithm |" in section.text[1]
 
 
-def test_the_fedlaavg_verdict_flips_with_what_was_measured():
-    """At the study's full length and seeds FedLaAvg (tau = 1) is exact under Markov availability and
-    FedAvg is not; the same criterion fed the roles swapped says "not reproduced"."""
+@pytest.fixture(scope="module")
+def measured():
+    """The section's runs at its full length and seeds, on every third step of the grid."""
     from focusfl.experiments import baselines_study as study
 
     sizes = study.SuiteSizes(rounds=study.DECISIVE_ROUNDS, seeds=3, grid_every=3)
-    laavg = study.tuned_over_seeds("fedlaavg", study.INTERMITTENT, 1, sizes)
-    fedavg = study.tuned_over_seeds("fedavg", study.INTERMITTENT, 1, sizes)
-    judge = lambda candidate, contrast: study.FEDLAAVG_UNBIASED.judge(  # noqa: E731
-        {"candidate_rounds": candidate["rounds"], "fedavg_rounds": contrast["rounds"], "rounds": sizes.rounds})
-    assert judge(laavg, fedavg).outcome == "reproduced"
-    assert judge(fedavg, laavg).outcome == "not reproduced"
+    return sizes, study.measure(sizes)
+
+
+@pytest.mark.parametrize("criterion,candidate,contrast,numbers", [
+    ("amplified-fedavg-lower-error", "amplified", "plain", ("amplified_final", "plain_final")),
+    ("feddyn-exact-partial", "feddyn", "fedavg_partial", ("candidate_rounds", "fedavg_rounds")),
+    ("fedlaavg-unbiased-intermittent", "fedlaavg", "fedavg_intermittent", ("candidate_rounds", "fedavg_rounds"))])
+def test_each_claim_flips_with_what_was_measured(measured, criterion, candidate, contrast, numbers):
+    """Measured at the section's length and seeds, each claim holds; the same criterion fed the
+    roles swapped (FedAvg as the candidate) says "not reproduced"."""
+    from focusfl.experiments.verdicts import CRITERIA
+
+    sizes, runs = measured
+    key = "final" if numbers[0] == "amplified_final" else "rounds"
+
+    def judge(first: str, second: str) -> str:
+        values = {numbers[0]: runs[first][key], numbers[1]: runs[second][key], "rounds": sizes.rounds,
+                  "step_at_grid_edge": runs[first]["edge"] or runs[second]["edge"]}
+        return CRITERIA[criterion].judge(values).outcome
+
+    assert judge(candidate, contrast) == "reproduced"
+    assert judge(contrast, candidate) == "not reproduced"
