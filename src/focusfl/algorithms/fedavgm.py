@@ -11,8 +11,8 @@ way). The server keeps x and the momentum buffer v (v = 0 at first):
     x_{r+1} = x_r + gamma * v_{r+1}
 With beta = 0 and gamma = 1 this is FedAvg. In the long run a constant Delta moves x by
 gamma / (1 - beta) times Delta per round: the default gamma = 1 - beta = 0.1 keeps FedAvg's
-effective step (the paper tunes the client step with beta instead; gamma here is that
-rescaling, made explicit). Convention: an empty round changes nothing, v included (no
+effective step (the paper reasons in the effective step eta / (1 - beta); gamma makes that
+rescaling explicit). Convention: an empty round changes nothing, v included (no
 pseudo-gradient arrived; Hsu et al. sample a fixed number of clients and never meet one).
 
 A short client (tau_i < tau steps, RoundContext.steps) takes its tau_i steps and pushes its
