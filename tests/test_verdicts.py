@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from focusfl.experiments import nn_study, reproduce_report, suite_study  # noqa: F401 (they register their criteria)
+from focusfl.experiments import (baselines_study, nn_study, reproduce_report,  # noqa: F401 (they register
+                                 suite_study)  # their criteria)
 from focusfl.experiments.verdicts import (ANOTHER_AXIS, CRITERIA, INCONCLUSIVE, INCONCLUSIVE_QUICK, NOT_REPRODUCED,
                                           OUTCOMES, REPRODUCED, Claim, Criterion, Verdict, ahead, show)
 
@@ -180,6 +181,19 @@ CASES: dict[str, list[tuple[dict, str]]] = {
         ({"processes": 4, "processes_at_least_as_good": 0, "step_at_grid_edge": False}, N),
         ({"processes": 4, "processes_at_least_as_good": 1, "step_at_grid_edge": False}, I),
         ({"processes": 4, "processes_at_least_as_good": 4, "step_at_grid_edge": True}, I)],
+    "amplified-fedavg-lower-error": [
+        ({"amplified_final": three(9e-6, 6e-6, 2e-5), "plain_final": three(5e-5, 3e-5, 8e-5), "step_at_grid_edge": False}, R),
+        ({"amplified_final": three(5e-5, 3e-5, 8e-5), "plain_final": three(9e-6, 6e-6, 2e-5), "step_at_grid_edge": False}, N),
+        ({"amplified_final": three(9e-6, 4e-5, 2e-5), "plain_final": three(5e-5, 3e-5, 8e-5), "step_at_grid_edge": False}, I),
+        ({"amplified_final": [9e-6], "plain_final": [5e-5], "step_at_grid_edge": False}, I),
+        ({"amplified_final": three(9e-6, 6e-6, 2e-5), "plain_final": three(5e-5, 3e-5, 8e-5), "step_at_grid_edge": True}, I)],
+    **{name: [
+        ({"candidate_rounds": three(430, 360, 360), "fedavg_rounds": [INF] * 3, "rounds": 1000}, R),
+        ({"candidate_rounds": three(430, INF, 360), "fedavg_rounds": [INF] * 3, "rounds": 1000}, N),
+        ({"candidate_rounds": three(430, 360, 360), "fedavg_rounds": three(INF, 800, INF), "rounds": 1000}, N),
+        ({"candidate_rounds": [INF] * 3, "fedavg_rounds": [INF] * 3, "rounds": 100}, I),
+        ({"candidate_rounds": [60], "fedavg_rounds": [INF], "rounds": 100}, I)]
+       for name in ("feddyn-exact-partial", "fedlaavg-unbiased-intermittent")},
 }
 
 

@@ -68,7 +68,7 @@ def _states_equal(a, b, tol=None):
 # -- the processes ------------------------------------------------------------------------------
 def test_every_algorithm_honours_step_counts():
     assert PARTIAL == list(ALGORITHMS)
-    assert set(TRACKING) == {"focus", "sg_focus", "fedsum_b", "fedsum", "fedsum_cr"}
+    assert set(TRACKING) == {"focus", "sg_focus", "fedsum_b", "fedsum", "fedsum_cr", "feddyn", "fedlaavg"}
 
 
 @pytest.mark.parametrize("spec", ["fixed", *WORKS])

@@ -6,13 +6,19 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..spec import parse_spec
+from .amplified_fedavg import AmplifiedFedAvg
 from .amplified_scaffold import AmplifiedScaffold
 from .base import Algorithm, Communication, RoundContext, State, StateSize, check_state_size
 from .debiasing_fedavg import DebiasingFedAvg
 from .fedau import FedAU
 from .fedavg import FedAvg
 from .fedavg_variants import FedAvgAll, FedAvgKnownP
+from .fedavgm import FedAvgM
+from .feddyn import FedDyn
+from .fedlaavg import FedLaAvg
 from .fednova import FedNova
+from .fedopt import FedAdagrad, FedAdam, FedYogi
+from .fedprox import FedProx
 from .fedpbc import FedPBC
 from .fedawe import FedAWE
 from .fedsum import FedSum
@@ -51,6 +57,14 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
         ProxSkip,
         PushSum,
         PushSumTracking,
+        FedProx,
+        FedAvgM,
+        FedAdam,
+        FedYogi,
+        FedAdagrad,
+        FedDyn,
+        AmplifiedFedAvg,
+        FedLaAvg,
     )
 }
 

@@ -84,15 +84,12 @@ class AmplifiedScaffold(Algorithm):
 
     def validate(self) -> None:
         self._check_positive("amplification", self.amplification)
-        if self.period is not None and (not isinstance(self.period, int) or isinstance(self.period, bool)
-                                        or self.period < 1):
-            raise ConfigError(f"amplified_scaffold: period must be an integer >= 1, got {self.period!r}")
+        check_period(self.name, self.period)
 
     def prepare(self, problem, participation, *, seed: int | None = None) -> "AmplifiedScaffold":
         if self.period is not None:
             return self
-        cycle = getattr(participation, "cycle", None)  # None: a federation of whoever answers
-        return dataclasses.replace(self, period=(cycle() if cycle is not None else None) or 1)
+        return dataclasses.replace(self, period=participation_period(participation))
 
     def state_size(self, num_clients: int, dim: int) -> StateSize:
         # x, c, anchor, pending; each c_i and acc_i, each k_i; each client's period (int64)
@@ -143,6 +140,20 @@ class AmplifiedScaffold(Algorithm):
 
     def _period(self) -> int:
         return self.period or 1  # prepare() resolves None; an unprepared object runs with P = 1
+
+
+def participation_period(participation) -> int:
+    """P when a SPEC leaves it unset: the participation process's cycle (E for cyclic and reshuffled
+    cyclic with E groups, the period of sine), 1 for a process without one and for participation
+    nobody drew (None: a federation of whoever answers)."""
+    cycle = getattr(participation, "cycle", None)
+    return (cycle() if cycle is not None else None) or 1
+
+
+def check_period(name: str, period) -> None:
+    """ConfigError unless ``period`` is None (the participation's cycle) or an integer >= 1."""
+    if period is not None and (not isinstance(period, int) or isinstance(period, bool) or period < 1):
+        raise ConfigError(f"{name}: period must be an integer >= 1, got {period!r}")
 
 
 def _roll_over(clients: AmplifiedClients, period: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

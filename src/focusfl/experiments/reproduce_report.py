@@ -34,7 +34,7 @@ from ..matrix.bias import DEFAULT_BIAS_PROBLEM, FEDAVG_STEP, WARMUP_EFOLDS
 from ..participation import make_participation
 from ..plots import coinciding_groups, palette, pyplot
 from ..problems import make_problem
-from . import studies
+from . import baselines_study, studies
 from .exactness import PROBLEMS, PROCESSES, TABLE, format_markdown, measure_table
 from .nn_study import FULL_STUDY, QUICK_STUDY, check_study_folder, nn_section
 from .preset import Preset
@@ -867,6 +867,12 @@ def suite_section(sizes: Sizes, images: Path) -> Section:
     return Section(part["title"], claims, part["text"])
 
 
+def baselines_section(sizes: Sizes) -> Section:
+    """The baselines' own claims about participation (experiments/baselines_study.py owns runs and criteria)."""
+    return baselines_study.baselines_section(baselines_study.QUICK if sizes.quick else baselines_study.FULL,
+                                             quick=sizes.quick)
+
+
 # -- the report -----------------------------------------------------------------------------------
 QUICK_BANNER = ("**This is a quick report** (`--quick`): every check ran at toy sizes to test the command, so its "
                 "numbers are not the report's and a verdict reads **inconclusive (quick)** wherever those sizes "
@@ -967,6 +973,7 @@ def run(args: ReportOptions) -> int:
                      lambda: bias_section(sizes), lambda: fedsum_section(sizes, images),
                      lambda: studies_section(sizes, images), lambda: work_section(sizes, images),
                      lambda: suite_section(sizes, images),
+                     lambda: baselines_section(sizes),
                      lambda: nn_section(args.data, QUICK_STUDY if args.quick else FULL_STUDY, images,
                                         study_folder, args.workers)):
             start = time.perf_counter()
