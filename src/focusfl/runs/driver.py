@@ -18,7 +18,7 @@ from typing import Any, Callable
 import torch
 from tqdm import tqdm
 
-from ..algorithms import algorithm_state_size, make_algorithm
+from ..algorithms import algorithm_record, algorithm_state_size, make_algorithm
 from ..algorithms.base import check_work_process
 from ..engine import Resume, RunResult, simulate
 from ..errors import ConfigError, FocusflError
@@ -53,7 +53,7 @@ class BuiltRun:
     def resolved(self) -> dict[str, Any]:
         """config.json's run keys: every part resolved (describe()), the seed and the version; an
         nn problem's formulation once the run has chosen it (Problem.settle)."""
-        return record(self.config, algorithm=self.algorithm.describe(), problem=self.problem.describe(),
+        return record(self.config, algorithm=algorithm_record(self.algorithm), problem=self.problem.describe(),
                       participation=self.participation.describe(),
                       work=None if self.work is None else self.work.describe())
 
