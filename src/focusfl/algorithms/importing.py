@@ -32,6 +32,13 @@ from ..spec import parse_spec
 from .base import Algorithm
 
 ALLOW_FLAG = "--allow-algorithm-import"
+
+
+def allow_flag_help(what: str = "--algorithm") -> str:
+    """The help text of ALLOW_FLAG on a command whose algorithms ``what`` names."""
+    return (f"let {what} name your own algorithm class (path/to/file.py:Class or package.module:Class) and import "
+            "it: this RUNS that Python code; also the code a --config or --resume names (docs/your-algorithm.md)")
+
 SHA256 = "sha256"  # the record's key for the digest of the class's source file
 
 # The process's permission to import algorithm code. One flag for every place a SPEC is

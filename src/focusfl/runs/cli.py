@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Sequence
 
-from ..algorithms.importing import ALLOW_FLAG
+from ..algorithms.importing import ALLOW_FLAG, allow_flag_help
 from ..argtypes import non_negative_int, positive_float, positive_int
 from ..engine.simulate import ENGINES, SCHEDULES
 from .config import DTYPES, NN_EVAL_EVERY, RunConfig, defaults_for, field_defaults
@@ -77,10 +77,7 @@ assert set(_OPTIONS) == {f.name for f in fields(RunConfig)}, "every run field is
 def add_algorithm_import_option(parser: argparse.ArgumentParser, what: str = "--algorithm") -> None:
     """``--allow-algorithm-import``: the command line's permission to import (and so RUN) the Python
     code an algorithm SPEC names; cli.main grants it for the whole command (algorithms/importing.py)."""
-    parser.add_argument(ALLOW_FLAG, action="store_true",
-                        help=f"let {what} name your own algorithm class (path/to/file.py:Class or package.module:Class) "
-                        "and import it: this RUNS that Python code; also the code a --config or --resume names "
-                        "(docs/your-algorithm.md)")
+    parser.add_argument(ALLOW_FLAG, action="store_true", help=allow_flag_help(what))
 
 
 def options() -> dict[str, Option]:
