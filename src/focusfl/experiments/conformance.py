@@ -414,15 +414,15 @@ def check_convergence(make: Maker, lr: float, problem_spec: str = RIDGE, *, exac
     return _guarded("convergence", run)
 
 
-def check_resume(make: Maker, rounds: int = 10, stop: int = 4) -> Check:
+def check_resume(make: Maker, rounds: int = 10, stop: int = 4, participation: str = "markov") -> Check:
     """A run stopped after ``stop`` rounds, its checkpoint written and read back (runs/checkpoint.py)
-    and resumed, equals the uninterrupted run bit for bit."""
+    and resumed, equals the uninterrupted run bit for bit (a Markov chain's stream restored too)."""
     def run() -> Check:
         problem = make_problem(SMALL_RIDGE_SGD)
         algorithm = make(lr=2e-3, local_steps=2)
 
         def process():
-            return make_participation("markov", problem.num_clients, seed=4)
+            return make_participation(participation, problem.num_clients, seed=4)
 
         straight = simulate(algorithm, problem, process(), rounds, seed=5)
         first_process = process()
