@@ -242,3 +242,61 @@ def test_replay_and_resume_on_changed_code_are_refused_unless_accepted(tmp_path)
     record = json.loads((tmp_path / "runs/a/config.json").read_text())
     assert record["inputs_changed"][0]["input"] == "algorithm code"
     assert record["algorithm"]["sha256"] == record["inputs"]["algorithm code"]["sha256"]
+
+
+def test_the_permission_is_the_commands_never_the_experiment_files(tmp_path):
+    write_algorithm(tmp_path, "marked.py", algorithm_source() + MARKER_SOURCE)
+    (tmp_path / "exp.toml").write_text('algorithms = ["marked.py:MyProx"]\nallow_algorithm_import = true\nrounds = 2\n')
+    proc = run_cli("sweep", "exp.toml", "--out", "runs/s", cwd=tmp_path)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "marked.imported").exists()
+
+
+# -- the library side ------------------------------------------------------------------------------------
+def test_import_targets_parse_and_format_as_specs():
+    from focusfl.spec import format_spec, parse_spec
+
+    assert parse_spec("a/b.py:MyProx:mu=0.1,server_lr=2") == ("a/b.py:MyProx", {"mu": 0.1, "server_lr": 2})
+    assert parse_spec("pkg.mod:Cls") == ("pkg.mod:Cls", {})
+    assert format_spec("a/b.py:MyProx", {"mu": 0.1}) == "a/b.py:MyProx:mu=0.1"
+    # registered SPECs and nn's model=package.module:factory read as before
+    assert parse_spec("fedavg:weighting=all") == ("fedavg", {"weighting": "all"})
+    assert parse_spec("nn:model=pkg.mod:factory,data=x.npz") == ("nn", {"model": "pkg.mod:factory", "data": "x.npz"})
+
+
+def test_make_algorithm_imports_only_within_the_permission(tmp_path):
+    from focusfl.algorithms import algorithm_record, make_algorithm
+    from focusfl.algorithms.importing import algorithm_imports
+    from focusfl.errors import ConfigError
+
+    path = write_algorithm(tmp_path, "perm.py", algorithm_source() + MARKER_SOURCE)
+    target = f"{path}:MyProx"
+    with pytest.raises(ConfigError, match="pass --allow-algorithm-import"):
+        make_algorithm(target)
+    assert not (tmp_path / "perm.imported").exists()
+    with algorithm_imports(True):
+        algorithm = make_algorithm(f"{target}:mu=0.3", lr=0.01)
+        record = algorithm_record(algorithm)
+        assert record["name"] == target and record["mu"] == 0.3 and len(record["sha256"]) == 64
+        assert make_algorithm(record) == algorithm
+        with pytest.raises(ConfigError, match="has changed since it was recorded"):
+            make_algorithm({**record, "sha256": "0" * 64})
+    assert (tmp_path / "perm.imported").exists()
+    with pytest.raises(ConfigError, match="pass --allow-algorithm-import"):
+        make_algorithm(record)  # the permission ended with the block
+
+
+def test_federation_app_carries_the_permission_and_an_absolute_path(tmp_path):
+    pytest.importorskip("flwr")
+    from focusfl.flower.server_app import FederationConfig
+
+    write_algorithm(tmp_path)
+    refused = run_cli("federation", "app", "app", "--algorithm", TARGET, "--problem", "ridge:clients=3", cwd=tmp_path)
+    assert refused.returncode == 2 and FLAG in refused.stderr and not (tmp_path / "app").exists()
+    proc = run_cli("federation", "app", "app", "--algorithm", f"{TARGET}:mu=0.2", "--problem", "ridge:clients=3", FLAG,
+                   cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "app" / "run.toml").read_text()
+    config = FederationConfig.from_json(json.loads(text.split("=", 1)[1]))
+    assert config.allow_algorithm_import is True
+    assert config.algorithm == f"{tmp_path / 'my_prox.py'}:MyProx:mu=0.2"
