@@ -167,6 +167,9 @@ Path(__file__).with_suffix(".imported").write_text("imported")
 
 @pytest.mark.parametrize("argv", [
     ["run", "--algorithm", "marked.py:MyProx", "--rounds", "2", "--out", "runs/a"],
+    # refused before the problem is built: no dataset is looked for, let alone downloaded
+    ["run", "--algorithm", "marked.py:MyProx", "--problem", "nn:data=mnist,clients=4", "--download",
+     "--data-dir", "data", "--out", "runs/n"],
     ["check", "marked.py:MyProx"],
     ["tune", "--algorithm", "focus,marked.py:MyProx", "--rounds", "2", "--points", "2", "--out", "runs/t"],
     ["sweep", "exp.toml", "--out", "runs/s"],
@@ -180,7 +183,7 @@ def test_without_the_flag_nothing_is_imported(tmp_path, argv):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and FLAG in lines[0] and "would import and run Python code" in lines[0], proc.stderr
-    assert not (tmp_path / "marked.imported").exists()
+    assert not (tmp_path / "marked.imported").exists() and not (tmp_path / "data").exists()
 
 
 def test_with_the_flag_the_marker_shows_it_was_imported(tmp_path):

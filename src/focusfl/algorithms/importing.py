@@ -80,11 +80,21 @@ def is_algorithm_import(name: object) -> bool:
     return isinstance(name, str) and ":" in name
 
 
+def refuse_unpermitted(spec: Any) -> None:
+    """ConfigError when the algorithm SPEC ``spec`` names code to import and this process may not:
+    a run says so before it builds anything else (a problem's data may take long to load)."""
+    try:
+        name, _ = parse_spec(spec)
+    except ConfigError:
+        return  # not a SPEC: make_algorithm says so in its words
+    if is_algorithm_import(name) and not _permitted:
+        raise ConfigError(f"algorithm {name!r} would import and run Python code; pass {ALLOW_FLAG} to allow it")
+
+
 def load_algorithm_class(target: str, *, sha256: Any = None) -> type[Algorithm]:
     """The Algorithm subclass ``target`` names, imported only with the process's permission.
     ``sha256``: the digest a record carries; a source file that differs is refused."""
-    if not _permitted:
-        raise ConfigError(f"algorithm {target!r} would import and run Python code; pass {ALLOW_FLAG} to allow it")
+    refuse_unpermitted(target)
     where, _, attribute = target.rpartition(":")
     module, path = _import(target, where)
     cls = getattr(module, attribute, None)

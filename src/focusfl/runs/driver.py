@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from ..algorithms import algorithm_record, algorithm_state_size, make_algorithm
 from ..algorithms.base import check_work_process
+from ..algorithms.importing import refuse_unpermitted
 from ..engine import Resume, RunResult, simulate
 from ..errors import ConfigError, FocusflError
 from ..metrics import progress_metrics
@@ -129,6 +130,7 @@ def build(config: RunConfig, *, problems: dict | None = None, allow_model_import
     ``allow_model_import``: see make_problem; the caller's permission, never part of the config.
     """
     _part("config", lambda: check_config(config))
+    _part("algorithm", lambda: refuse_unpermitted(config.algorithm))  # before a problem's data is read
     config = config.with_problem_defaults()
     problem, asked = problem_of(config, problems=problems, allow_model_import=allow_model_import)
     algorithm = _part("algorithm", lambda: make_run_algorithm(config, problem))
