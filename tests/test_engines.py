@@ -3,6 +3,7 @@
 Both engines run the same algorithm object on the same draws; the vectorized one batches all
 active clients, the reference one calls the client round once per client. They must agree to
 rounding error in float64, including rounds with no participant and clients that stay away.
+The comparisons are the conformance kit's (focusfl.experiments.conformance: `focusfl check`).
 """
 import os
 import subprocess
@@ -14,43 +15,40 @@ import torch
 from focusfl.algorithms import ALGORITHMS, make_algorithm
 from focusfl.engine import Resume, simulate
 from focusfl.engine.simulate import ENGINES, active_sets
+from focusfl.experiments import conformance as kit
+from focusfl.experiments.conformance import PROCESSES, SMALL_RIDGE, SMALL_RIDGE_SGD, WORKS, maker_of
 from focusfl.participation import make_participation
 from focusfl.problems import make_problem
 
-PROCESSES = ["full", "uniform:m=2", "bernoulli:p=0.2", "markov", "cyclic:groups=3"]
-SMALL_RIDGE = "ridge:clients=6,samples=12,dim=5,hetero=0.5"
-SMALL_RIDGE_SGD = SMALL_RIDGE + ",batch=4"
 
-
-def _states_close(a, b):
-    for part_a, part_b in zip(a, b):
-        for field_a, field_b in zip(part_a, part_b):
-            torch.testing.assert_close(field_a, field_b, rtol=1e-12, atol=1e-12)
-
-
-def _run(name, problem, process, engine, rounds=8):
-    algorithm = make_algorithm(name, lr=2e-3, local_steps=3)
-    return simulate(algorithm, problem, process, rounds, seed=3, engine=engine)
+def passes(check: kit.Check) -> None:
+    assert check.passed, check.line()
 
 
 @pytest.mark.parametrize("name", list(ALGORITHMS))
 @pytest.mark.parametrize("process_spec", PROCESSES)
 def test_vectorized_matches_reference(name, process_spec):
-    problem = make_problem(SMALL_RIDGE)
-    process = make_participation(process_spec, problem.num_clients, seed=3)
-    fast = _run(name, problem, process, "vectorized")
-    slow = _run(name, problem, process, "reference")
-    _states_close(fast.state, slow.state)
-    assert [r["rel_error"] for r in fast.rows] == pytest.approx([r["rel_error"] for r in slow.rows], rel=1e-10)
+    passes(kit.check_engines(maker_of(name), SMALL_RIDGE, process_spec))
 
 
 @pytest.mark.parametrize("name", list(ALGORITHMS))
 def test_vectorized_matches_reference_with_minibatches(name):
-    problem = make_problem(SMALL_RIDGE_SGD)
-    process = make_participation("bernoulli:p=0.2", problem.num_clients, seed=3)  # has empty rounds
-    fast = _run(name, problem, process, "vectorized", rounds=6)
-    slow = _run(name, problem, process, "reference", rounds=6)
-    _states_close(fast.state, slow.state)
+    # bernoulli:p=0.2 on 6 clients has empty rounds (test_bernoulli_small_p_has_empty_rounds)
+    passes(kit.check_engines(maker_of(name), SMALL_RIDGE_SGD, "bernoulli:p=0.2", rounds=6))
+
+
+@pytest.mark.parametrize("name", [n for n in ALGORITHMS if ALGORITHMS[n].partial_work])
+@pytest.mark.parametrize("work", WORKS)
+def test_vectorized_matches_reference_under_work_processes(name, work):
+    passes(kit.check_engines(maker_of(name), SMALL_RIDGE_SGD, "bernoulli:p=0.5", work=work, rounds=6))
+
+
+def test_the_engine_check_can_fail():
+    """A rounding-level tolerance, not a formality: states 1e-9 apart are told apart."""
+    fast, _ = kit.engine_runs(maker_of("focus"), SMALL_RIDGE, "full")
+    nudged = fast.state._replace(server=fast.state.server._replace(x=fast.state.server.x + 1e-9))
+    assert kit.state_gap(fast.state, fast.state) == (0.0, True)
+    assert not kit.state_gap(nudged, fast.state)[1]
 
 
 def test_bernoulli_small_p_has_empty_rounds():
@@ -60,15 +58,10 @@ def test_bernoulli_small_p_has_empty_rounds():
 
 
 @pytest.mark.parametrize("name", list(ALGORITHMS))
-def test_resume_continues_exactly(name):
-    problem = make_problem(SMALL_RIDGE_SGD)
-    process = make_participation("bernoulli:p=0.5", problem.num_clients, seed=4)
-    algorithm = make_algorithm(name, lr=2e-3, local_steps=2)
-    straight = simulate(algorithm, problem, process, 10, seed=5)
-    first = simulate(algorithm, problem, process, 4, seed=5)
-    rest = simulate(algorithm, problem, process, 6, seed=5, resume=Resume(first.state, 4))
-    _states_close(straight.state, rest.state)
-    assert straight.rows[-1] == rest.rows[-1]
+@pytest.mark.parametrize("participation", ["bernoulli:p=0.5", "markov"])
+def test_resume_continues_exactly(name, participation):
+    """4 rounds, a checkpoint written and read back, 6 more = 10 rounds, bit for bit."""
+    passes(kit.check_resume(maker_of(name), participation=participation))
 
 
 @pytest.mark.parametrize("engine", ["vectorized", "reference"])

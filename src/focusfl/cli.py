@@ -54,7 +54,7 @@ def _add_run(sub) -> None:
         f"Participation processes: {', '.join(available_participation())}.",
         epilog=RUN_EXAMPLES,
     )
-    from .runs.cli import add_run_options
+    from .runs.cli import add_algorithm_import_option, add_run_options
 
     # Defaults are None here and filled in later (runs.config.defaults_for), so that a flag given
     # next to --config or --resume can be told apart from one left at its default.
@@ -71,6 +71,7 @@ def _add_run(sub) -> None:
     p.add_argument("--allow-model-import", action="store_true",
                    help="let --problem nn:model=package.module:factory import and run that code (never from --config); "
                    "with --resume, the model the run's config.json names")
+    add_algorithm_import_option(p)
     p.add_argument("--checkpoint-every", type=non_negative_int, metavar="R",
                    help="save a checkpoint every R rounds (default: once a minute; 0: only when stopped and at the end)")
     p.add_argument("--resume", metavar="DIR", help="continue the stopped or killed run in DIR")
@@ -150,7 +151,8 @@ def _replayed_inputs(args):
 
     given = set(_given(args))
     return expected_inputs_of(read_config(Path(args.config)), f"config {args.config!r}",
-                              skip=tuple(part for part in ("problem", "participation", "work") if part in given))
+                              skip=tuple(part for part in ("algorithm", "problem", "participation", "work")
+                                         if part in given))
 
 
 def _print_log_dir(out: Path) -> None:
@@ -425,6 +427,42 @@ def _shown(value) -> str:
     return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
+# -- check ---------------------------------------------------------------------------------------
+def _add_check(sub) -> None:
+    from .runs.cli import add_algorithm_import_option
+
+    p = sub.add_parser("check", help="the conformance kit: check that an algorithm (registered or your own) "
+                       "is exact, resumable and says what it keeps")
+    p.add_argument("algorithm", metavar="ALGORITHM", help="NAME or NAME:key=value,... (see `focusfl algorithms`), "
+                   "or your own class path/to/file.py:Class[:key=value,...] or package.module:Class with "
+                   "--allow-algorithm-import")
+    add_algorithm_import_option(p, "ALGORITHM")
+    p.set_defaults(handler=_cmd_check)
+
+
+def _cmd_check(args) -> int:
+    from .algorithms import make_algorithm
+    from .algorithms.importing import algorithm_source
+    from .experiments.conformance import run_checks
+
+    try:
+        algorithm = make_algorithm(args.algorithm)  # bad input (a name, a key, the permission) ends here, exit 2
+    except FocusflError:
+        raise
+    except Exception:  # the class's own code failed to construct: the kit's first check says how
+        algorithm = None
+    source = None if algorithm is None else algorithm_source(algorithm)
+    origin = "" if source is None else f" from {source.path} (SHA-256 {source.sha256[:12]}...)"
+    print(f"checking {args.algorithm}{origin}")
+    checks = run_checks(args.algorithm)
+    for check in checks:
+        print(check.line())
+    failed = sum(check.passed is False for check in checks)
+    skipped = sum(check.passed is None for check in checks)
+    print(f"{len(checks) - failed - skipped} passed, {failed} failed, {skipped} not applicable")
+    return 1 if failed else 0
+
+
 # -- tune ----------------------------------------------------------------------------------------
 def _add_tune(sub) -> None:
     from .experiments.cli import add_tune_arguments, run_tune
@@ -442,7 +480,7 @@ def _add_sweep(sub) -> None:
     p.add_argument("--out", help="sweep folder (default runs/NAME, NAME the experiment file's stem); a rerun "
                    "skips the runs finished there")
     p.add_argument("--workers", type=positive_int, default=1, help="runs at a time on this machine")
-    from .runs.cli import add_run_options
+    from .runs.cli import add_algorithm_import_option, add_run_options
 
     # The run fields come from the experiment file (experiments/sweep.py's DEFAULTS); threads is
     # how each worker computes, recorded in every run's config.json.
@@ -452,6 +490,7 @@ def _add_sweep(sub) -> None:
         "work": "work SPEC of every run, replacing the file's 'work' axis: each active client's local steps per "
                 "round (fixed, uniform, 'rates:r=0.25;1;...', markov; docs/algorithms.md) (default: the file's "
                 "'work', else fixed)"})
+    add_algorithm_import_option(p, "the experiment file's algorithms")
     p.add_argument("--executor", choices=["local", "ray"], default="local",
                    help="local: this machine; ray: tasks on a Ray cluster (pip install '.[ray]' in a clone)")
     p.add_argument("--address", help="with --executor ray: the cluster's address (default: start a local Ray)")
@@ -662,6 +701,15 @@ def _command_texts() -> dict[str, tuple[str, str]]:
                            "focusfl work 'rates:r=0.25;0.5;1;1' --clients 4   # quoted: a shell ends the command at ;")),
         "algorithms": ("List the registered algorithms with the vectors each sends per round and the memory "
                        "it keeps (docs/algorithms.md).", _examples("focusfl algorithms")),
+        "check": ("The conformance kit (docs/your-algorithm.md): construction and the describe() round trip, "
+                  "state_size against init (small N, and N = 10^5 on the meta device), the vectorized engine against "
+                  "the per-client reference loop in float64 under several participation and work processes, "
+                  "round_steps, empty rounds, the server step's independence of the message order, a declared "
+                  "tracking invariant, lr_scale, float32, checkpoint and resume bit for bit, the communication "
+                  "figures, and convergence under full participation (exact if the class sets exact_at_full). One "
+                  "line per check with the figure it measured; exit status 1 if any fails.",
+                  _examples("focusfl check fedavg", "focusfl check scaffold:server_lr=0.5",
+                            "focusfl check my_prox.py:MyProx --allow-algorithm-import")),
         "tune": ("Grid-search the step size of one or more algorithms on one problem and participation "
                  "process; prints the best step of each and writes grid.csv and summary.csv. " + names,
                  _examples("focusfl tune --algorithm focus,fedavg --problem ridge --participation bernoulli",
@@ -726,6 +774,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_participation(sub)
     _add_work(sub)
     _add_algorithms(sub)
+    _add_check(sub)
     _add_tune(sub)
     _add_sweep(sub)
     _add_plot(sub)
@@ -764,7 +813,12 @@ def main(argv: list[str] | None = None) -> int:
         with _interrupts_deferred():
             parser = build_parser()  # imports torch, numpy and every command's modules
         args = parser.parse_args(argv)
-        return args.handler(args)
+        from .algorithms.importing import algorithm_imports
+
+        # --allow-algorithm-import: the command's permission to import the user's algorithm code,
+        # wherever the command resolves an algorithm SPEC (algorithms/importing.py).
+        with algorithm_imports(getattr(args, "allow_algorithm_import", False)):
+            return args.handler(args)
     except DivergenceError as exc:
         return _fail(f"focusfl: {exc}", 1)
     except FocusflError as exc:

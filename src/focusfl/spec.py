@@ -1,5 +1,8 @@
 """Parsing of ``name:key=value,key=value`` specifications used on the command line.
 
+A name may be code to import (an algorithm of the user's own): ``path/to/file.py:Class`` or
+``package.module:Class``, its parameters after a second colon (``file.py:MyProx:mu=0.1``).
+
 A value is converted with :func:`convert`: ints, floats, booleans (true/false, yes/no, on/off),
 and lists separated by ``;`` (``p=0.1;0.5``) are recognised; anything else stays a string.
 """
@@ -27,6 +30,9 @@ def parse_spec(spec: str | dict) -> tuple[str, dict[str, Any]]:
     name = name.strip()
     if not name:
         raise ConfigError(f"specification {spec!r} has no name before ':'")
+    attribute, colon, after = rest.partition(":")
+    if is_import_target(name, attribute.strip()):
+        name, rest = f"{name}:{attribute.strip()}", after if colon else ""
     params: dict[str, Any] = {}
     if rest.strip():
         for item in rest.split(","):
@@ -38,6 +44,13 @@ def parse_spec(spec: str | dict) -> tuple[str, dict[str, Any]]:
                 raise ConfigError(f"in {spec!r}: key {key!r} given twice")
             params[key] = convert(value.strip())
     return name, params
+
+
+def is_import_target(head: str, attribute: str) -> bool:
+    """Whether ``head:attribute`` names code to import rather than ``name:key=value``: a file
+    (``path/to/file.py:Class``) or a module inside a package (``package.module:Class``), then a
+    bare identifier. Registered names hold neither a dot nor a slash, so no SPEC of theirs reads so."""
+    return any(mark in head for mark in (".", "/", "\\")) and attribute.isidentifier()
 
 
 def convert(text: str) -> Any:

@@ -27,6 +27,7 @@ from .fedstale import FedStale
 from .fedsum_cr import FedSumCR
 from .fedvarp import FedVarp
 from .focus import Focus, SGFocus
+from .importing import SHA256, algorithm_record, is_algorithm_import, load_algorithm_class
 from .mifa import Mifa
 from .proxskip import ProxSkip
 from .pushsum import PushSum
@@ -69,6 +70,17 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
 }
 
 
+def algorithm_class(name: str, sha256: str | None = None) -> type[Algorithm]:
+    """The class a SPEC's name stands for: a registered name, or ``file.py:Class`` /
+    ``package.module:Class`` imported with the process's permission (algorithms/importing.py)."""
+    if is_algorithm_import(name):
+        return load_algorithm_class(name, sha256=sha256)
+    if name not in ALGORITHMS:
+        raise ConfigError(f"unknown algorithm {name!r} (known: {', '.join(ALGORITHMS)}; or your own: "
+                          "path/to/file.py:Class)")
+    return ALGORITHMS[name]
+
+
 def available_algorithms() -> list[str]:
     return list(ALGORITHMS)
 
@@ -77,9 +89,7 @@ def make_algorithm(spec: str | dict, **overrides: Any) -> Algorithm:
     """Build an algorithm from ``"fedavg:weighting=all"`` (or a describe() dict) plus keyword
     overrides such as ``lr`` and ``local_steps`` from the command line."""
     name, params = parse_spec(spec)
-    if name not in ALGORITHMS:
-        raise ConfigError(f"unknown algorithm {name!r} (known: {', '.join(ALGORITHMS)})")
-    cls = ALGORITHMS[name]
+    cls = algorithm_class(name, params.pop(SHA256, None) if is_algorithm_import(name) else None)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     params = {**params, **{k: v for k, v in overrides.items() if v is not None}}
     unknown = sorted(set(params) - set(fields))
@@ -116,6 +126,8 @@ __all__ = [
     "RoundContext",
     "State",
     "StateSize",
+    "algorithm_class",
+    "algorithm_record",
     "algorithm_state_size",
     "check_state_size",
     "available_algorithms",

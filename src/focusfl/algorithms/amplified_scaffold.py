@@ -74,6 +74,7 @@ class AmplifiedScaffold(Algorithm):
     """Amplified SCAFFOLD; ``amplification`` is gamma, ``period`` is P."""
 
     name = "amplified_scaffold"
+    exact_at_full = True  # drift-corrected: exact under full participation (focusfl check)
     summary = "SCAFFOLD with control variates refreshed and the model step amplified once per period P; 2 down, 2 up"
     partial_work = True
     # Not in the FOCUS paper's Figure 4 (reproduce ridge); the report's suite section compares it.

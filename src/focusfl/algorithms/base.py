@@ -105,6 +105,9 @@ class Algorithm(abc.ABC):
     # True when client_round honours RoundContext.steps (clients that stop early). Engines refuse
     # step counts for the others (check_work) instead of silently running every client tau steps.
     partial_work: ClassVar[bool] = False
+    # True for an algorithm that converges to the exact minimizer under full participation with a
+    # constant step (drift-corrected methods); the conformance kit (focusfl check) holds it to that.
+    exact_at_full: ClassVar[bool] = False
 
     lr: float = 1e-3
     local_steps: int = 1

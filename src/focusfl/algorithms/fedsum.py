@@ -63,6 +63,7 @@ class FedSum(FedSumB):
     ``lr`` is eta, ``server_lr`` is gamma, ``local_steps`` is K."""
 
     name = "fedsum"
+    exact_at_full = True  # drift-corrected: exact under full participation (focusfl check)
     summary = "FedSUM [reconstructed]: corrected local steps (v/N - c_i), sum-tracking server, = SCAFFOLD at full"
 
     def client_round(self, server: SumServer, clients: SumClients, oracle, ctx: RoundContext):

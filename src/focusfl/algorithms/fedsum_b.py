@@ -58,6 +58,7 @@ class FedSumB(Algorithm):
     gamma_B = server_lr * lr * K on v / N. ``local_steps`` is K."""
 
     name = "fedsum_b"
+    exact_at_full = True  # drift-corrected: exact under full participation (focusfl check)
     summary = "FedSUM-B [reconstructed]: K minibatch gradients at x_r, sum-tracking server, no local updates"
     tracking = Tracking(server="v", clients="c")  # v = sum_j c_j (merge_uplink); FedSUM, FedSUM-CR inherit it
     partial_work = True

@@ -46,6 +46,7 @@ class FedSumCR(FedSum):
     """FedSUM-CR (reconstruction): FedSUM's correction rebuilt from the received models."""
 
     name = "fedsum_cr"
+    exact_at_full = True  # drift-corrected: exact under full participation (focusfl check)
     summary = "FedSUM-CR [reconstructed]: FedSUM with the correction rebuilt from model differences; 1 down"
 
     def state_size(self, num_clients: int, dim: int) -> StateSize:

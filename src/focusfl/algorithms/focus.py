@@ -54,6 +54,7 @@ class Focus(Algorithm):
     the default follows Algorithm 1 (step anyway)."""
 
     name = "focus"
+    exact_at_full = True  # drift-corrected: exact under full participation (focusfl check)
     summary = "push-pull gradient tracking; exact linear convergence under any participation"
     tracking = Tracking(server="y", clients="g_prev")  # the tracking property above
     partial_work = True

@@ -89,6 +89,7 @@ class ProxSkip(Algorithm):
     """Scaffnew: ``lr`` is gamma, p = 1/``local_steps``."""
 
     name = "proxskip"
+    exact_at_full = True  # drift-corrected: exact under full participation (focusfl check)
     summary = "ProxSkip/Scaffnew: control variates h_i, one communication per round (p = 1/tau)"
     partial_work = True
 

@@ -47,6 +47,7 @@ class Scaffold(Algorithm):
     """SCAFFOLD option II; ``server_lr`` is the global step gamma (1 = plain averaging)."""
 
     name = "scaffold"
+    exact_at_full = True  # drift-corrected: exact under full participation (focusfl check)
     summary = "control variates c, c_i correct client drift (option II, global step); 2 down, 2 up"
     partial_work = True
 

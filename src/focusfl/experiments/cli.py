@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..runs.cli import add_run_options, record_of, run_config_of
+from ..runs.cli import add_algorithm_import_option, add_run_options, record_of, run_config_of
 from .preset import Preset
 from .reproduce import load_presets
 from .tune import DEFAULT_TARGET, DEFAULT_VALIDATION, RUN_OPTIONS, TUNE_DEFAULTS, TuneSearch, TuneSetup, make_setup, tune
@@ -34,6 +34,7 @@ def add_tune_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seeds per step size (--seed, --seed + 1, ...); the best step is the best on average")
     parser.add_argument("--workers", type=int, default=1, help="trials at a time on this machine")
     parser.add_argument("--out", default="runs/tune", help="output folder")
+    add_algorithm_import_option(parser)
 
 
 def setup_from_args(args: argparse.Namespace) -> TuneSetup:

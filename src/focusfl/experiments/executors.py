@@ -34,6 +34,7 @@ import torch
 import focusfl
 
 from .. import __version__
+from ..algorithms.importing import algorithm_imports
 from ..errors import ConfigError, DataError, DiskFullError, FocusflError
 from ..io.atomic import disk_full, full_disk
 from ..io.folders import MARKER, open_output
@@ -58,9 +59,18 @@ class RunTask:
     # The caller's permission to import a user's model (run_sweep(allow_model_import=True)); never
     # read from a file. With Ray, the model's module must be importable on the nodes.
     allow_model_import: bool = False
+    # The sweep command's permission to import the user's algorithm code (--allow-algorithm-import,
+    # algorithms/importing.py), passed on to the worker that builds the run; never read from a file.
+    allow_algorithm_import: bool = False
 
 
 def run_task(task: RunTask) -> dict:
+    """Execute one run (:func:`_run_task`) with the permission to import algorithm code its task carries."""
+    with algorithm_imports(task.allow_algorithm_import):
+        return _run_task(task)
+
+
+def _run_task(task: RunTask) -> dict:
     """Execute one run; never raises for the run's own failure: the outcome says what happened
     (``status`` complete / diverged / interrupted / failed, ``error``, ``seconds``; ``restarted``:
     why a run that was to be resumed ran again from its start)."""

@@ -47,7 +47,8 @@ from typing import Any
 
 import numpy as np
 
-from ..algorithms import ALGORITHMS
+from ..algorithms import ALGORITHMS, algorithm_class
+from ..algorithms.importing import ALLOW_FLAG, allow_flag_help, is_algorithm_import
 from ..data.plots import plot_label_histograms, plot_training_bands
 from ..errors import ConfigError
 from ..io.atomic import read_csv, write_csv
@@ -56,11 +57,11 @@ from ..problems import make_problem
 from ..runs.config import DTYPES, RunConfig, WithRun
 from ..runs.driver import resolve_device
 from ..runs.folder import METRICS, read_config
-from ..spec import format_spec
+from ..spec import format_spec, parse_spec
 from .layout import RUNS
 from .preset import Preset
 from .sweep import make_experiment, restart_note, run_sweep
-from .tune import choice_columns, choose, grid_rows, is_diverged, search_steps, with_validation
+from .tune import choice_columns, choose, grid_rows, is_diverged, search_steps, split_algorithms, with_validation
 
 
 @dataclass(frozen=True)
@@ -271,15 +272,35 @@ MNIST_DEMO = Setup(
 )
 
 
+def with_own_algorithms(setup: Setup, only: list[str] | None) -> tuple[Setup, list[str] | None]:
+    """The preset with the user's own algorithms among ``only`` (``file.py:Class[:key=value,...]``,
+    imported with --allow-algorithm-import) added to its algorithms, and ``only`` by their names.
+    Such an algorithm starts from the preset's FedAvg step and local steps (the SPEC may give its
+    own lr and local_steps); --steps tuned then searches its step around that as for the others."""
+    if not only:
+        return setup, only
+    added, names = {}, []
+    for item in only:
+        name, params = parse_spec(item)
+        if is_algorithm_import(name):
+            if name in added:
+                raise ConfigError(f"--algorithms names {name!r} twice")
+            algorithm_class(name)  # imported now, with the command's permission
+            base = setup.algorithms.get("fedavg") or next(iter(setup.algorithms.values()))
+            added[name] = {"lr": base["lr"], "local_steps": base["local_steps"], **params}
+        names.append(name)
+    return dataclasses.replace(setup, algorithms={**setup.algorithms, **added}), names
+
+
 def available(setup: Setup, only: list[str] | None) -> tuple[list[str], list[str]]:
     """(algorithms to run, notes about skipped ones)."""
     wanted = only or list(setup.algorithms)
     unknown = [a for a in wanted if a not in setup.algorithms]
     if unknown:
         raise ConfigError(f"algorithm {unknown[0]!r} is not part of this preset (has: {', '.join(setup.algorithms)})")
-    missing = [a for a in wanted if a not in ALGORITHMS]
+    missing = [a for a in wanted if a not in ALGORITHMS and not is_algorithm_import(a)]
     notes = [f"note: {a} is not registered in this build of focusfl; skipped" for a in missing]
-    return [a for a in wanted if a in ALGORITHMS], notes
+    return [a for a in wanted if a not in missing], notes
 
 
 # -- step sizes -----------------------------------------------------------------------------------
@@ -603,7 +624,10 @@ def preset_arguments(setup: Setup, default_out: str | None, *, npz_required: boo
             parser.add_argument("--download", action="store_true", help="fetch a missing dataset (checksum-verified)")
         parser.add_argument("--out", default=default_out, help=out_help)
         parser.add_argument("--algorithms", default=None,
-                            help=f"comma-separated subset of {','.join(setup.algorithms)}")
+                            help=f"comma-separated subset of {','.join(setup.algorithms)}; your own algorithm "
+                            "as path/to/file.py:Class[:key=value,...] with --allow-algorithm-import (it starts "
+                            "from the preset's FedAvg step and local steps)")
+        parser.add_argument(ALLOW_FLAG, action="store_true", help=allow_flag_help("--algorithms"))
         parser.add_argument("--seeds", type=int, default=2,
                             help="seeds per step size and per final run; figures draw their mean and min-max band")
         parser.add_argument("--steps", choices=["tuned", "fixed"], default="tuned",
@@ -666,13 +690,14 @@ def make_runner(setup: Setup, spec_of=problem_spec, notes_after=None):
             raise ConfigError(f"--validation must be in (0, 1), got {args.validation}")
         if args.workers is None:  # speed only: every run computes with its own threads whatever the count
             args = dataclasses.replace(args, workers=min(2, os.cpu_count() or 1))
-        only = [a.strip() for a in args.algorithms.split(",")] if args.algorithms else None
-        algorithms, notes = available(setup, only)
-        for note in notes + [f"note: {n}" for n in setup.notes]:
+        only = split_algorithms(args.algorithms) if args.algorithms else None
+        chosen, only = with_own_algorithms(setup, only)
+        algorithms, notes = available(chosen, only)
+        for note in notes + [f"note: {n}" for n in chosen.notes]:
             print(note)
         if not algorithms:
             raise ConfigError("none of the preset's algorithms is registered")
-        summary, steps = run_preset(setup, spec_of(setup, args), algorithms, args, Path(args.out))
+        summary, steps = run_preset(chosen, spec_of(chosen, args), algorithms, args, Path(args.out))
         if args.steps == "tuned":
             print("steps chosen on the clients' validation share (steps.csv has every grid point's score):")
             for row in steps:

@@ -38,7 +38,8 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from tqdm import tqdm
 
-from ..algorithms import ALGORITHMS
+from ..algorithms import ALGORITHMS, algorithm_class
+from ..algorithms.importing import imports_permitted, is_algorithm_import
 from ..engine.simulate import ENGINES, SCHEDULES
 from ..errors import ConfigError, FocusflError
 from ..io.atomic import write_text
@@ -339,11 +340,15 @@ def _algorithm_entry(item: Any, where: str) -> AlgorithmEntry:
             raise ConfigError(f"{where}.name: expected an algorithm name such as 'focus', got {_show(name)}")
     else:
         raise ConfigError(f"{where}: expected an algorithm name, SPEC or table, got {_show(item)}")
-    if name not in ALGORITHMS:
+    if name not in ALGORITHMS and not is_algorithm_import(name):
         close = difflib.get_close_matches(name, ALGORITHMS, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(ALGORITHMS)})"
         raise ConfigError(f"{where}: unknown algorithm {name!r}{hint}")
-    fields = [f for f in ALGORITHMS[name].__dataclass_fields__ if f not in ("lr", "local_steps")]
+    try:
+        cls = algorithm_class(name)  # a user's own class: imported here, with the command's permission
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    fields = [f for f in cls.__dataclass_fields__ if f not in ("lr", "local_steps")]
     for key in params:
         if key in ("lr", "local_steps"):
             raise ConfigError(f"{where}: give {key} as a key of the experiment or of an algorithm table "
@@ -576,7 +581,8 @@ def run_sweep(
             tasks.append(RunTask(key=run.key, config=run.config.to_dict(),
                                  out=str(folder / run.key),
                                  resume=state == "resume", checkpoint_every=checkpoint_every,
-                                 allow_model_import=allow_model_import))
+                                 allow_model_import=allow_model_import,
+                                 allow_algorithm_import=imports_permitted()))
         report.resumed = sum(task.resume for task in tasks)
         if progress:
             print(f"sweep {experiment.name!r}: {len(runs)} runs; {report.skipped} finished earlier, "

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..argtypes import positive_float
 from ..errors import ConfigError, DataError
-from ..runs.cli import add_run_options, run_config_of
+from ..runs.cli import add_algorithm_import_option, add_run_options, run_config_of
 from .defaults import FEDERATION_DEFAULTS
 
 EXAMPLES = """examples:
@@ -73,6 +73,7 @@ def _common(p) -> None:
     p.add_argument("--timeout", type=positive_float, default=60.0,
                    help="seconds a round waits for replies (a positive, finite number)")
     p.add_argument("--out", help="run folder (metrics.csv, config.json, curve.png, trace.csv, ...)")
+    add_algorithm_import_option(p)
 
 
 def _config(args):
@@ -81,7 +82,25 @@ def _config(args):
 
     out = str(Path(args.out).expanduser().resolve()) if args.out else None
     run = run_config_of(args, RUN_OPTIONS, problem=absolute_paths(args.problem))
-    return FederationConfig(run, timeout=args.timeout, out=out)
+    if args.algorithm is not None:
+        run = run.replace(algorithm=absolute_algorithm(args.algorithm))
+    return FederationConfig(run, timeout=args.timeout, out=out, allow_algorithm_import=args.allow_algorithm_import)
+
+
+def absolute_algorithm(spec):
+    """An algorithm of the user's own named by a relative file (``my_prox.py:MyProx``) made
+    absolute from this folder, where the user typed it: the ServerApp and the nodes run in
+    another one. Registered names, module paths and files not found here are left as given."""
+    from ..spec import format_spec, parse_spec
+
+    name, params = parse_spec(spec)
+    where, colon, attribute = name.rpartition(":")
+    if not colon or not where.endswith(".py"):
+        return spec
+    path = Path(where).expanduser()
+    if path.is_absolute() or not path.is_file():
+        return spec
+    return format_spec(f"{path.resolve()}:{attribute}", params)
 
 
 # nn keys that name files or folders: (key, the prefixes a path may carry)
@@ -155,7 +174,7 @@ def _local(args) -> int:
     # A token of its own: the interrupted run folder it may leave is told from an older one.
     given = _config(args)
     config = FederationConfig(given.run, timeout=given.timeout, out=given.out, token=uuid.uuid4().hex,
-                              audit=given.audit)
+                              audit=given.audit, allow_algorithm_import=given.allow_algorithm_import)
     _check_out(config.out)
     data_paths = _data_paths(args)  # before the problem is built (seconds for a text model)
     strategy = _check(config)
@@ -168,7 +187,8 @@ def _local(args) -> int:
           f"{' and node authentication' if args.auth else ''}; logs in {workdir / 'logs'}", flush=True)
     try:
         with signals_interrupt(), LocalFederation(workdir, args.nodes, tls=args.tls, auth=args.auth,
-                                                  deadlines=deadlines, data_paths=data_paths) as federation:
+                                                  deadlines=deadlines, data_paths=data_paths,
+                                                  allow_algorithm_import=args.allow_algorithm_import) as federation:
             result = federation.run(config, timeout=federation_wait(args.rounds, args.timeout))
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (signals_interrupt)
         raise _kept(exc, config) from None

@@ -150,13 +150,15 @@ class LocalFederation:
 
     def __init__(self, workdir: str | Path, nodes: int, *, tls: bool = False, auth: bool = False,
                  durable: bool = True, warm: bool = True, start_timeout: float = 90.0,
-                 deadlines: dict[int, float] | None = None, data_paths: dict[int, str] | None = None) -> None:
+                 deadlines: dict[int, float] | None = None, data_paths: dict[int, str] | None = None,
+                 allow_algorithm_import: bool = False) -> None:
         if nodes < 1:
             raise ConfigError("a federation needs at least one node")
         self.deadlines = dict(deadlines or {})  # node k -> seconds of local work per round (deadline.py)
         # node k -> its copy of the data (node config data-path, node.py); absolute: nodes run in workdir
         self.data_paths = {k: str(Path(path).expanduser().resolve()) for k, path in (data_paths or {}).items()}
         self.workdir = Path(workdir).resolve()
+        self.allow_algorithm_import = allow_algorithm_import  # the nodes' permission (node.ALLOW_IMPORT)
         self.nodes, self.tls, self.auth, self.durable, self.warm = nodes, tls, auth, durable, warm
         self.start_timeout = start_timeout
         self.processes: dict[str, subprocess.Popen] = {}
@@ -281,6 +283,8 @@ class LocalFederation:
             config += f" deadline={float(self.deadlines[k])!r}"
         if k in self.data_paths:
             config += f" data-path={json.dumps(self.data_paths[k])}"
+        if self.allow_algorithm_import:
+            config += " allow-algorithm-import=true"
         # warm (the default): one process per node runs the SuperNode and its ClientApp calls (warm.py)
         start = [sys.executable, "-m", "focusfl.flower.warm"] if self.warm else [_tool("flower-supernode")]
         args = [*start, "--superlink", f"127.0.0.1:{self.port}", "--port", str(free_port()), "--node-config", config]

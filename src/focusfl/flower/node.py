@@ -28,6 +28,7 @@ import torch
 from flwr.app import ConfigRecord, RecordDict
 
 from ..algorithms import make_algorithm
+from ..algorithms.importing import algorithm_imports
 from ..engine.tree import gather_rows
 from ..io.atomic import open_atomic
 from ..problems import make_problem
@@ -48,13 +49,20 @@ class Built(NamedTuple):
     initial: Any  # State from algorithm.init: templates for server fields and client rows
 
 
+# A node's own permission (its node config, the operator's word) to import the algorithm code a
+# run names: ``allow-algorithm-import=true``; `federation local --allow-algorithm-import` sets it.
+ALLOW_IMPORT = "allow-algorithm-import"
+
+
 @functools.lru_cache(maxsize=4)
-def _build(run_key: str, data_path: str | None) -> Built:
+def _build(run_key: str, data_path: str | None, allow_import: bool = False) -> Built:
     spec = RunSpec(**json.loads(run_key))
     if spec.dtype not in DTYPES:
         raise Malformed("malformed", f"unknown dtype {spec.dtype!r}")
     problem = make_problem(node_problem(spec.problem, data_path), dtype=DTYPES[spec.dtype])
-    algorithm = make_algorithm(spec.algorithm)
+    # The record carries the code's SHA-256: a node whose copy differs from the server's refuses.
+    with algorithm_imports(allow_import):
+        algorithm = make_algorithm(spec.algorithm)
     return Built(algorithm, problem, algorithm.init(problem.initial_point(), problem.num_clients))
 
 
@@ -108,7 +116,8 @@ def data_fingerprint(problem: Any) -> str:
 def build(run: RunSpec, node_config: dict | None = None) -> Built:
     """Algorithm, problem and initial state of a run (cached: building a problem can be slow)."""
     data_path = (node_config or {}).get("data-path")
-    return _build(run.key(), None if data_path is None else str(data_path))
+    allow_import = (node_config or {}).get(ALLOW_IMPORT) in (True, "true")
+    return _build(run.key(), None if data_path is None else str(data_path), allow_import)
 
 
 def has_memory(clients: Any) -> bool:

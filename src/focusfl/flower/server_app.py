@@ -36,7 +36,9 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from .. import __version__
+from ..algorithms import algorithm_record
 from ..algorithms.base import State
+from ..algorithms.importing import algorithm_imports
 from ..errors import ConfigError
 from ..io.atomic import write_csv, write_json
 from ..io.folders import open_output
@@ -54,7 +56,9 @@ RUN_CONFIG_KEY = "focusfl"
 
 
 # Its own knobs, with their defaults.
-KNOBS = {"timeout": 30.0, "out": None, "token": None, "audit": True}
+# allow_algorithm_import: the user's permission, given to `federation local` or `federation app` with
+# --allow-algorithm-import, for the ServerApp to import the algorithm class the run names (their code).
+KNOBS = {"timeout": 30.0, "out": None, "token": None, "audit": True, "allow_algorithm_import": False}
 
 
 @dataclass(frozen=True, init=False)
@@ -72,14 +76,19 @@ class FederationConfig(WithRun):
     out: str | None
     token: str | None
     audit: bool
+    allow_algorithm_import: bool
 
     def __init__(self, run: RunConfig | None = None, *, timeout: float = KNOBS["timeout"], out: str | None = None,
-                 token: str | None = None, audit: bool = True, **run_fields: Any) -> None:
+                 token: str | None = None, audit: bool = True, allow_algorithm_import: bool = False,
+                 **run_fields: Any) -> None:
         if run is None:
             run = RunConfig(**{**FEDERATION_DEFAULTS, **run_fields})
         elif run_fields:
             raise ConfigError(f"a federation takes its run or its run's fields, not both ({sorted(run_fields)[0]!r})")
-        for name, value in (("run", run), ("timeout", timeout), ("out", out), ("token", token), ("audit", audit)):
+        if not isinstance(allow_algorithm_import, bool):
+            raise ConfigError(f"allow_algorithm_import must be true or false, got {allow_algorithm_import!r}")
+        for name, value in (("run", run), ("timeout", timeout), ("out", out), ("token", token), ("audit", audit),
+                            ("allow_algorithm_import", allow_algorithm_import)):
             object.__setattr__(self, name, value)
 
     @classmethod
@@ -96,12 +105,12 @@ class FederationConfig(WithRun):
 
     def to_json(self) -> str:
         return json.dumps({**self.run.to_dict(), "timeout": self.timeout, "out": self.out, "token": self.token,
-                           "audit": self.audit}, sort_keys=True)
+                           "audit": self.audit, "allow_algorithm_import": self.allow_algorithm_import}, sort_keys=True)
 
     def resolved(self) -> "FederationConfig":
         """With the problem's defaults for the fields left None (dtype, eval_every)."""
         return FederationConfig(self.run.with_problem_defaults(), timeout=self.timeout, out=self.out,
-                                token=self.token, audit=self.audit)
+                                token=self.token, audit=self.audit, allow_algorithm_import=self.allow_algorithm_import)
 
 
 def available(participation: str | dict) -> bool:
@@ -205,7 +214,7 @@ def write_results(out: Path, strategy: AlgorithmStrategy, built, config: Federat
         write_csv(work / "participation.csv", _participation_events(result),
                   ["round", "client", "outcome", "reason", "detail"])
         title = f"{strategy.algorithm.name} on {built.problem.name}, federated ({len(result.nodes)} nodes)"
-        recorded = record(replay, algorithm=strategy.algorithm.describe(), problem=built.problem.describe(),
+        recorded = record(replay, algorithm=algorithm_record(strategy.algorithm), problem=built.problem.describe(),
                           participation={"name": "trace", "path": str(out / "trace.csv")},
                           work=trace_record(out / "work.csv", work_text) if counted else None)
         status = DIVERGED if result.diverged_at is not None else COMPLETE
@@ -277,4 +286,6 @@ def main(grid: Grid, context: Context) -> None:
     text = context.run_config.get(RUN_CONFIG_KEY)
     if not isinstance(text, str) or not text.strip():
         raise ConfigError(f"the run config needs {RUN_CONFIG_KEY}=<JSON of the federation>")
-    run_federation(grid, FederationConfig.from_json(text))
+    config = FederationConfig.from_json(text)
+    with algorithm_imports(config.allow_algorithm_import):
+        run_federation(grid, config)

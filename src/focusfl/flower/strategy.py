@@ -52,6 +52,7 @@ from flwr.serverapp.strategy import Strategy
 from flwr.superlink.grid import http_grid
 from flwr.superlink.grid.http_grid import HttpGrid
 
+from ..algorithms import algorithm_record
 from ..algorithms.base import Algorithm, RoundContext, State, check_work_process
 from ..engine.divergence import BlowUpDetector
 from ..engine.loop import Resume, run_rounds
@@ -160,7 +161,7 @@ class AlgorithmStrategy(Strategy):
         self.deadlines: dict[int, float] = {}
         self.initial: State = self.algorithm.init(problem.initial_point(), n)
         self.server = self.initial.server
-        self.run = RunSpec(self.algorithm.describe(), problem.describe(), seed, dtype, token or uuid.uuid4().hex)
+        self.run = RunSpec(algorithm_record(self.algorithm), problem.describe(), seed, dtype, token or uuid.uuid4().hex)
         self.tracked = has_memory(self.initial.clients)
         self.finishes = has_finish(self.algorithm)
         self.train_fields, self.finish_fields, self.message_template = self._probe()

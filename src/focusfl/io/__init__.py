@@ -7,4 +7,5 @@ The bottom layer: it imports nothing of focusfl but errors and the version.
 - ``folders``: output folders focusfl marks as its own, one writer each, replaced whole;
   stores (a sweep's folder) updated in place;
 - ``figures``: figures at paths the user named, tagged so that only focusfl's are replaced.
+- ``digest``: the SHA-256 of a file (the inputs a run read, a user's algorithm code).
 """

@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Sequence
 
+from ..algorithms.importing import ALLOW_FLAG, allow_flag_help
 from ..argtypes import non_negative_int, positive_float, positive_int
 from ..engine.simulate import ENGINES, SCHEDULES
 from .config import DTYPES, NN_EVAL_EVERY, RunConfig, defaults_for, field_defaults
@@ -35,7 +36,9 @@ class Option:
 
 
 _OPTIONS = {
-    "algorithm": Option("algorithm NAME or NAME:key=value,... (see `focusfl algorithms`)"),
+    "algorithm": Option("algorithm NAME or NAME:key=value,... (see `focusfl algorithms`), or your own class "
+                        "path/to/file.py:Class[:key=value,...] or package.module:Class[:...] with "
+                        "--allow-algorithm-import (docs/your-algorithm.md)"),
     "problem": Option("problem SPEC, e.g. ridge:dim=50,clients=16 or nn:data=mnist,alpha=0.1 "
                       "(neural networks: docs/neural-networks.md)"),
     "participation": Option("participation SPEC, e.g. bernoulli, weighted:m=4, or one p per client as "
@@ -69,6 +72,12 @@ _OPTIONS = {
                            "round; same results either way (0: always on disk)", metavar="SIZE"),
 }
 assert set(_OPTIONS) == {f.name for f in fields(RunConfig)}, "every run field is an option"
+
+
+def add_algorithm_import_option(parser: argparse.ArgumentParser, what: str = "--algorithm") -> None:
+    """``--allow-algorithm-import``: the command line's permission to import (and so RUN) the Python
+    code an algorithm SPEC names; cli.main grants it for the whole command (algorithms/importing.py)."""
+    parser.add_argument(ALLOW_FLAG, action="store_true", help=allow_flag_help(what))
 
 
 def options() -> dict[str, Option]:

@@ -18,8 +18,9 @@ from typing import Any, Callable
 import torch
 from tqdm import tqdm
 
-from ..algorithms import algorithm_state_size, make_algorithm
+from ..algorithms import algorithm_record, algorithm_state_size, make_algorithm
 from ..algorithms.base import check_work_process
+from ..algorithms.importing import refuse_unpermitted
 from ..engine import Resume, RunResult, simulate
 from ..errors import ConfigError, FocusflError
 from ..metrics import progress_metrics
@@ -53,7 +54,7 @@ class BuiltRun:
     def resolved(self) -> dict[str, Any]:
         """config.json's run keys: every part resolved (describe()), the seed and the version; an
         nn problem's formulation once the run has chosen it (Problem.settle)."""
-        return record(self.config, algorithm=self.algorithm.describe(), problem=self.problem.describe(),
+        return record(self.config, algorithm=algorithm_record(self.algorithm), problem=self.problem.describe(),
                       participation=self.participation.describe(),
                       work=None if self.work is None else self.work.describe())
 
@@ -129,6 +130,7 @@ def build(config: RunConfig, *, problems: dict | None = None, allow_model_import
     ``allow_model_import``: see make_problem; the caller's permission, never part of the config.
     """
     _part("config", lambda: check_config(config))
+    _part("algorithm", lambda: refuse_unpermitted(config.algorithm))  # before a problem's data is read
     config = config.with_problem_defaults()
     problem, asked = problem_of(config, problems=problems, allow_model_import=allow_model_import)
     algorithm = _part("algorithm", lambda: make_run_algorithm(config, problem))

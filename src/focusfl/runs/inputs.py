@@ -7,7 +7,8 @@ config.json's ``inputs`` names every file or folder a run was built from, with i
 
 The problem, the participation process and the work process say what they read
 (``input_paths()``: an nn problem its dataset files, a Hugging Face one also its tokenizer and
-model folders, a trace its file). The digest of a file is the SHA-256 of its bytes (what
+model folders, a trace its file); an algorithm of the user's own (``--algorithm file.py:Class``)
+its source file, as ``"algorithm code"``. The digest of a file is the SHA-256 of its bytes (what
 ``sha256sum`` prints); of a folder, or of several files, the SHA-256 of the lines
 ``SHA256  NAME`` of its regular files (relative names, sorted; hidden entries such as ``.git``
 or ``.cache`` left out). A work trace's digest is the one its process computed when it read the
@@ -28,39 +29,16 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..errors import ConfigError, DataError
+from ..algorithms.importing import SHA256, algorithm_source, is_algorithm_import, without_digest
+from ..errors import ConfigError
+from ..io.digest import file_digest
 from ..spec import parse_spec
 
 INPUTS = "inputs"  # config.json: {label: {"path", "sha256"}}
 CHANGED = "inputs_changed"  # config.json: the changes a run was told to accept
 PARTS = ("problem", "participation", "work")
+ALGORITHM_CODE = "algorithm code"  # the label of an imported algorithm's source file (algorithms/importing.py)
 ACCEPT_FLAG = "--accept-changed-inputs"
-_CHUNK = 1 << 20
-
-
-# A sweep or a tune runs many runs on the same data in one process: a file's digest is kept
-# while its identity, size and modification time stay the same.
-_DIGESTS: dict[tuple[str, int, int, int, int], str] = {}
-
-
-# -- digests -------------------------------------------------------------------------------------
-def file_digest(path: Path) -> str:
-    """The SHA-256 of a file's bytes, read in chunks (memory does not grow with the file)."""
-    try:
-        info = os.stat(path)
-        key = (str(path), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
-        if key in _DIGESTS:
-            return _DIGESTS[key]
-        digest = hashlib.sha256()
-        with open(path, "rb") as handle:
-            while chunk := handle.read(_CHUNK):
-                digest.update(chunk)
-    except OSError as exc:
-        raise DataError(f"cannot read {str(path)!r} to record its digest: {exc.strerror or exc}") from None
-    if len(_DIGESTS) > 4096:
-        _DIGESTS.clear()
-    _DIGESTS[key] = digest.hexdigest()
-    return _DIGESTS[key]
 
 
 def _folder_files(folder: Path) -> list[tuple[str, Path]]:
@@ -104,6 +82,9 @@ def input_digests(built: Any) -> dict[str, dict[str, str]]:
     work = getattr(built, "work", None)
     if getattr(work, "name", None) == "trace":  # its own digest, computed as it read the file
         found["work trace"] = {"path": str(work.path), "sha256": work.sha256}
+    source = algorithm_source(built.algorithm) if hasattr(built, "algorithm") else None
+    if source is not None:  # the user's own algorithm: its digest, computed as it was imported
+        found[ALGORITHM_CODE] = {"path": source.path, "sha256": source.sha256}
     return found
 
 
@@ -120,7 +101,21 @@ def recorded_inputs(data: dict, where: str) -> dict[str, dict[str, str]]:
     pinned = _pinned_trace(data.get("work"))
     if pinned is not None and "work trace" not in recorded:
         recorded = {**recorded, "work trace": pinned}
+    code = _pinned_code(data.get("algorithm"))
+    if code is not None and ALGORITHM_CODE not in recorded:  # a federation's record: the digest in its SPEC
+        recorded = {**recorded, ALGORITHM_CODE: code}
     return recorded
+
+
+def _pinned_code(algorithm: Any) -> dict[str, str] | None:
+    """The SHA-256 an imported algorithm's record carries (algorithms/importing.py), as an input."""
+    try:
+        name, params = parse_spec(algorithm) if algorithm is not None else (None, {})
+    except ConfigError:
+        return None
+    if not is_algorithm_import(name) or not isinstance(params.get(SHA256), str):
+        return None
+    return {"path": name.rpartition(":")[0], "sha256": params[SHA256]}
 
 
 def _pinned_trace(work: Any) -> dict[str, str] | None:
@@ -140,8 +135,10 @@ def recorded_changes(data: dict) -> list:
 
 
 def unpinned(config: Any) -> Any:
-    """``config`` without the SHA-256 a work trace SPEC carries: the inputs are compared here,
-    once, with the recorded digests (and a change can be accepted), not refused while building."""
+    """``config`` without the SHA-256 a work trace SPEC or an imported algorithm carries: the
+    inputs are compared here, once, with the recorded digests (and a change can be accepted),
+    not refused while building."""
+    config = dataclasses.replace(config, algorithm=without_digest(config.algorithm))
     try:
         name, params = parse_spec(config.work)
     except ConfigError:

@@ -1,0 +1,192 @@
+"""An algorithm of the user's own, from their code: ``path/to/file.py:Class`` or
+``package.module:Class`` wherever a command takes an algorithm SPEC (its parameters after a
+second colon: ``prox.py:MyProx:mu=0.1``; docs/your-algorithm.md).
+
+The class is any concrete :class:`~focusfl.algorithms.base.Algorithm` subclass, the same one
+``simulate(MyProx(...), ...)`` runs from Python. Importing it runs the user's code, so it needs
+the process's permission (:func:`algorithm_imports`): the command line gives it with
+``--allow-algorithm-import`` (cli.main), a sweep's worker from its task, a federation's ServerApp
+from its run config and a node from its node config. A file's word alone (an experiment file,
+a config.json) never imports anything.
+
+A run records the class by its import target and the SHA-256 of its source file
+(:func:`algorithm_record`: ``{"name": "prox.py:MyProx", "sha256": ..., **hyperparameters}``):
+the digest is part of the run's identity, and a record whose digest differs from the file's
+now is refused when it is built (runs/inputs.py compares it first for a resume or a replay,
+where ``--accept-changed-inputs`` goes on with the new code).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import importlib.util
+import inspect
+import sys
+from pathlib import Path
+from typing import Any, Iterator, NamedTuple
+
+from ..errors import ConfigError, FocusflError
+from ..io.digest import file_digest
+from ..spec import parse_spec
+from .base import Algorithm
+
+ALLOW_FLAG = "--allow-algorithm-import"
+
+
+def allow_flag_help(what: str = "--algorithm") -> str:
+    """The help text of ALLOW_FLAG on a command whose algorithms ``what`` names."""
+    return (f"let {what} name your own algorithm class (path/to/file.py:Class or package.module:Class) and import "
+            "it: this RUNS that Python code; also the code a --config or --resume names (docs/your-algorithm.md)")
+
+SHA256 = "sha256"  # the record's key for the digest of the class's source file
+
+# The process's permission to import algorithm code. One flag for every place a SPEC is
+# resolved (run, sweep, tune, the presets, the report, a federation), set at the edge that
+# holds the user's word for it and nowhere else.
+_permitted = False
+
+
+class Imported(NamedTuple):
+    """Where an imported class came from: its target as given, its source file and that file's SHA-256."""
+
+    target: str
+    path: str
+    sha256: str
+
+
+_SOURCES: dict[type, Imported] = {}  # class -> where it was imported from
+_FILE_MODULES: dict[tuple[str, str], Any] = {}  # (source file, SHA-256) -> its module, imported once
+
+
+@contextlib.contextmanager
+def algorithm_imports(allowed: bool) -> Iterator[None]:
+    """Within the block, algorithm SPECs may (``allowed``) or may not import code."""
+    global _permitted
+    before, _permitted = _permitted, bool(allowed)
+    try:
+        yield
+    finally:
+        _permitted = before
+
+
+def imports_permitted() -> bool:
+    """Whether this process may import algorithm code now (what a sweep passes on to its workers)."""
+    return _permitted
+
+
+def is_algorithm_import(name: object) -> bool:
+    """Whether an algorithm SPEC's name is code to import (spec.is_import_target), not a registered name."""
+    return isinstance(name, str) and ":" in name
+
+
+def refuse_unpermitted(spec: Any) -> None:
+    """ConfigError when the algorithm SPEC ``spec`` names code to import and this process may not:
+    a run says so before it builds anything else (a problem's data may take long to load)."""
+    try:
+        name, _ = parse_spec(spec)
+    except ConfigError:
+        return  # not a SPEC: make_algorithm says so in its words
+    if is_algorithm_import(name) and not _permitted:
+        raise ConfigError(f"algorithm {name!r} would import and run Python code; pass {ALLOW_FLAG} to allow it")
+
+
+def load_algorithm_class(target: str, *, sha256: Any = None) -> type[Algorithm]:
+    """The Algorithm subclass ``target`` names, imported only with the process's permission.
+    ``sha256``: the digest a record carries; a source file that differs is refused."""
+    refuse_unpermitted(target)
+    where, _, attribute = target.rpartition(":")
+    module, path = _import(target, where)
+    cls = getattr(module, attribute, None)
+    _check_class(target, cls)
+    digest = file_digest(path)
+    if sha256 is not None and str(sha256) != digest:
+        raise ConfigError(f"algorithm code {path} has changed since it was recorded (SHA-256 {digest[:12]}..., "
+                          f"recorded {str(sha256)[:12]}...)")
+    _SOURCES[cls] = Imported(target, str(path), digest)
+    return cls
+
+
+def _is_file(where: str) -> bool:
+    return where.endswith(".py") or "/" in where or "\\" in where
+
+
+def _import(target: str, where: str) -> tuple[Any, Path]:
+    """The module ``where`` names (a .py file or a module path) and its source file."""
+    try:
+        if _is_file(where):
+            path = Path(where).expanduser().resolve()
+            if not path.is_file():
+                raise ConfigError(f"algorithm {target!r}: file {where!r} not found")
+            return _file_module(path), path
+        module = importlib.import_module(where)
+    except FocusflError:
+        raise
+    except (Exception, SystemExit) as exc:  # the user's code may raise anything while it imports
+        text = str(exc).splitlines()[0] if str(exc) else ""
+        raise ConfigError(f"cannot import algorithm {target!r}: {type(exc).__name__}: {text}") from None
+    source = getattr(module, "__file__", None)
+    if not source or not Path(source).is_file():
+        raise ConfigError(f"algorithm {target!r}: module {where!r} has no source file to record")
+    return module, Path(source)
+
+
+def _file_module(path: Path) -> Any:
+    """The module of a .py file, executed once per content (its digest names it in sys.modules,
+    where dataclasses look their module up)."""
+    digest = file_digest(path)
+    key = (str(path), digest)
+    if key in _FILE_MODULES:
+        return _FILE_MODULES[key]
+    name = f"_focusfl_algorithm_{digest[:16]}_{''.join(c if c.isalnum() else '_' for c in path.stem)}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"cannot import {str(path)!r} as Python code")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    _FILE_MODULES[key] = module
+    return module
+
+
+def _check_class(target: str, cls: Any) -> None:
+    if cls is None:
+        raise ConfigError(f"algorithm {target!r}: the module has no {target.rpartition(':')[2]!r}")
+    if not (inspect.isclass(cls) and issubclass(cls, Algorithm)):
+        raise ConfigError(f"algorithm {target!r} is not a subclass of focusfl.algorithms.Algorithm")
+    if inspect.isabstract(cls):
+        missing = ", ".join(sorted(cls.__abstractmethods__))
+        raise ConfigError(f"algorithm {target!r} does not define {missing}")
+    if not dataclasses.is_dataclass(cls) or not isinstance(getattr(cls, "name", None), str):
+        raise ConfigError(f"algorithm {target!r} must be a @dataclass(frozen=True) with a class attribute name")
+
+
+def algorithm_source(algorithm: Algorithm) -> Imported | None:
+    """Where the class of ``algorithm`` was imported from (None: registered, or made in Python)."""
+    return _SOURCES.get(type(algorithm))
+
+
+def algorithm_record(algorithm: Algorithm) -> dict[str, Any]:
+    """What a run records of its algorithm: ``describe()``, and for an imported class its import
+    target as the name and its source's SHA-256 (a SPEC that rebuilds the same object)."""
+    described = algorithm.describe()
+    source = algorithm_source(algorithm)
+    if source is None:
+        return described
+    return {**described, "name": source.target, SHA256: source.sha256}
+
+
+def without_digest(spec: str | dict) -> str | dict:
+    """An algorithm SPEC without the digest its record carries: a resume or a replay compares
+    the code with config.json's inputs (runs/inputs.py), where a change can be accepted."""
+    try:
+        name, params = parse_spec(spec)
+    except ConfigError:
+        return spec
+    if not is_algorithm_import(name) or SHA256 not in params:
+        return spec
+    return {"name": name, **{k: v for k, v in params.items() if k != SHA256}}
