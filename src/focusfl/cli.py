@@ -521,7 +521,9 @@ def _add_plot(sub) -> None:
     p.add_argument("--y", metavar="METRIC", help="a column of metrics.csv (default rel_error, else loss)")
     p.add_argument("--band", choices=["std", "minmax"], default="std", help="band around the mean over seeds")
     p.add_argument("--title", help="figure title")
-    p.add_argument("--out", default="plot.png", help="figure file; PNG and PDF are both written")
+    p.add_argument("--out", default="plot.png", help="figure file; PNG and PDF are both written, beside each other "
+                   "(default: plot.png and plot.pdf in the current folder; a file there that focusfl did not "
+                   "write is never replaced)")
     p.set_defaults(handler=_cmd_plot)
 
 
@@ -530,7 +532,9 @@ def _cmd_plot(args) -> int:
 
     written, series = write_plot(args.folders, Path(args.out), x=args.x, metric=args.y, band=args.band,
                                  title=args.title)
-    print(f"{len(series)} runs in {len(iter_groups(series))} configurations; wrote {written[0]} and {written[1]}")
+    # The full path: a default name lands in the current folder, which the user may not expect.
+    print(f"{len(series)} runs in {len(iter_groups(series))} configurations; wrote {written[0].absolute()} and "
+          f"{written[1].name}")
     return 0
 
 
