@@ -12,9 +12,8 @@ from focusfl.cli import main
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
-@pytest.fixture
-def saved(monkeypatch):
-    """Every figure saved while the test runs, kept as it was at its last save."""
+def recording_saves(monkeypatch) -> list:
+    """Every figure saved from now on, kept as it was at its last save."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -30,6 +29,22 @@ def saved(monkeypatch):
 
     monkeypatch.setattr(Figure, "savefig", recording)
     return figures
+
+
+@pytest.fixture
+def saved(monkeypatch):
+    """Every figure saved while the test runs."""
+    return recording_saves(monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def work_sweep(tmp_path_factory):
+    """docs/examples/work.toml swept once for the tests below: its folder and its figures."""
+    out = tmp_path_factory.mktemp("work") / "work"
+    with pytest.MonkeyPatch.context() as patch:
+        figures = recording_saves(patch)
+        assert main(["sweep", str(DOCS / "examples" / "work.toml"), "--out", str(out)]) == 0
+    return out, figures
 
 
 def legend_texts(fig) -> list[str]:
@@ -71,9 +86,8 @@ def looks(ax) -> list[tuple]:
             for line in ax.get_lines() if len(line.get_xdata()) > 1]  # not the cross of a diverged run
 
 
-def test_the_documented_work_sweep_draws_a_panel_per_work_process_of_distinct_curves(tmp_path, saved):
-    out = tmp_path / "work"
-    assert main(["sweep", str(DOCS / "examples" / "work.toml"), "--out", str(out)]) == 0
+def test_the_documented_work_sweep_draws_a_panel_per_work_process_of_distinct_curves(work_sweep):
+    out, saved = work_sweep
     rows = configurations(out)
     works = list(dict.fromkeys(row["work"] for row in rows))
     algorithms = list(dict.fromkeys(row["algorithm"] for row in rows))
@@ -89,6 +103,26 @@ def test_the_documented_work_sweep_draws_a_panel_per_work_process_of_distinct_cu
         assert outside(fig) == [], "nothing cut"
 
 
+def work_table(summary: list[dict]) -> str:
+    """docs/algorithms.md's table of the work sweep from its summary.csv: an algorithm a row, a
+    work process a column, the final rel_error to two digits."""
+    works = list(dict.fromkeys(row["work"] for row in summary))
+    final = {(row["algorithm"], row["work"]): float(row["final_rel_error_mean"]) for row in summary}
+    shown = [f"`{w}`" if ";" not in w else f"`'{w}'`" for w in works]
+    lines = ["| algorithm | " + " | ".join(shown) + " |", "|---" * (len(works) + 1) + "|"]
+    for algorithm in dict.fromkeys(row["algorithm"] for row in summary):
+        lines.append(f"| `{algorithm}` | " + " | ".join(f"{final[(algorithm, w)]:.1e}" for w in works) + " |")
+    return "\n".join(lines)
+
+
+def test_the_documented_work_table_is_the_sweeps_output(work_sweep):
+    """docs/algorithms.md shows the table that `focusfl sweep docs/examples/work.toml` gives now:
+    any change of an algorithm, the file or the formatting of the table fails here."""
+    out, _ = work_sweep
+    table = work_table(configurations(out))
+    assert table in (DOCS / "algorithms.md").read_text(), "docs/algorithms.md's work table drifted; now:\n" + table
+
+
 def test_curves_past_the_palette_still_look_distinct(tmp_path, saved):
     from focusfl.experiments.aggregate import Band
     from focusfl.plots import plot_band_panels
@@ -100,10 +134,9 @@ def test_curves_past_the_palette_still_look_distinct(tmp_path, saved):
     assert len(drawn) == 42 == len(set(drawn))
 
 
-def test_a_plot_of_two_sweeps_lists_every_configuration_uncut(tmp_path, saved):
-    compare, work = tmp_path / "compare", tmp_path / "work"
+def test_a_plot_of_two_sweeps_lists_every_configuration_uncut(tmp_path, saved, work_sweep):
+    compare, (work, _) = tmp_path / "compare", work_sweep
     assert main(["sweep", str(DOCS / "examples" / "experiment.toml"), "--out", str(compare)]) == 0
-    assert main(["sweep", str(DOCS / "examples" / "work.toml"), "--out", str(work)]) == 0
     saved.clear()
     assert main(["plot", str(compare), str(work), "--out", str(tmp_path / "both.png")]) == 0
     (fig,) = saved

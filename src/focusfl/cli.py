@@ -125,6 +125,7 @@ def _cmd_run(args) -> int:
     else:
         shown = ", ".join(f"{k}={v:.6g}" for k, v in last.items() if k not in ("round", "active"))
         print(f"round {last['round']}: {shown}")
+        _explain_negative_loss(last, Path(out))
     print(f"wrote {out}/metrics.csv, config.json, curve.png")
     _print_log_dir(Path(out))
     if result.diverged_at is not None:
@@ -135,6 +136,19 @@ def _cmd_run(args) -> int:
             f"diverged at round {result.diverged_at} ({detector.reason(last)}); what was computed is in {out}"
         )
     return 0
+
+
+def _explain_negative_loss(last: dict, out: Path) -> None:
+    """A note under a negative loss, from the run's problem (an objective with a linear term)."""
+    from .problems import PROBLEMS
+    from .runs.folder import CONFIG, read_config
+
+    if not (isinstance(last.get("loss"), float) and last["loss"] < 0) or not (out / CONFIG).is_file():
+        return
+    problem = read_config(out / CONFIG).get("problem")
+    note = getattr(PROBLEMS.get(problem.get("name") if isinstance(problem, dict) else problem), "negative_loss", "")
+    if note:
+        print(f"({note})")
 
 
 def _replayed_inputs(args):
