@@ -333,3 +333,16 @@ def test_a_cross_device_run_as_a_user_types_it(tmp_path):
     info = json.loads((out / "config.json").read_text())
     assert info["problem"]["name"] == "ondemand_logistic" and (out / TABLE).is_file()
     assert (out / TABLE).stat().st_blocks * 512 < 1 << 20  # 100,000 clients' table: only 120 rows written
+
+
+def test_a_negative_loss_is_explained_where_it_is_printed(tmp_path):
+    """ondemand_logistic's objective has a linear tilt (it plants x*): its loss goes below 0, and
+    the run says why under the line that shows it; a positive loss gets no note."""
+    problem = "ondemand_logistic:clients=20,dim=10,hetero=2,noise=0,reg=0.1"
+    negative = run_cli("run", "--algorithm", "focus", "--problem", problem, "--participation", "full",
+                       "--rounds", "60", "--eval-every", "60", "--out", str(tmp_path / "tilted"))
+    assert negative.returncode == 0, negative.stderr
+    assert "loss=-" in negative.stdout and "not a distance to the optimum (rel_error is" in negative.stdout
+    positive = run_cli("run", "--algorithm", "focus", "--problem", "ridge:clients=4,samples=8,dim=3",
+                       "--rounds", "3", "--out", str(tmp_path / "ridge"))
+    assert positive.returncode == 0 and "not a distance" not in positive.stdout

@@ -242,3 +242,15 @@ def test_metrics_columns_written_are_the_documented_ones(tmp_path):
         assert columns[-1] == "diverged", name
         written |= set(columns)
     assert written == _documented_metrics_columns()
+
+
+def test_the_work_example_sweeps_every_registered_algorithm():
+    """docs/examples/work.toml is the table of docs/algorithms.md's work section (tests/test_figures.py
+    compares them): it leaves no registered algorithm out."""
+    import tomllib
+
+    from focusfl.algorithms import ALGORITHMS
+
+    listed = tomllib.loads((ROOT / "docs" / "examples" / "work.toml").read_text())["algorithms"]
+    names = [entry if isinstance(entry, str) else entry["name"] for entry in listed]
+    assert sorted(set(ALGORITHMS) - set(names)) == [], "left out of docs/examples/work.toml"

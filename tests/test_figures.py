@@ -12,9 +12,8 @@ from focusfl.cli import main
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
-@pytest.fixture
-def saved(monkeypatch):
-    """Every figure saved while the test runs, kept as it was at its last save."""
+def recording_saves(monkeypatch) -> list:
+    """Every figure saved from now on, kept as it was at its last save."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -30,6 +29,22 @@ def saved(monkeypatch):
 
     monkeypatch.setattr(Figure, "savefig", recording)
     return figures
+
+
+@pytest.fixture
+def saved(monkeypatch):
+    """Every figure saved while the test runs."""
+    return recording_saves(monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def work_sweep(tmp_path_factory):
+    """docs/examples/work.toml swept once for the tests below: its folder and its figures."""
+    out = tmp_path_factory.mktemp("work") / "work"
+    with pytest.MonkeyPatch.context() as patch:
+        figures = recording_saves(patch)
+        assert main(["sweep", str(DOCS / "examples" / "work.toml"), "--out", str(out)]) == 0
+    return out, figures
 
 
 def legend_texts(fig) -> list[str]:
@@ -58,36 +73,84 @@ def configurations(folder: Path) -> list[dict]:
         return list(csv.DictReader(handle))
 
 
-def test_the_documented_work_sweep_lists_every_configuration_uncut(tmp_path, saved):
-    out = tmp_path / "work"
-    assert main(["sweep", str(DOCS / "examples" / "work.toml"), "--out", str(out)]) == 0
+def panels_of(fig) -> list:
+    return [ax for ax in fig.axes if ax.get_visible() and ax.get_lines()]
+
+
+def looks(ax) -> list[tuple]:
+    """How each curve of a panel looks as a line: colour and line style (its dash pattern); the
+    markers, drawn every few points, are not enough to tell two lines apart."""
+    import matplotlib.colors
+
+    return [(matplotlib.colors.to_hex(line.get_color()), str(line.get_linestyle()))
+            for line in ax.get_lines() if len(line.get_xdata()) > 1]  # not the cross of a diverged run
+
+
+def test_the_documented_work_sweep_draws_a_panel_per_work_process_of_distinct_curves(work_sweep):
+    out, saved = work_sweep
     rows = configurations(out)
-    assert len(rows) == 42 and saved
+    works = list(dict.fromkeys(row["work"] for row in rows))
+    algorithms = list(dict.fromkeys(row["algorithm"] for row in rows))
+    assert len(works) == 3 and len(rows) == len(works) * len(algorithms) and saved
     for fig in saved:
-        labels = legend_texts(fig)
-        assert len(labels) == len(rows) == len(set(labels)), "every configuration once in the legend"
-        for row in rows:
-            assert any(label.startswith(f"{row['algorithm']} work={row['work']}") for label in labels), row
+        panels = panels_of(fig)
+        # One panel per work process, titled with it, each with one curve per algorithm.
+        assert [ax.get_title().split("work ")[-1] for ax in panels] == works
+        for ax in panels:
+            drawn = looks(ax)
+            assert len(drawn) == len(algorithms) == len(set(drawn)), "no two curves of a panel look alike"
+        assert legend_texts(fig) == algorithms, "every algorithm once in the legend"
         assert outside(fig) == [], "nothing cut"
-        assert fig.get_size_inches()[0] * fig.dpi > 520  # sized to its legend, not the 520 pixels it had
 
 
-def test_a_plot_of_two_sweeps_lists_every_configuration_uncut(tmp_path, saved):
-    compare, work = tmp_path / "compare", tmp_path / "work"
+def work_table(summary: list[dict]) -> str:
+    """docs/algorithms.md's table of the work sweep from its summary.csv: an algorithm a row, a
+    work process a column, the final rel_error to two digits."""
+    works = list(dict.fromkeys(row["work"] for row in summary))
+    final = {(row["algorithm"], row["work"]): float(row["final_rel_error_mean"]) for row in summary}
+    shown = [f"`{w}`" if ";" not in w else f"`'{w}'`" for w in works]
+    lines = ["| algorithm | " + " | ".join(shown) + " |", "|---" * (len(works) + 1) + "|"]
+    for algorithm in dict.fromkeys(row["algorithm"] for row in summary):
+        lines.append(f"| `{algorithm}` | " + " | ".join(f"{final[(algorithm, w)]:.1e}" for w in works) + " |")
+    return "\n".join(lines)
+
+
+def test_the_documented_work_table_is_the_sweeps_output(work_sweep):
+    """docs/algorithms.md shows the table that `focusfl sweep docs/examples/work.toml` gives now:
+    any change of an algorithm, the file or the formatting of the table fails here."""
+    out, _ = work_sweep
+    table = work_table(configurations(out))
+    assert table in (DOCS / "algorithms.md").read_text(), "docs/algorithms.md's work table drifted; now:\n" + table
+
+
+def test_curves_past_the_palette_still_look_distinct(tmp_path, saved):
+    from focusfl.experiments.aggregate import Band
+    from focusfl.plots import plot_band_panels
+
+    bands = {f"curve {k}": Band([0, 1, 2], [1.0, 0.5 / (k + 1), 0.1 / (k + 1)], [], [], 1, 0) for k in range(42)}
+    plot_band_panels({"one panel": bands}, [tmp_path / "many.png"], xlabel="round", ylabel="loss", log=False)
+    (fig,) = saved
+    drawn = looks(panels_of(fig)[0])
+    assert len(drawn) == 42 == len(set(drawn))
+
+
+def test_a_plot_of_two_sweeps_lists_every_configuration_uncut(tmp_path, saved, work_sweep):
+    compare, (work, _) = tmp_path / "compare", work_sweep
     assert main(["sweep", str(DOCS / "examples" / "experiment.toml"), "--out", str(compare)]) == 0
-    assert main(["sweep", str(DOCS / "examples" / "work.toml"), "--out", str(work)]) == 0
     saved.clear()
     assert main(["plot", str(compare), str(work), "--out", str(tmp_path / "both.png")]) == 0
     (fig,) = saved
     labels = legend_texts(fig)
-    # The panels are the participation processes: a configuration is everything else of a row.
-    axes = ("problem", "work", "algorithm", "lr", "local_steps", "rounds")
+    # The panels are the participation and work processes: a configuration is everything else of a row.
+    axes = ("problem", "algorithm", "lr", "local_steps", "rounds")
     curves = lambda folder: {tuple(row.get(k) for k in axes) for row in configurations(folder)}  # noqa: E731
     expected = len(curves(compare)) + len(curves(work))
     assert len(labels) == expected == len(set(labels)) and outside(fig) == []
     assert not any("None" in label for label in labels)  # a sweep without a work axis says nothing of it
-    panels = [ax for ax in fig.axes if ax.get_visible()]
-    assert len(panels) == 3 and all(ax.bbox.height > 150 for ax in panels)  # panels keep their size
+    panels = panels_of(fig)
+    # compare's two processes; work's one process under each of its three work processes.
+    assert len(panels) == 5 and all(ax.bbox.height > 150 for ax in panels)  # panels keep their size
+    assert sum("work " in ax.get_title() for ax in panels) == 3
 
 
 def test_training_figures_list_every_run_uncut_and_say_what_ran(tmp_path, saved):
@@ -125,3 +188,97 @@ def test_the_suite_figure_lists_every_algorithm_uncut(tmp_path, saved):
     suite_study.plot_curves(rows, tmp_path / "suite.png", 20)
     (fig,) = saved
     assert legend_texts(fig) == list(suite_study.ALGORITHMS) and outside(fig) == []
+
+
+def test_plot_titles_a_panel_with_what_the_user_typed(tmp_path, saved):
+    run = tmp_path / "run"
+    assert main(["run", "--algorithm", "focus", "--problem", "ridge:clients=4,samples=8,dim=3",
+                 "--participation", "bernoulli", "--rounds", "3", "--out", str(run)]) == 0
+    saved.clear()
+    assert main(["plot", str(run), "--out", str(tmp_path / "plot.png")]) == 0
+    (fig,) = saved
+    assert [ax.get_title() for ax in panels_of(fig)] == ["bernoulli"]
+
+
+@pytest.mark.parametrize("module", ["participation", "work"])
+def test_rasters_of_20_clients_label_whole_clients(module):
+    import torch
+
+    from focusfl.participation.plots import raster_figure
+    from focusfl.work.plots import work_figure
+
+    mask = torch.rand(50, 20, generator=torch.Generator().manual_seed(0)) < 0.5
+    fig = raster_figure(mask) if module == "participation" else work_figure(mask.to(torch.int64) * 3, 3)
+    fig.draw_without_rendering()
+    (ax,) = [a for a in fig.axes if a.get_ylabel() == "client"]
+    low, high = ax.get_ylim()
+    ticks = [t for t in ax.get_yticks() if low <= t <= high]
+    assert len(ticks) >= 3 and all(float(t).is_integer() for t in ticks), ticks
+    assert all(label.get_text() == str(int(t)) for t, label in zip(ax.get_yticks(), ax.get_yticklabels())
+               if low <= t <= high)
+
+
+def test_delay_bars_start_at_zero_and_carry_their_values(tmp_path, saved):
+    from focusfl.experiments.reproduce_delays import plot_delays
+
+    summary = [{"pattern": "Case 1: uniform", "tau_max_mean": 95.4, "tau_avg_mean": 48.42},
+               {"pattern": "Case 3: cyclic", "tau_max_mean": 9.0, "tau_avg_mean": 8.98}]
+    plot_delays(summary, {"Case 3": __import__("numpy").full(30, 9)}, [tmp_path / "figure.png"], "delays")
+    (fig,) = saved
+    bars = fig.axes[1]
+    assert bars.get_yscale() == "linear" and bars.get_ylim()[0] == 0
+    # Every bar as high as its value and that value written on it: 9.0 and 8.98 are seen.
+    heights = sorted(round(p.get_height(), 2) for p in bars.patches)
+    assert heights == [8.98, 9.0, 48.42, 95.4]
+    written = {t.get_text() for t in bars.texts}
+    assert {"9", "8.98", "95.4", "48.4"} <= written
+
+
+def test_a_log_panel_labels_a_tick_above_its_highest_curve(tmp_path, saved):
+    from focusfl.experiments.aggregate import Band
+    from focusfl.plots import plot_band_panels, plot_panels
+
+    # As in Figure 4's arbitrary panel: a curve climbs above 1 (here to 5) and others reach the
+    # rounding floor, so that the locator's ticks, every other decade, stop at 10^0.
+    climbing = [1.0, 5.0, 1e-3, 5e-14]
+    bands = {"fedawe": Band([0, 1, 2, 3], climbing, [], [], 1, 0)}
+    scenarios = ("full", "uniform", "arbitrary")
+    plot_band_panels({s: bands for s in scenarios}, [tmp_path / "bands.png"], xlabel="round", ylabel="error",
+                     log=True, suptitle="Figure 4")
+    rows = {"fedawe": [{"round": x, "rel_error": y} for x, y in enumerate(climbing)]}
+    plot_panels({s: rows for s in scenarios}, [tmp_path / "panels.png"], suptitle="Figure 4")
+    assert len(saved) == 2
+    for fig in saved:
+        fig.draw_without_rendering()
+        for ax in panels_of(fig):
+            low, high = ax.get_ylim()
+            labelled = [t for t, label in zip(ax.get_yticks(), ax.get_yticklabels())
+                        if low <= t <= high * (1 + 1e-9) and label.get_text()]
+            assert max(labelled) >= 5.0, (labelled, high)
+
+
+def test_plot_writes_where_the_user_says_and_by_default_in_the_current_folder(tmp_path):
+    from cli_harness import run_cli
+
+    run = tmp_path / "runs" / "a"
+    assert run_cli("run", "--algorithm", "focus", "--problem", "ridge:clients=4,samples=8,dim=3", "--rounds", "3",
+                   "--out", str(run)).returncode == 0
+    here = tmp_path / "here"
+    here.mkdir()
+    plotted = run_cli("plot", str(run), "--x", "comm_total", cwd=here)
+    assert plotted.returncode == 0, plotted.stderr
+    assert sorted(p.name for p in here.iterdir()) == ["plot.pdf", "plot.png"]
+    assert str(here / "plot.png") in plotted.stdout  # said where, not only in --help
+    again = run_cli("plot", str(run), cwd=here)  # focusfl's own figure is replaced
+    assert again.returncode == 0, again.stderr
+    (tmp_path / "figs").mkdir()
+    named = run_cli("plot", str(run), "--out", str(tmp_path / "figs" / "mine.png"), cwd=here)
+    assert named.returncode == 0 and sorted(p.name for p in (tmp_path / "figs").iterdir()) == ["mine.pdf", "mine.png"]
+    # A user's own plot.pdf beside the default name: refused in one line, nothing written.
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "plot.pdf").write_text("my notes")
+    refused = run_cli("plot", str(run), cwd=theirs)
+    assert refused.returncode == 2 and "focusfl did not write it" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
+    assert sorted(p.name for p in theirs.iterdir()) == ["plot.pdf"] and (theirs / "plot.pdf").read_text() == "my notes"

@@ -643,6 +643,10 @@ def test_mnist_demo_tunes_its_steps_on_validation_and_runs_seeds(tmp_path):
     for name in ("figure_bernoulli.png", "figure_bernoulli.pdf", "partition.png", "steps.csv",
                  "tuning-bernoulli/grid.csv", "runs-bernoulli/experiment.toml"):
         assert (out / name).is_file()
+    # table.md (the table docs/neural-networks.md shows) is made from the two CSVs as written.
+    from focusfl.experiments.reproduce_nn import MNIST_DEMO, docs_table
+
+    assert (out / "table.md").read_text() == docs_table(summary, steps, MNIST_DEMO.scenarios)
     first = (out / "summary.csv").read_bytes()
     again = run_cli(*command)
     assert again.returncode == 0 and "16 runs; 16 finished earlier" in again.stdout

@@ -126,6 +126,7 @@ def _cmd_run(args) -> int:
     else:
         shown = ", ".join(f"{k}={v:.6g}" for k, v in last.items() if k not in ("round", "active"))
         print(f"round {last['round']}: {shown}")
+        _explain_negative_loss(last, Path(out))
     print(f"wrote {out}/metrics.csv, config.json, curve.png")
     _print_log_dir(Path(out))
     if result.diverged_at is not None:
@@ -136,6 +137,19 @@ def _cmd_run(args) -> int:
             f"diverged at round {result.diverged_at} ({detector.reason(last)}); what was computed is in {out}"
         )
     return 0
+
+
+def _explain_negative_loss(last: dict, out: Path) -> None:
+    """A note under a negative loss, from the run's problem (an objective with a linear term)."""
+    from .problems import PROBLEMS
+    from .runs.folder import CONFIG, read_config
+
+    if not (isinstance(last.get("loss"), float) and last["loss"] < 0) or not (out / CONFIG).is_file():
+        return
+    problem = read_config(out / CONFIG).get("problem")
+    note = getattr(PROBLEMS.get(problem.get("name") if isinstance(problem, dict) else problem), "negative_loss", "")
+    if note:
+        print(f"({note})")
 
 
 def _replayed_inputs(args):
@@ -560,7 +574,9 @@ def _add_plot(sub) -> None:
     p.add_argument("--y", metavar="METRIC", help="a column of metrics.csv (default rel_error, else loss)")
     p.add_argument("--band", choices=["std", "minmax"], default="std", help="band around the mean over seeds")
     p.add_argument("--title", help="figure title")
-    p.add_argument("--out", default="plot.png", help="figure file; PNG and PDF are both written")
+    p.add_argument("--out", default="plot.png", help="figure file; PNG and PDF are both written, beside each other "
+                   "(default: plot.png and plot.pdf in the current folder; a file there that focusfl did not "
+                   "write is never replaced)")
     p.set_defaults(handler=_cmd_plot)
 
 
@@ -569,7 +585,9 @@ def _cmd_plot(args) -> int:
 
     written, series = write_plot(args.folders, Path(args.out), x=args.x, metric=args.y, band=args.band,
                                  title=args.title)
-    print(f"{len(series)} runs in {len(iter_groups(series))} configurations; wrote {written[0]} and {written[1]}")
+    # The full path: a default name lands in the current folder, which the user may not expect.
+    print(f"{len(series)} runs in {len(iter_groups(series))} configurations; wrote {written[0].absolute()} and "
+          f"{written[1].name}")
     return 0
 
 

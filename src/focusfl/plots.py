@@ -84,12 +84,57 @@ EXTRA_COLORS = ("#000000", "#f032e6", "#469990", "#000075", "#e6b800", "#800000"
                 "#ff7f50", "#4b0082")
 
 
-def palette(count: int) -> list:
-    """``count`` distinct RGB colours: tab10, then EXTRA_COLORS, then around again."""
+def _colors() -> list:
     import matplotlib
 
-    colors = list(matplotlib.colormaps["tab10"].colors) + [matplotlib.colors.to_rgb(c) for c in EXTRA_COLORS]
+    return list(matplotlib.colormaps["tab10"].colors) + [matplotlib.colors.to_rgb(c) for c in EXTRA_COLORS]
+
+
+def palette(count: int) -> list:
+    """``count`` distinct RGB colours: tab10, then EXTRA_COLORS, then around again."""
+    colors = _colors()
     return [colors[k % len(colors)] for k in range(count)]
+
+
+def curve_styles(names: Sequence[str], colors: dict | None = None) -> dict[str, tuple]:
+    """(colour, marker, linestyle index) of each name, no two alike: the k-th name takes colour
+    k of the palette, marker k of MARKERS and, once the colours have gone round, the next line
+    style (so 42 curves in one panel are 42 looks, not 20 colours drawn twice). ``colors`` (a
+    family's shades) replaces the palette's colour where it names one."""
+    cycle = len(_colors())
+    shades = palette(len(names))
+    return {name: ((colors or {}).get(name, shades[k]), MARKERS[k % len(MARKERS)], (k // cycle) % len(LINESTYLES))
+            for k, name in enumerate(names)}
+
+
+LOG_TICKS = 9
+
+
+def label_the_top(ax) -> None:
+    """On a log y axis, raise the top to a labelled tick above the highest value drawn: without
+    it a curve that climbs to 20 ends under an unlabelled stretch above 10^0 (the arbitrary panel
+    of Figure 4), and the reader cannot tell how high it went."""
+    from matplotlib.ticker import LogLocator
+
+    high = ax.dataLim.y1
+    if ax.get_yscale() != "log" or not math.isfinite(high) or high <= 0:
+        return
+    # A fixed number of ticks, not one fitted to the panel's size at drawing time (which the
+    # layout changes later): the ticks checked here are the ticks drawn.
+    ax.yaxis.set_major_locator(LogLocator(base=10, numticks=LOG_TICKS))
+    for _ in range(3):  # a higher top may change the locator's stride: check the ticks again
+        low, top = ax.get_ylim()
+        ticks = ax.yaxis.get_major_locator().tick_values(low, top)
+        if any(high <= t <= top * (1 + 1e-9) for t in ticks):
+            return
+        ax.set_ylim(low, min(t for t in ticks if t >= high))
+
+
+def integer_ticks(axis) -> None:
+    """Ticks at whole numbers only, on an axis that counts (clients: there is no client 2.5)."""
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(integer=True))
 
 
 def coinciding_groups(
@@ -203,8 +248,8 @@ def plot_panels(
     """
     plt = pyplot()
     names = list(dict.fromkeys(name for curves in panels.values() for name in curves))
-    colors = dict(zip(names, palette(len(names))))
-    markers = {name: MARKERS[k % len(MARKERS)] for k, name in enumerate(names)}
+    styles = curve_styles(names)
+    colors = {name: style[0] for name, style in styles.items()}
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.6), squeeze=False, layout="constrained")
     handles: dict[str, object] = {}
     for ax, (scenario, curves) in zip(axes[0], panels.items()):
@@ -217,15 +262,17 @@ def plot_panels(
             ys = _positive(_values(rows, metric))
             every = max(1, len(rows) // 8)
             offset = (names.index(algorithm) * every) // max(1, len(names))
+            color, marker, style = styles[algorithm]
             (line,) = ax.semilogy(
-                xs, ys, color=colors[algorithm], marker=markers[algorithm], markersize=5,
-                markevery=(offset, every), linestyle=LINESTYLES[rank.get(algorithm, 0) % len(LINESTYLES)],
+                xs, ys, color=color, marker=marker, markersize=5,
+                markevery=(offset, every), linestyle=LINESTYLES[(style + rank.get(algorithm, 0)) % len(LINESTYLES)],
                 linewidth=1.4, label=algorithm,
             )
             handles.setdefault(algorithm, line)
             if ended_early(rows):
                 _mark_end(ax, xs, ys, f"{algorithm} diverged", colors[algorithm], slot=stopped)
                 stopped += 1
+        label_the_top(ax)
         ax.set_title(_wrap(scenario, chars_across(4.8, 12)))
         label = xlabel or x.replace("_", " ")
         if groups:
@@ -262,8 +309,8 @@ def plot_band_panels(
     """
     plt = pyplot()
     names = list(dict.fromkeys(name for curves in panels.values() for name in curves))
-    colors = _family_colors(names, families) if families else dict(zip(names, palette(len(names))))
-    markers = {name: MARKERS[k % len(MARKERS)] for k, name in enumerate(names)}
+    styles = curve_styles(names, _family_colors(names, families) if families else None)
+    colors = {name: style[0] for name, style in styles.items()}
     columns = min(len(panels), 3)
     rows = math.ceil(len(panels) / columns)
     fig, axes = plt.subplots(rows, columns, figsize=(5.2 * columns, 4.2 * rows + 0.4), squeeze=False,
@@ -283,9 +330,9 @@ def plot_band_panels(
                 continue
             every = max(1, len(b.xs) // 8)
             offset = (names.index(name) * every) // max(1, len(names))
-            style = LINESTYLES[rank.get(name, 0) % len(LINESTYLES)]
-            (line,) = ax.plot(b.xs, b.center, color=colors[name], marker=markers[name], markersize=4.5,
-                              markevery=(offset, every), linestyle=style, linewidth=1.3)
+            color, marker, style = styles[name]
+            (line,) = ax.plot(b.xs, b.center, color=color, marker=marker, markersize=4.5, markevery=(offset, every),
+                              linestyle=LINESTYLES[(style + rank.get(name, 0)) % len(LINESTYLES)], linewidth=1.3)
             if b.seeds > 1:
                 ax.fill_between(b.xs, b.lo, b.hi, color=colors[name], alpha=0.15, linewidth=0)
             handles.setdefault(name, line)
@@ -296,6 +343,7 @@ def plot_band_panels(
                 stopped += 1
         if log:
             ax.set_yscale("log")
+            label_the_top(ax)
         ax.set_title(_wrap(scenario, chars_across(5.0, 10)), fontsize=10)
         label = xlabel
         if groups and len(panels) > 1:

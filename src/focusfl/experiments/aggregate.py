@@ -8,7 +8,7 @@
   mean, sample std, min and max of the final and of the best value of the metric, and of the
   rounds and floats communicated (down + up) to reach each target, over the seeds that reach it
   (``reached_T`` counts them). A diverged run's final value is inf.
-- Figures: one panel per problem and participation process, one curve per configuration: the
+- Figures: one panel per problem, participation and work process, one curve per configuration: the
   mean over seeds with a band (std or min-max) against rounds (``figure.*``) and against floats
   communicated (``figure_communication.*``). On a log axis (a positive metric spanning more than
   two decades) the mean and std are those of log10 of the metric: the geometric mean, and a band
@@ -272,8 +272,9 @@ def curve_labels(series: Sequence[Series],
     configurations of a panel would still read alike (runs that differ in a problem parameter or
     in per-client rates), each adds the fields of its record that tell them apart."""
     panels: dict[tuple, list[Series]] = {}
+    shared = panel_axes(series)
     for s in series:
-        panels.setdefault((s.axes.get("problem"), s.axes.get("participation")), []).append(s)
+        panels.setdefault(tuple(_fmt(s.axes.get(k)) for k in shared), []).append(s)
     varying = [k for k in keys if any(len({_fmt(s.axes.get(k)) for s in members}) > 1 for members in panels.values())]
     labels = {}
     for s in series:
@@ -297,6 +298,29 @@ def curve_labels(series: Sequence[Series],
     return labels
 
 
+# The axes a figure gives panels to, where their values differ among the runs plotted: each
+# problem, participation process and work process is a panel, its configurations the curves (a
+# sweep of 14 algorithms under 3 work processes draws 3 panels of 14 curves, not one of 42).
+PANEL_AXES = ("problem", "participation", "work")
+PANELS_SAY = {"problem": "problem", "participation": "participation process", "work": "work process"}
+
+
+def panel_axes(series: Sequence[Series]) -> list[str]:
+    """The PANEL_AXES that vary among ``series`` (participation always: it names a lone panel)."""
+    return [k for k in PANEL_AXES if k == "participation" or len({_fmt(s.axes.get(k)) for s in series}) > 1]
+
+
+def panel_title(s: Series, shared: Sequence[str], panel_titles: dict[str, str] | None = None) -> str:
+    """A panel's title: its problem (when several), its participation process (or what
+    ``panel_titles`` says it means) and its work process (when several; none for a sweep without
+    a work axis)."""
+    participation = str(s.axes.get("participation"))
+    title = (panel_titles or {}).get(participation, participation)
+    if "work" in shared and s.axes.get("work") is not None:
+        title += f", work {s.axes['work']}"
+    return f"{s.axes.get('problem')}\n{title}" if "problem" in shared else title
+
+
 def _fmt(value: Any) -> str:
     return format(value, ".3g") if isinstance(value, float) else str(value)
 
@@ -309,7 +333,8 @@ def plot_series(series: Sequence[Series], folder: Path, *, metric: str, band: st
                 xs: Sequence[str] = ("round", "comm_total"), stems: Sequence[str] = ("figure", "figure_communication"),
                 formats: Sequence[str] = ("png", "pdf"), x_factor: dict[str, float] | None = None,
                 xlabel: str | None = None, panel_titles: dict[str, str] | None = None) -> list[str]:
-    """Band figures of ``series`` against each of ``xs``: one panel per (problem, participation).
+    """Band figures of ``series`` against each of ``xs``: one panel per problem, participation and
+    work process (those of PANEL_AXES that vary).
     ``x_factor[algorithm]`` multiplies an algorithm's x values (the FOCUS notebook's axis counts
     SCAFFOLD's and ProxSkip's rounds twice); ``xlabel`` replaces the x axis's name;
     ``panel_titles[participation spec]`` says what a panel's participation means."""
@@ -317,14 +342,10 @@ def plot_series(series: Sequence[Series], folder: Path, *, metric: str, band: st
     seeds = max(len(members) for members in iter_groups(series).values())
     labels = curve_labels(series)
     families = {labels[s.key]: f"{s.axes.get('source', '')}{s.axes.get('algorithm')}" for s in series}
-    problems = list(dict.fromkeys(s.axes.get("problem") for s in series))
+    shared = panel_axes(series)
     panels: dict[str, dict[tuple, list[Series]]] = {}
     for s in series:
-        title_of = str(s.axes.get("participation"))
-        title_of = (panel_titles or {}).get(title_of, title_of)
-        if len(problems) > 1:
-            title_of = f"{s.axes.get('problem')}\n{title_of}"
-        panels.setdefault(title_of, {}).setdefault(s.key, []).append(s)
+        panels.setdefault(panel_title(s, shared, panel_titles), {}).setdefault(s.key, []).append(s)
     band_name = "min-max over seeds" if band == "minmax" else (
         "±1 geometric std over seeds" if log else "±1 std over seeds")
     if seeds > 1:
@@ -479,13 +500,17 @@ def _run_axes(info: dict, path: Path) -> dict:
         return str(value)
 
     algorithm = info.get("algorithm") if isinstance(info.get("algorithm"), dict) else {}
+    # A process is labelled as the user asked for it (``bernoulli``), not with every parameter it
+    # resolved to (``bernoulli:redraw=false`` and per-client rates).
+    asked = info.get("asked") if isinstance(info.get("asked"), dict) else {}
     return {
-        "problem": spec(info.get("problem")), "participation": _participation_label(info.get("participation")),
+        "problem": spec(info.get("problem")),
+        "participation": _participation_label(asked.get("participation") or info.get("participation")),
         "algorithm": _algorithm_label(algorithm) if algorithm else spec(info.get("algorithm")), "lr": algorithm.get("lr"),
         "local_steps": algorithm.get("local_steps"), "rounds": info.get("rounds"),
         "eval_every": info.get("eval_every"), "seed": info.get("seed"),
         # Runs under a work process other than fixed are configurations of their own.
-        **({"work": _participation_label(info["work"])} if _has_work(info) else {}),
+        **({"work": _participation_label(asked.get("work") or info["work"])} if _has_work(info) else {}),
     }
 
 
@@ -533,8 +558,9 @@ def write_plot(paths: Sequence[str | Path], out: Path, *, x: str, metric: str | 
         raise ConfigError(f"--out {str(out)!r}: folder {str(folder)!r} does not exist")
     targets = [folder / f"{stem}.png", folder / f"{stem}.pdf"]
     with figure_files(targets, "--out") as scratch:  # never over a file of the user's; atomically
-        panels = len({s.axes.get("participation") for s in series})
-        shown = title or _metric_label(chosen) + (", one panel per participation process" if panels > 1 else "")
+        apart = [k for k in panel_axes(series) if len({_fmt(s.axes.get(k)) for s in series}) > 1]
+        shown = title or _metric_label(chosen) + (
+            f", one panel per {' and '.join(PANELS_SAY[k] for k in apart)}" if apart else "")
         plot_series(series, folder, metric=chosen, band=band, xs=(x,), stems=(scratch[0].stem,), title=shown)
     return targets, series
 

@@ -51,7 +51,7 @@ from ..algorithms import ALGORITHMS, algorithm_class
 from ..algorithms.importing import ALLOW_FLAG, allow_flag_help, is_algorithm_import
 from ..data.plots import plot_label_histograms, plot_training_bands
 from ..errors import ConfigError
-from ..io.atomic import read_csv, write_csv
+from ..io.atomic import read_csv, write_csv, write_text
 from ..io.folders import open_store
 from ..problems import make_problem
 from ..runs.config import DTYPES, RunConfig, WithRun
@@ -501,6 +501,56 @@ def format_table(summary: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def docs_table(summary: list[dict], steps: list[dict], scenarios: dict[str, str]) -> str:
+    """table.md: the preset's result as docs/neural-networks.md shows it (a Markdown table), made
+    from its summary.csv and steps.csv rows (``scenarios``: the setting's name -> participation
+    SPEC), so that the page shows what the command gives."""
+    several = len({row["participation"] for row in summary}) > 1
+    seeds = max((int(row["seeds"]) for row in summary), default=1)
+    header = (["scenario"] if several else []) + [
+        "algorithm", "preset's step", "grid (mean validation loss, last third of the trial)",
+        "chosen (the search's reason)", f"final test accuracy, mean (min - max) over {seeds} seeds", "best",
+        "final test loss"]
+    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    chosen = {(scenarios[row["scenario"]], row["algorithm"]): row for row in steps}
+    for row in summary:
+        step = chosen.get((row["participation"], row["algorithm"]), {})
+        cells = ([row["participation"]] if several else []) + [
+            row["algorithm"], format(float(step.get("preset_lr") or row["lr"]), "g"),
+            _grid_cell(step), _chosen_cell(row, step), _accuracy_cell(row),
+            "" if row["best_test_accuracy"] in (None, "") else f"{float(row['best_test_accuracy']):.4f}",
+            "" if row["final_test_loss"] in (None, "") else f"{float(row['final_test_loss']):.3f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _grid_cell(step: dict) -> str:
+    if not step.get("grid"):
+        return "-"
+    added = set(str(step.get("added_steps") or "").split(";")) - {""}
+    cells = []
+    for point in str(step["grid"]).split(";"):
+        lr, _, score = point.partition("=")
+        mark = " (added)" if lr in added else ""
+        shown = "diverged" if score.endswith("(diverged)") else format(float(score), ".3g")
+        cells.append(f"{float(lr):.3g}{mark}: {shown}")
+    return ", ".join(cells)
+
+
+def _chosen_cell(row: dict, step: dict) -> str:
+    lr = format(float(row["lr"]), ".3g")
+    return f"{lr} ({step['reason']})" if step.get("reason") else f"{lr} ({row['steps']})"
+
+
+def _accuracy_cell(row: dict) -> str:
+    if row["final_test_accuracy"] in (None, ""):
+        return str(row["status"])
+    mean = f"{float(row['final_test_accuracy']):.4f}"
+    if int(row["seeds"]) < 2:
+        return mean
+    return f"{mean} ({float(row['final_test_accuracy_min']):.3f} - {float(row['final_test_accuracy_max']):.3f})"
+
+
 TAG_LENGTH = 48  # a longer tag (a spec with per-client rates) keeps its start and a digest of the whole
 
 
@@ -538,9 +588,10 @@ def ran_line(problem: Any, summary: list[dict]) -> str:
 def write_outputs(folder: Path, setup: Setup, panels, summary, steps, problem) -> list[str]:
     """summary.csv, steps.csv, figure_<scenario>.png/pdf (seed bands) and partition.png; the names.
     A figure's title is the setting's, then what was actually run (ran_line), then the scenario."""
-    written = ["summary.csv", "steps.csv", "partition.png"]
+    written = ["summary.csv", "steps.csv", "table.md", "partition.png"]
     write_csv(folder / "summary.csv", summary)
     write_csv(folder / "steps.csv", steps)
+    write_text(folder / "table.md", docs_table(summary, steps, setup.scenarios))
     ran = ran_line(problem, summary)
     for scenario, runs in panels.items():
         tag = scenario_tag(setup.scenarios[scenario])
@@ -706,7 +757,8 @@ def make_runner(setup: Setup, spec_of=problem_spec, notes_after=None):
         print(format_table(summary))
         for line in (notes_after(summary) if notes_after is not None else []):
             print(line)
-        print(f"\nwrote {Path(args.out) / 'summary.csv'}, steps.csv, figure_*.png, partition.png and the runs' folders")
+        print(f"\nwrote {Path(args.out) / 'summary.csv'}, steps.csv, table.md, figure_*.png, partition.png and the runs' "
+              "folders")
         return 0
 
     return run

@@ -626,7 +626,7 @@ PROXSKIP_EXACT_ONLY_FULL = Criterion(
 
 
 def studies_section(sizes: Sizes, images: Path) -> Section:
-    section = Section("Studies the reviewers asked for (seed 003) and ProxSkip's adaptations")
+    section = Section("Studies the reviewers asked for and ProxSkip's adaptations")
     low = studies.low_participation(sizes.low_p, rounds=sizes.study_rounds)
     _plot_rounds(low, "p_min", images / "low_participation.png", "smallest participation rate p_min",
                  f"Bernoulli, client 0 at p_min, others 0.3..0.9 (8 clients, τ = 2, {sizes.study_rounds} rounds)",

@@ -25,10 +25,11 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import FocusflError
 
-# The sources a claim names (the papers in ../shared/seeds/): one definition for every report section.
-FOCUS = "FOCUS paper (seed 002)"
-REVIEWS = "FOCUS reviews and answers (seed 003)"
-FEDSUM = "FedSUM paper (seed 004)"
+# The sources a claim names, by title and venue (a number such as "seed 002", the papers' file
+# names in the project's library, read as a random seed): one definition for every report section.
+FOCUS = "FOCUS paper (Ying, Li, Yang, NeurIPS 2025)"
+REVIEWS = "FOCUS paper's reviews and the authors' answers (OpenReview)"
+FEDSUM = "FedSUM paper (\"FedSUM Family\")"
 
 REPRODUCED = "reproduced"
 ANOTHER_AXIS = "reproduced on another axis"

@@ -6,6 +6,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..io.figures import figure_metadata
+from ..plots import integer_ticks
 from .statistics import as_mask
 
 _FORMATS = (".png", ".pdf", ".svg")
@@ -44,6 +45,7 @@ def raster_figure(mask: Any, title: str | None = None):
     )
     ax.set_xlabel("round")
     ax.set_ylabel("client")
+    integer_ticks(ax.yaxis)
     ax.set_title(title if title is not None else f"participation: {clients} clients, {rounds} rounds")
     return fig
 

@@ -90,6 +90,8 @@ class Problem(abc.ABC):
     # The metrics its rows may carry (:meth:`metrics`); focusfl/metrics.py says which one
     # matters and which way is better.
     metric_names: ClassVar[tuple[str, ...]] = ("loss", "grad_norm", "rel_error")
+    # What a negative ``loss`` means, for objectives with a linear term (said where it is printed).
+    negative_loss: ClassVar[str] = ""
 
     @property
     def client_chunk(self) -> int | None:

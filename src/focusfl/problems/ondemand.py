@@ -69,6 +69,10 @@ class OnDemandProblem(Problem, abc.ABC):
     """Shared machinery: the pool, clients made from (seed, client), planted optimum, metrics."""
 
     name: ClassVar[str]
+    negative_loss: ClassVar[str] = (
+        "loss is F(x) over the evaluation clients; its linear term -t_i^T x (which plants x* as the exact "
+        "optimum) makes it negative at times: it is not a distance to the optimum (rel_error is; "
+        "docs/cli.md, problems)")
     defaults: ClassVar[dict[str, Any]] = {
         "clients": 10_000,
         "samples": 32,

@@ -7,6 +7,7 @@ import torch
 
 from ..errors import ConfigError
 from ..io.figures import figure_metadata
+from ..plots import integer_ticks
 
 # Above this many rounds a pixel covers several rounds (as participation/plots.py).
 _NEAREST_MAX_ROUNDS = 2000
@@ -32,6 +33,7 @@ def work_figure(table: torch.Tensor, local_steps: int, title: str | None = None)
     fig.colorbar(image, ax=ax, label="local steps")
     ax.set_xlabel("round")
     ax.set_ylabel("client")
+    integer_ticks(ax.yaxis)
     ax.set_title(title if title is not None else f"work: {clients} clients, {rounds} rounds, tau = {local_steps}")
     return fig
 
