@@ -146,11 +146,14 @@ _REQUIRED = tuple(name for name in _FIELDS if _meta(name)["record"] == "required
 # config.json's record of the run as it was asked for (RunConfig.to_dict(): SPECs as given, lr
 # "auto" or a number): what tells a run's configuration apart from its seed (configuration_key).
 ASKED = "asked"
+# "batch_runs": how many runs a sweep stepped together with this one (runs/batch.py): recorded,
+# never part of its identity (a batched run computes its rows as the run alone does).
+BATCH_RUNS = "batch_runs"
 # "tensorboard" is an output option (where `run --tensorboard` logs), never part of a run's identity;
 # "inputs" and "inputs_changed" are the digests of what the run read (runs/inputs.py).
 _RECORDED = ("focusfl_version", *(name for name in _FIELDS if _meta(name)["record"] == "optional"), "status",
              "diverged_at_round", "interrupted_after_round", "rounds_done", "lr_auto", "tensorboard", ASKED,
-             "inputs", "inputs_changed")
+             "inputs", "inputs_changed", BATCH_RUNS)
 _KEYED = tuple(name for name in _FIELDS if _meta(name)["key"])
 _KEY_NEUTRAL = {name: _meta(name)["key_neutral"] for name in _FIELDS if _meta(name)["key_neutral"] is not None}
 _NO_IDENTITY = tuple(name for name in _FIELDS if not _meta(name)["identity"])

@@ -13,7 +13,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 from tqdm import tqdm
@@ -21,6 +21,7 @@ from tqdm import tqdm
 from ..algorithms import algorithm_state_size, make_algorithm
 from ..algorithms.base import check_work_process
 from ..engine import Resume, RunResult, simulate
+from ..engine.batched import BatchMember, run_batch
 from ..errors import ConfigError, FocusflError
 from ..metrics import progress_metrics
 from ..participation import make_participation
@@ -197,6 +198,17 @@ def reference_of(built: BuiltRun) -> Any:
 def resolved_config(built: BuiltRun) -> dict[str, Any]:
     """config.json: resolved defaults of every part, the seed and the version (BuiltRun.resolved)."""
     return built.resolved
+
+
+def execute_batch(runs: Sequence[BuiltRun]) -> list[RunResult]:
+    """Run ``runs`` (built with one cache of problems, so that they share their problem object,
+    and of one runs.batch.batch_key) from their start as one batch (engine/batched.py), rows kept:
+    each result is the one :func:`execute` gives the run alone."""
+    members = [BatchMember(run.algorithm, run.participation, run.config.rounds, seed=run.config.seed,
+                           eval_every=run.config.eval_every, schedule=run.config.schedule, work=run.work)
+               for run in runs]
+    with fixed_threads(runs[0].config.threads):
+        return run_batch(runs[0].problem, members, engine=runs[0].config.engine)
 
 
 def execute(
