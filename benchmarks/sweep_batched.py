@@ -6,8 +6,11 @@ two output folders compared byte for byte (each run's config.json without its ``
 
 Each tune runs in its own process (end to end: the command as a user types it, start-up and
 writing included); the trials phase (first trial's start to last trial's end) is timed inside it.
-The report's convex sections are not batched yet (they run through their result cache, not a
-sweep) and no GPU is timed here: both print n/a. The last line is for scripts:
+``report_convex_speedup`` times the one convex section of ``focusfl reproduce report`` that
+computes in batches: its ridge section's runs (``run_figure4`` of both settings at the report's
+500 rounds), batched against one at a time, rows compared for equality; the report's
+other convex sections (exactness, bias, studies, work) still run one run at a time. No GPU is
+timed here (n/a). The last line is for scripts:
 
     tune_speedup=X tune_end_to_end=Y report_convex_speedup=Z gpu_speedup=W|n/a identical=yes|no
 """
@@ -62,6 +65,20 @@ def timed_tune(out: Path, batch: str) -> tuple[float, float]:
     return total, float(phase[len(PHASE):])
 
 
+def report_ridge(batch: str) -> tuple[float, object]:
+    """(seconds, results) of the report's ridge-section runs, computed with ``batch_runs``."""
+    import torch
+
+    from focusfl.experiments.reproduce_report import FULL
+    from focusfl.experiments.reproduce_ridge import run_figure4
+
+    torch.set_num_threads(1)  # as the report computes
+    batch_runs = "auto" if batch == "auto" else int(batch)
+    started = time.perf_counter()
+    results = [run_figure4(FULL.ridge_rounds, setting=setting, batch_runs=batch_runs) for setting in ("paper", "notebook")]
+    return time.perf_counter() - started, results
+
+
 def identical(first: Path, second: Path) -> bool:
     """Whether two output folders hold the same files with the same bytes (a run's config.json
     compared without its batch size; focusfl's own markers and locks left out)."""
@@ -91,9 +108,15 @@ def main() -> None:
         batched_total, batched_phase = timed_tune(root / "batched", "auto")
         same = identical(root / "one-at-a-time", root / "batched")
         print(f"tune --algorithm all --problem ridge: one run at a time {alone_total:.1f} s (trials {alone_phase:.1f} s), "
-              f"batched {batched_total:.1f} s (trials {batched_phase:.1f} s)")
-        print(f"tune_speedup={alone_phase / batched_phase:.2f} tune_end_to_end={alone_total / batched_total:.2f} "
-              f"report_convex_speedup=n/a gpu_speedup=n/a identical={'yes' if same else 'no'}")
+              f"batched {batched_total:.1f} s (trials {batched_phase:.1f} s); files identical: {same}")
+    ridge_alone, rows_alone = report_ridge("1")
+    ridge_batched, rows_batched = report_ridge("auto")
+    same_rows = rows_alone == rows_batched
+    print(f"report, ridge section's runs: one run at a time {ridge_alone:.1f} s, batched {ridge_batched:.1f} s; "
+          f"rows identical: {same_rows}")
+    print(f"tune_speedup={alone_phase / batched_phase:.2f} tune_end_to_end={alone_total / batched_total:.2f} "
+          f"report_convex_speedup={ridge_alone / ridge_batched:.2f} gpu_speedup=n/a "
+          f"identical={'yes' if same and same_rows else 'no'}")
 
 
 if __name__ == "__main__":
