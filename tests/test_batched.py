@@ -15,6 +15,7 @@ from focusfl.engine import simulate
 from focusfl.engine.batched import STACKED, BatchMember, RunBatch
 from focusfl.participation import make_participation
 from focusfl.problems import make_problem
+from focusfl.runs.batch import AUTO_MAX
 from focusfl.work import make_work
 
 CLIENTS, ROUNDS, STEPS = 8, 12, 3
@@ -133,6 +134,9 @@ def test_a_batched_sweep_writes_the_files_of_one_run_at_a_time_and_replays(tmp_p
     assert len(runs) == 18
     recorded = {json.loads((run / "config.json").read_text())["batch_runs"] for run in runs}
     assert recorded == {5}
+    # auto is resolved from the configuration alone (runs.batch.batch_size) and recorded as a count
+    auto = {json.loads((run / "config.json").read_text())["batch_runs"] for run in (outs["auto"] / "runs").iterdir()}
+    assert auto == {AUTO_MAX}
     # A batched run's config.json replays it alone, to the same bytes.
     replay = tmp_path / "replay"
     done = run_cli("run", "--config", str(runs[0] / "config.json"), "--out", str(replay))
@@ -143,7 +147,8 @@ def test_a_batched_sweep_writes_the_files_of_one_run_at_a_time_and_replays(tmp_p
     assert again.returncode == 0 and "18 finished earlier" in again.stdout
 
 
-@pytest.mark.parametrize("command", [("sweep", "GRID"), ("tune", "--algorithm", "focus", "--problem", "ridge")])
+@pytest.mark.parametrize("command", [("sweep", "GRID"), ("tune", "--algorithm", "focus", "--problem", "ridge"),
+                                     ("reproduce", "ridge")])
 @pytest.mark.parametrize("value", ["0", "two", "-1"])
 def test_a_bad_batch_size_is_one_line(tmp_path, command, value):
     args = [str(tmp_path / "grid.toml") if word == "GRID" else word for word in command]
