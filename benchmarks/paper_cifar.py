@@ -237,7 +237,7 @@ def focusfl_eval_before(problem: NeuralNetwork, x: torch.Tensor):
         with torch.no_grad():
             for start in range(0, len(problem.test_labels), 1000):
                 images = problem.test_images[start : start + 1000]
-                logits = functional_call(problem._eval_model, problem.unflatten(x), (problem.inputs(images),))
+                logits = functional_call(problem.grouped.eval_model, problem.unflatten(x), (problem.inputs(images),))
                 total += F.cross_entropy(logits, problem.test_labels[start : start + 1000], reduction="sum")
         return float(total)
     return run
