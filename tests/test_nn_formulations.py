@@ -39,3 +39,14 @@ def test_every_recorded_case_is_run():
 @pytest.mark.parametrize("name", sorted(cases.CASES))
 def test_formulation_keeps_its_bytes(name, one_thread):
     assert cases.run_hash(name) == RECORDED["hashes"][name]
+
+
+@pytest.mark.parametrize("name", [name for name in sorted(cases.CASES) if name.startswith("float32-chunk")])
+def test_deterministic_kernels_keep_the_cpu_bytes(name, one_thread):
+    """A run computes under its device policy (deterministic kernels by default, focusfl/device.py):
+    on a CPU the kernels focusfl uses were deterministic already, so the bytes are the same."""
+    from focusfl.device import device_policy, policy_applied
+
+    with policy_applied(device_policy("cpu")):
+        assert torch.are_deterministic_algorithms_enabled()
+        assert cases.run_hash(name) == RECORDED["hashes"][name]

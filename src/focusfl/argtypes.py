@@ -30,3 +30,11 @@ def positive_float(text: str) -> float:
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
     return value
+
+
+def true_or_false(text: str) -> bool:
+    """``true`` or ``false`` (any case), as config.json writes the value."""
+    lowered = text.strip().lower()
+    if lowered not in ("true", "false"):
+        raise argparse.ArgumentTypeError(f"must be true or false, got {text!r}")
+    return lowered == "true"

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
+from ...device import DevicePolicy
 from ...errors import ConfigError
 from .. import client_batched
 from ..models import KeyedDropout, prepare_for_clients
@@ -32,15 +33,6 @@ from .data import ClientData
 # The stored samples of the local steps whose minibatches are drawn together (see gradient_call).
 DRAW_AHEAD_BYTES = 16 * 2**20
 
-# client_chunk=auto: the largest power-of-two chunk whose forward activations (elements, summed
-# over the model's leaf modules, times batch and clients) stay within this budget. On a 2-core
-# Xeon, timed per client with one thread (2026-11-24): the MNIST CNN at batch 32 (0.73M elements
-# a client) ran fastest at chunks of 4-8 (3.1 ms against 4.9 at one client), the CIFAR-10 CNN at
-# batch 128 (5.8M) at 1-2, the MLP and logistic regression (< 0.1M) with every client at once;
-# a budget of 2**23 elements picks 8, 1 and all of them. Accelerators want large calls; their
-# budget (2**28 elements, 1 GiB in float32 before the backward pass) bounds memory instead.
-_CHUNK_BUDGET_CPU = 1 << 23
-_CHUNK_BUDGET_ACCELERATOR = 1 << 28
 # client_chunk=measure times chunks of 1, 2, 4, ... clients; on a CPU it stops once a chunk is
 # this much slower per client than the best so far (grouped convolutions cost more per sample
 # as the group count grows there, so larger chunks only get worse).
@@ -60,11 +52,12 @@ class GroupedFormulation:
     ``module``: the model (prepared here for clients and moved to the device); ``params``: the
     problem's validated parameters (``client_chunk``, ``layout``, ``client_batching``, ``model``);
     ``data``: the clients' data; ``inputs``: stored samples to model inputs (the problem's, so a
-    subclass's token inputs apply)."""
+    subclass's token inputs apply); ``policy``: the device's rules (device.py)."""
 
-    def __init__(self, module: nn.Module, params: dict[str, Any], data: ClientData, inputs: Inputs, *,
+    def __init__(self, module: nn.Module, params: dict[str, Any], data: ClientData, inputs: Inputs,
+                 policy: DevicePolicy, *,
                  input_shape: tuple, num_classes: int, num_clients: int, batch: int, dtype: torch.dtype, device: torch.device) -> None:
-        self.params, self.data, self.inputs = params, data, inputs
+        self.params, self.data, self.inputs, self.policy = params, data, inputs, policy
         self.input_shape, self.num_classes, self.num_clients, self.batch = input_shape, num_classes, num_clients, batch
         self.dtype, self.device = dtype, device
         module = prepare_for_clients(module).to(device=device, dtype=dtype)
@@ -105,8 +98,8 @@ class GroupedFormulation:
         ``auto`` (the default) is a rule of the device type, the model and the batch, never of
         the clock, so the same command gives the same bytes on a busy or an idle machine: on a
         CPU, channels-last convolutions (oneDNN's fastest) and the largest power-of-two chunk of
-        clients whose forward activations fit ``_CHUNK_BUDGET_CPU`` elements; on an accelerator,
-        NCHW and chunks bounded by ``_CHUNK_BUDGET_ACCELERATOR``. Formulations round differently
+        clients whose forward activations fit the policy's budget (device.py); on an
+        accelerator, NCHW and chunks bounded by its larger budget. Formulations round differently
         (grouped against per-client convolutions), so float32 results depend on the choice at
         the rounding level, and SG-FOCUS can amplify that.
 
@@ -139,11 +132,11 @@ class GroupedFormulation:
     def _rule_layout(self) -> str:
         if self.channels_last_fails:
             return "nchw"
-        return "channels_last" if self.device.type == "cpu" else "nchw"
+        return self.policy.layout
 
     def _rule_chunk(self) -> int:
         """The largest power of two (0 = all clients) whose chunk's activations fit the budget."""
-        budget = _CHUNK_BUDGET_CPU if self.device.type == "cpu" else _CHUNK_BUDGET_ACCELERATOR
+        budget = self.policy.chunk_budget
         per_client = self.activations_per_sample * self.batch
         chunk = 1
         while chunk * 2 * per_client <= budget and chunk * 2 <= _TUNE_MAX_CHUNK:
@@ -157,7 +150,7 @@ class GroupedFormulation:
             return self.layout == "channels_last"
         if self.channels_last_fails or self.params["layout"] == "nchw":
             return False
-        return self.params["layout"] == "channels_last" or self.device.type == "cpu"
+        return self.params["layout"] == "channels_last" or self.policy.layout == "channels_last"
 
     def _layouts(self, layout: str) -> list[str]:
         if layout != "measure":

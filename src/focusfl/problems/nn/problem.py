@@ -37,6 +37,7 @@ from torch import nn
 from torch.nn.parameter import UninitializedParameter
 
 from ...data import Dataset, load_dataset, label_histograms, make_partition
+from ...device import device_policy
 from ...errors import ConfigError
 from ...limits import check_allocation
 from ...spec import parse_spec
@@ -46,11 +47,6 @@ from .data import ClientData, carve_validation, split_test
 from .evaluation import Evaluation
 from .formulation import GroupedFormulation
 
-# Evaluation batch for eval_batch=auto: on a 2-core Xeon the CIFAR-10 CNN evaluated 10,000
-# images 2.6x faster at 256 in channels-last than at 1000 in NCHW (a batch's activations stay
-# in cache); accelerators want large batches.
-EVAL_BATCH = {"cpu": 256}
-EVAL_BATCH_ACCELERATOR = 2048
 # Model-sized vectors a run holds besides the algorithm's state: the training model, its
 # evaluation copy, the flat initial point and the server model (a lower bound: the size check).
 MODEL_COPIES = 4
@@ -138,9 +134,9 @@ class NeuralNetwork(Problem):
         self.device = torch.device(device)
         self.batch = int(p["batch"])
         self.num_clients = int(p["clients"])
-        self.eval_batch = (
-            int(p["eval_batch"]) if p["eval_batch"] != "auto" else EVAL_BATCH.get(self.device.type, EVAL_BATCH_ACCELERATOR)
-        )
+        # What the device type decides (layout, chunk budget, evaluation batch): device.py.
+        self.policy = device_policy(self.device)
+        self.eval_batch = int(p["eval_batch"]) if p["eval_batch"] != "auto" else self.policy.eval_batch
         self.augment = p["augment"] != "none"
 
     def _store(self, train, test, parts, held: np.ndarray, *, standardise: bool) -> None:
@@ -160,7 +156,7 @@ class NeuralNetwork(Problem):
     def _setup_model(self, module: nn.Module) -> None:
         """The model's formulation and its evaluation (a subclass may set the training mode here)."""
         self.grouped = GroupedFormulation(
-            module, self.params, self.client_data, self.inputs, input_shape=self.input_shape,
+            module, self.params, self.client_data, self.inputs, self.policy, input_shape=self.input_shape,
             num_classes=self.num_classes, num_clients=self.num_clients, batch=self.batch, dtype=self.dtype,
             device=self.device,
         )
