@@ -14,7 +14,8 @@ depend on which runs share a batch). config.json records the batch size asked fo
 What may share a batch (:func:`batch_key`): runs of one problem (its SPEC, dtype and device:
 the data is built once and shared, so runs that differ in the problem's own ``seed`` are not
 batched together), one algorithm (its name: hyperparameters and step sizes may differ), one
-engine and one thread count. The run's own ``seed`` (participation, work, minibatches), its
+device policy (``deterministic``), engine and thread count; the batch computes under that
+policy, as each run alone does (runs/driver.py). The run's own ``seed`` (participation, work, minibatches), its
 step size, hyperparameters, participation and work processes, rounds and evaluation cadence
 may all differ.
 """
@@ -35,7 +36,8 @@ from ..spec import parse_spec
 from ..threads import fixed_threads
 from .checkpoint import CHECKPOINT, resume_from
 from .config import BATCH_RUNS, RunConfig, defaults_for
-from .driver import starting_state
+from ..device import policy_applied
+from .driver import policy_of, starting_state
 from .folder import (
     METRICS,
     Interrupted,
@@ -118,7 +120,7 @@ def batch_key(config: RunConfig) -> str:
     """What runs must share to be stepped in one batch (see the module docstring)."""
     filled = config if config.dtype is not None else config.replace(dtype=defaults_for(config.problem)["dtype"])
     problem = parse_spec(filled.problem)
-    return json.dumps([problem, filled.dtype, filled.device, filled.engine, filled.threads,
+    return json.dumps([problem, filled.dtype, filled.device, filled.deterministic, filled.engine, filled.threads,
                        parse_spec(filled.algorithm)[0]], sort_keys=True, default=str)
 
 
@@ -196,7 +198,8 @@ def _drive_together(runs: list[OpenedRun], *, checkpoint_every: int | None
     members = [_member(run, metrics, checkpointer, flag) for run, metrics, checkpointer in zip(runs, writers, checkpointers)]
     batch = RunBatch(runs[0].built.problem, members, engine=runs[0].built.config.engine)
     try:
-        with _stop_on_signals(flag), fixed_threads(runs[0].built.config.threads):
+        with _stop_on_signals(flag), fixed_threads(runs[0].built.config.threads), \
+                policy_applied(policy_of(runs[0].built.config)):
             results: list[RunResult | None] = list(batch.run())
     except _StopRequested as stop:
         name = signal.Signals(stop.signum).name
