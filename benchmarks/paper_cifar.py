@@ -9,10 +9,14 @@ rounds of the same participation mask:
 
 - vectorized: focusfl's vectorized engine (the formulation it measures at start is printed);
 - reference: focusfl's per-client reference loop (same problem, one client at a time);
-- floor: the least work any engine must do per round in this formulation: one forward and
-  backward pass of the model per client and local step on 128 ready-made inputs (channels-last,
-  the fastest layout on CPUs), nothing else; floor / reference bounds what batching clients can
+- floor: one forward and backward pass of the model per client and local step on 128
+  ready-made inputs (channels-last, the fastest layout on CPUs), nothing else: on a CPU the
+  least work any engine must do per round; floor / reference bounds what batching clients can
   gain over the reference loop on the machine;
+- grouped floor: every active client's forward and backward passes as the grouped calls of
+  focusfl's formulation, on inputs drawn and standardised beforehand, nothing else: the floor on
+  a GPU, where one grouped call beats a pass per client (engine / grouped floor says how close
+  the engine comes);
 - authors: a re-creation of the structure of the authors' published loop (BichengYing/FedASL):
   a model per client that pulls the server's parameters, a torch DataLoader per client over a
   Dataset whose items go through the standard CIFAR transforms one sample at a time (PIL image,
@@ -109,6 +113,40 @@ class Floor:
                 self.model.zero_grad(set_to_none=True)
                 F.cross_entropy(self.model(self.inputs), self.labels).backward()
         float(next(self.model.parameters()).grad[0, 0, 0, 0])
+
+
+class GroupedFloor:
+    """The floor on a GPU: every active client's forward and backward passes of a round as the
+    grouped calls focusfl's formulation makes (problem.grouped.client_grads, chunked as the
+    formulation says), on inputs drawn and standardised once beforehand, nothing else: no draw,
+    no crop, no update. On a GPU one grouped call is faster than a pass per client, so the
+    per-client floor bounds nothing there; this one bounds any engine of this formulation."""
+
+    def __init__(self, problem: NeuralNetwork, actives):
+        self.problem, self.actives = problem, actives
+        chunk, layout = problem.formulation()
+        self.chunk, self.channels_last = chunk, layout == "channels_last"
+        grouped, data = problem.grouped, problem.client_data
+        clients = torch.arange(problem.num_clients, device=problem.device)
+        sizes = data.sizes
+        largest = int(sizes.max())
+        hwc = self.channels_last and grouped.batched_sequential and grouped.has_convolutions
+        images, self.labels, self.weights, self.keys = (
+            t[0] for t in data.draw(0, 0, clients, torch.zeros(1, dtype=torch.int64, device=problem.device), sizes,
+                                     min(BATCH, largest), largest, hwc))
+        self.inputs = problem.inputs(images)
+        self.z = problem.initial_point().expand(problem.num_clients, -1).clone()
+
+    def run(self, rounds: range) -> None:
+        grads = self.problem.grouped.client_grads
+        for r in rounds:
+            n = self.actives[r].numel()
+            step = self.chunk or max(n, 1)
+            for _ in range(TAU):
+                for start in range(0, n, step):
+                    rows = slice(start, min(start + step, n))
+                    grads(self.z[rows], self.inputs[rows], self.labels[rows], self.weights[rows], self.keys[rows],
+                          self.channels_last)
 
 
 # -- the authors' loop, re-created --------------------------------------------------------------
@@ -237,7 +275,7 @@ def focusfl_eval_before(problem: NeuralNetwork, x: torch.Tensor):
         with torch.no_grad():
             for start in range(0, len(problem.test_labels), 1000):
                 images = problem.test_images[start : start + 1000]
-                logits = functional_call(problem._eval_model, problem.unflatten(x), (problem.inputs(images),))
+                logits = functional_call(problem.grouped.eval_model, problem.unflatten(x), (problem.inputs(images),))
                 total += F.cross_entropy(logits, problem.test_labels[start : start + 1000], reduction="sum")
         return float(total)
     return run
@@ -309,6 +347,7 @@ def main() -> None:
         "vectorized": Focusfl(problem, actives, vectorized_round),
         "reference": Focusfl(problem, actives, reference_round),
         "floor": Floor(problem, actives, device),
+        "grouped floor": GroupedFloor(problem, actives),
         "authors": AuthorsLoop(problem, dataset, actives, device),
     }
     print(f"{args.clock} clock; device {device}, torch {torch.__version__}, {torch.get_num_threads()} threads; model {problem.dim:,} "
@@ -342,7 +381,8 @@ def main() -> None:
 
     print(f"\n{'runner':<12} {'s/round':>8} {'spread':>15} {'vs authors':>11} {'vs reference':>13} {'10,000 rounds':>14}")
     evaluations_paper = ROUNDS_PAPER // EVAL_EVERY_PAPER + 1
-    eval_for = {"vectorized": "focusfl now", "reference": "focusfl now", "floor": "focusfl now", "authors": "authors"}
+    eval_for = {"vectorized": "focusfl now", "reference": "focusfl now", "floor": "focusfl now",
+                "grouped floor": "focusfl now", "authors": "authors"}
     for name, value in per_round.items():
         scaled = value * active_paper / active_timed
         total = ROUNDS_PAPER * scaled + evaluations_paper * evals.get(eval_for[name], 0.0)

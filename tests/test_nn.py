@@ -30,8 +30,8 @@ from focusfl.runs.driver import build, execute
 from focusfl.participation import make_participation
 from focusfl.problems import make_problem
 from focusfl.problems.models import MODELS, KeyedDropout, make_model
-from focusfl.problems import nn as nn_module
-from focusfl.problems.nn import NeuralNetwork, crop_flip
+from focusfl.problems.nn import data as nn_data, formulation as nn_formulation
+from focusfl.problems.nn import GroupedFormulation, NeuralNetwork, crop_flip
 
 # Real MNIST digits committed with the tests (see tests/fixtures/README.md).
 REAL_MNIST = Path(__file__).resolve().parent / "fixtures" / "mnist1500.npz"
@@ -181,11 +181,11 @@ def test_minibatches_drawn_together_are_the_ones_drawn_alone(augment, monkeypatc
         oracle = problem.oracle(clients, seed=2, round=7)
         alone.append((oracle(z, step), oracle.calls[0][1]))
     draws = []
-    original_draw = problem._draw
-    monkeypatch.setattr(problem, "_draw", lambda *a: draws.append(len(a[3])) or original_draw(*a))
+    original_draw = problem.grouped.draw
+    monkeypatch.setattr(problem.grouped, "draw", lambda *a: draws.append(len(a[3])) or original_draw(*a))
     step_bytes = 3 * problem.batch * problem.train_images[0].nbytes
-    for budget, blocks in ((nn_module.DRAW_AHEAD_BYTES, [4, 1]), (2 * step_bytes, [2, 2, 1])):
-        monkeypatch.setattr(nn_module, "DRAW_AHEAD_BYTES", budget)
+    for budget, blocks in ((nn_formulation.DRAW_AHEAD_BYTES, [4, 1]), (2 * step_bytes, [2, 2, 1])):
+        monkeypatch.setattr(nn_formulation, "DRAW_AHEAD_BYTES", budget)
         draws.clear()
         oracle = problem.oracle(clients, seed=2, round=7, steps=4)
         for step, (gradients, losses) in enumerate(alone):
@@ -218,13 +218,13 @@ def test_auto_formulation_is_a_rule_that_never_reads_the_clock(monkeypatch):
     def no_clock(*args, **kwargs):
         raise AssertionError("auto must not time anything")
 
-    monkeypatch.setattr(NeuralNetwork, "_time_gradients", no_clock)
-    monkeypatch.setattr(NeuralNetwork, "_measure_formulations", no_clock)
+    monkeypatch.setattr(GroupedFormulation, "_time_gradients", no_clock)
+    monkeypatch.setattr(GroupedFormulation, "_measure_formulations", no_clock)
     problem = toy_problem(batch=16)  # client_chunk and layout default to auto
     assert problem.describe()["client_chunk"] == "auto"  # nothing chosen at build
     # The MNIST CNN on 12x12 images keeps 4,300 activations a sample: 16 x 4,300 a client, so
     # 64 clients would fit the CPU budget of 2**23 elements, and the problem has 8: all at once.
-    assert problem._activations_per_sample == 4_300
+    assert problem.grouped.activations_per_sample == 4_300
     assert problem.formulation() == (None, "channels_last")
     assert toy_problem(batch=2048).formulation() == (1, "channels_last")  # 8.8M a client: one at a time
     assert toy_problem(batch=256, clients=16).formulation() == (4, "channels_last")  # 1.1M a client
@@ -235,12 +235,10 @@ def test_auto_formulation_is_a_rule_that_never_reads_the_clock(monkeypatch):
 
 
 def test_measured_formulation_is_an_opt_in_measured_once_reported_and_replayed(monkeypatch):
-    import focusfl.problems.nn as nn_module
-
     measured = []
-    real = NeuralNetwork._measure_formulations
-    monkeypatch.setattr(nn_module, "_FORMULATIONS", {})
-    monkeypatch.setattr(NeuralNetwork, "_measure_formulations",
+    real = GroupedFormulation._measure_formulations
+    monkeypatch.setattr(nn_formulation, "_FORMULATIONS", {})
+    monkeypatch.setattr(GroupedFormulation, "_measure_formulations",
                         lambda self, *a: measured.append(1) or real(self, *a))
     problem = toy_problem(batch=16, client_chunk="measure", layout="measure")
     assert problem.describe()["client_chunk"] == "measure" and not measured  # nothing measured at build
@@ -338,14 +336,14 @@ def test_augmentation_is_the_papers_crop_and_flip():
     assert torch.equal(out[1], padded[1, :, 8:13, 0:6].flip(-1))
 
 
-@pytest.mark.parametrize("table_bytes", [nn_module.CROP_TABLE_BYTES, 0], ids=["value-table", "pixel-sources"])
+@pytest.mark.parametrize("table_bytes", [nn_data.CROP_TABLE_BYTES, 0], ids=["value-table", "pixel-sources"])
 def test_augmentation_equals_padding_then_cropping_every_offset_and_flip(table_bytes, monkeypatch, request):
     """The one-gather crop against its definition (pad with zeros, take the window, flip), for
     every offset and both flips, images smaller than the padding included, float images too;
     from the table of every value's source and, for larger images, from each pixel's."""
-    monkeypatch.setattr(nn_module, "CROP_TABLE_BYTES", table_bytes)
-    nn_module._crop_value_tables.cache_clear()  # tables made under the limit set here only
-    request.addfinalizer(nn_module._crop_value_tables.cache_clear)
+    monkeypatch.setattr(nn_data, "CROP_TABLE_BYTES", table_bytes)
+    nn_data._crop_value_tables.cache_clear()  # tables made under the limit set here only
+    request.addfinalizer(nn_data._crop_value_tables.cache_clear)
     span = 9
     offsets = torch.arange(span * span)
     bits = torch.cat([offsets, offsets + (1 << 31)])  # top = k % 9, left = k // 9, then flipped
@@ -499,7 +497,7 @@ def test_any_module_through_the_python_api():
         participation = make_participation("uniform:m=3", problem.num_clients, seed=0)
         algorithm = make_algorithm("sg_focus", lr=0.01, local_steps=2)
         runs[engine] = simulate(algorithm, problem, participation, 3, engine=engine)
-    assert isinstance(problem._train_model.block[2], KeyedDropout)
+    assert isinstance(problem.grouped.train_model.block[2], KeyedDropout)
     assert problem.describe()["model"] == "custom:Residual"
     assert torch.allclose(runs["vectorized"].state.server.x, runs["reference"].state.server.x, atol=1e-9)
 

@@ -28,7 +28,7 @@ NN_RUN = ["run", "--algorithm", "sg_focus", "--lr", "0.005", "--local-steps", "2
 # Every formulation timed as if the slowest were the fastest: the timer cannot change an `auto` run.
 SKEWED_TIMER = """
 import focusfl.problems.nn as nn
-nn.NeuralNetwork._time_gradients = lambda self, k, layout, repeats=2: (1.0 if layout == "nchw" else 50.0) * (k or 99)
+nn.GroupedFormulation._time_gradients = lambda self, k, layout, repeats=2: (1.0 if layout == "nchw" else 50.0) * (k or 99)
 """
 
 # Runs `focusfl ARGV[2:]` and sends itself SIGTERM at the end of round ARGV[1], as a user's kill

@@ -64,10 +64,10 @@ def test_a_run_resumed_past_its_end_writes_the_uninterrupted_runs_metrics(tmp_pa
 # in channels-last wins: two processes that measure would choose differently.
 TIMERS = {
     "small": "import focusfl.problems.nn as nn\n"
-             "nn.NeuralNetwork._time_gradients = lambda self, k, layout, repeats=2: "
+             "nn.GroupedFormulation._time_gradients = lambda self, k, layout, repeats=2: "
              "(1.0 if layout == 'nchw' else 9.0) * (k or 99) ** 2\n",
     "large": "import focusfl.problems.nn as nn\n"
-             "nn.NeuralNetwork._time_gradients = lambda self, k, layout, repeats=2: "
+             "nn.GroupedFormulation._time_gradients = lambda self, k, layout, repeats=2: "
              "(9.0 if layout == 'nchw' else 1.0)\n",
 }
 MEASURED = f"nn:data={MNIST},test_fraction=0.2,clients=6,alpha=0.5,batch=8,model=fedsum-mnist-cnn," \

@@ -167,10 +167,12 @@ def test_a_sigkilled_sweep_skips_finished_runs_and_ends_as_an_uninterrupted_one(
     proc.wait()
     finished = sorted(p for p in runs.glob("[!.]*") if (p / "config.json").is_file())
     before = {str(f): (f.stat().st_ino, f.stat().st_mtime_ns) for d in finished for f in d.iterdir()}
+    # the runs of the batch under way when it was killed, each with its own checkpoint
+    resumable = list(runs.glob(".*.focusfl-partial/checkpoint.pt"))
     assert not (out / "results.csv").exists()
     again = run_cli("sweep", str(path), "--out", str(out), "--threads", "1", timeout=300)
     assert again.returncode == 0, again.stderr
-    assert f"{len(finished)} finished earlier" in again.stdout and "(1 resumed)" in again.stdout
+    assert f"{len(finished)} finished earlier" in again.stdout and f"({len(resumable)} resumed)" in again.stdout
     after = {str(f): (f.stat().st_ino, f.stat().st_mtime_ns) for d in finished for f in d.iterdir()}
     assert after == before  # finished runs were not rewritten
     assert files_of(out) == files_of(reference)
@@ -215,7 +217,7 @@ def test_failures_are_collected_not_fatal(tmp_path, monkeypatch):
 
     monkeypatch.setattr(executors, "run_task", flaky)
     experiment = parse_experiment({"algorithms": ["focus"], "problems": SMALL, "rounds": 3, "seeds": 3})
-    report = run_sweep(experiment, tmp_path / "sweep")
+    report = run_sweep(experiment, tmp_path / "sweep", batch_runs=1)  # one run_task per run
     assert report.ran == 2 and len(report.failed) == 1
     failures = read_csv(tmp_path / "sweep" / "failures.csv")
     assert failures[0]["seed"] == "1" and failures[0]["error"] == "simulated fault"
@@ -329,8 +331,9 @@ def test_a_stopped_sweep_exits_with_its_signals_status_and_one_line(tmp_path, si
     proc.send_signal(signum)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == code
+    # the two seeds are one batch of runs (--batch-runs auto): both stop with a checkpoint
     assert stderr.strip().splitlines() == [
-        "focusfl: sweep interrupted: 1 run(s) stopped with a checkpoint; run the same command again to continue"]
+        "focusfl: sweep interrupted: 2 run(s) stopped with a checkpoint; run the same command again to continue"]
 
 
 def test_plot_never_replaces_a_users_file_but_replaces_its_own(reference, tmp_path, capsys):

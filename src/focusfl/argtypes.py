@@ -30,3 +30,22 @@ def positive_float(text: str) -> float:
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
     return value
+
+
+def batch_runs_value(text: str) -> int | str:
+    """``--batch-runs``: ``auto`` or a count >= 1 (runs/batch.py)."""
+    return "auto" if text == "auto" else positive_int(text)
+
+
+BATCH_RUNS_HELP = ("runs stepped together in one batch (same problem and algorithm; their clients' work stacked "
+                   "in one client round): auto (as many as fit a fixed memory budget, at most 32), a count, or 1 "
+                   "(one run at a time); recorded in each run's config.json; the results are the same bytes "
+                   "whatever the batch (docs/performance.md)")
+
+
+def true_or_false(text: str) -> bool:
+    """``true`` or ``false`` (any case), as config.json writes the value."""
+    lowered = text.strip().lower()
+    if lowered not in ("true", "false"):
+        raise argparse.ArgumentTypeError(f"must be true or false, got {text!r}")
+    return lowered == "true"

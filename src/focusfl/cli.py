@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .argtypes import non_negative_int, positive_int
+from .argtypes import BATCH_RUNS_HELP, batch_runs_value, non_negative_int, positive_int
 from .errors import DivergenceError, FocusflError
 from .io.atomic import disk_full, full_disk, no_space
 
@@ -494,6 +494,7 @@ def _add_sweep(sub) -> None:
     p.add_argument("--out", help="sweep folder (default runs/NAME, NAME the experiment file's stem); a rerun "
                    "skips the runs finished there")
     p.add_argument("--workers", type=positive_int, default=1, help="runs at a time on this machine")
+    p.add_argument("--batch-runs", type=batch_runs_value, default="auto", metavar="auto|K", help=BATCH_RUNS_HELP)
     from .runs.cli import add_algorithm_import_option, add_run_options
 
     # The run fields come from the experiment file (experiments/sweep.py's DEFAULTS); threads is
@@ -526,7 +527,7 @@ def _cmd_sweep(args) -> int:
     out = Path(args.out or f"runs/{Path(args.experiment).stem}")
     report = run_sweep(experiment, out, workers=args.workers, threads=args.threads, executor=args.executor,
                        address=args.address, checkpoint_every=args.checkpoint_every, band=args.band,
-                       progress=True, tensorboard=args.tensorboard)
+                       progress=True, tensorboard=args.tensorboard, batch_runs=args.batch_runs)
     _print_summary(out / "summary.csv")
     print(f"{report.total} runs: {report.skipped} finished earlier, {report.ran} ran"
           f"{f' ({report.resumed} resumed)' if report.resumed else ''}, {len(report.failed)} failed; "

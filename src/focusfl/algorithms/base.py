@@ -236,5 +236,9 @@ def per_row(counts: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 
 def broadcast(vector: torch.Tensor, n: int) -> torch.Tensor:
-    """The server vector [d] as a stack of n client copies [n, d] (a view, no copy)."""
+    """The server vector [d] as a stack of n client copies [n, d] (a view, no copy). A stack
+    [n, d] already (a batch of runs, each row its run's server vector: engine/batched.py) is
+    returned as it is."""
+    if vector.dim() == 2 and vector.shape[0] == n:
+        return vector
     return vector.expand(n, *vector.shape)

@@ -203,6 +203,108 @@ class RecordedWork:
         return self.table[r].to(active.device).index_select(0, active)
 
 
+class RunLoop:
+    """One run's round loop, a round at a time: :func:`run_rounds` drives one run with it, and
+    engine/batched.py drives several in lockstep (their clients' work collected together). The
+    arguments are run_rounds'; ``exchange.collect`` is the caller's to call between
+    :meth:`open` and :meth:`close`."""
+
+    def __init__(self, algorithm: Algorithm, problem: Problem, participation, rounds: int, exchange: Exchange, *,
+                 seed: int = 0, eval_every: int | None = 1, schedule: Callable[[int], float] = lambda r: 1.0,
+                 work=None, resume: Resume | None = None, on_row: Callable[[dict], None] | None = None,
+                 on_round: Callable[[RunResult], None] | None = None, keep_rows: bool = True, progress=None) -> None:
+        n = problem.num_clients
+        if participation is not None and participation.num_clients != n:
+            raise ConfigError(f"participation has {participation.num_clients} clients, problem has {n}")
+        if rounds < 0 or (eval_every is not None and eval_every < 1):
+            raise ConfigError("rounds must be >= 0 and eval_every >= 1")
+        algorithm = algorithm.prepare(problem, participation, seed=seed)
+        if work is not None:
+            if work.num_clients != n:
+                raise ConfigError(f"work has {work.num_clients} clients, problem has {n}")
+            check_work_process(algorithm, work)
+            if work.fixed:
+                work = None  # everyone does local_steps: exactly the run without a work process
+        if resume is None:
+            resume = Resume(algorithm.init(problem.initial_point(), n), 0)
+        start_round, self.end = resume.start_round, resume.start_round + rounds
+        self.comm = algorithm.communication()
+        floats = resume.comm_before
+        if floats is None:  # the traffic before start_round, so resumed runs report the same totals
+            before = 0 if participation is None else participants_before(participation, start_round)
+            floats = (before * self.comm.down * problem.dim, before * self.comm.up * problem.dim)
+        self.result = RunResult(
+            state=resume.state, rounds_done=start_round, comm=(float(floats[0]), float(floats[1])),
+            blow_up=resume.blow_up if resume.blow_up is not None else BlowUpDetector(),
+            train_loss=copy.copy(resume.train_loss) if resume.train_loss is not None else TrainLoss())
+        self.algorithm, self.problem, self.exchange, self.seed = algorithm, problem, exchange, seed
+        self.eval_every, self.schedule, self.work, self.resume = eval_every, schedule, work, resume
+        self.on_row, self.on_round, self.keep_rows, self.progress = on_row, on_round, keep_rows, progress
+        self.actives = round_actives(participation, start_round, self.end, problem.device)
+
+    def evaluate(self, done: int, active_count: int, closing: bool = False) -> bool:
+        """The row after ``done`` rounds; False when the run diverged there."""
+        result = self.result
+        # A closing row leaves what the run carries untouched (see the module docstring).
+        detector = copy.deepcopy(result.blow_up) if closing else result.blow_up
+        row = evaluation_row(self.algorithm.model(result.state), self.problem, detector, done=done,
+                             active=active_count, comm=result.comm,
+                             extra={**result.train_loss.row(), **self.exchange.counters()})
+        if not closing:
+            result.train_loss = TrainLoss()
+        result.last_row, result.closing = row, closing
+        if self.keep_rows:
+            result.rows.append(row)
+        if self.on_row is not None:
+            self.on_row(row)
+        return not diverged(row)
+
+    def start(self) -> bool:
+        """The starting row (unless it was written already); False when the run diverged there."""
+        start_round = self.resume.start_round
+        if self.eval_every is not None and self.resume.evaluate_start and not self.evaluate(start_round, 0):
+            self.result.diverged_at = start_round
+            return False
+        return True
+
+    def open(self) -> RoundContext | None:
+        """The context of the run's next round (whom it asks, their step counts); None when the
+        run has done its rounds."""
+        r, drawn = next(self.actives, (None, None))
+        if r is None:
+            return None
+        requested = self.exchange.requested(r, drawn)
+        ctx = RoundContext(round=r, active=requested, num_clients=self.problem.num_clients,
+                           lr_scale=self.schedule(r), steps=None if self.work is None else self.work.steps(r, requested))
+        self.algorithm.check_work(ctx)
+        return ctx
+
+    def close(self, collected: Collected, ctx: RoundContext) -> bool:
+        """The round ``ctx`` after its clients' work was ``collected``: the server step, the
+        commit, the traffic, the row on the cadence and ``on_round``; False when the run
+        diverged (it stops there)."""
+        result, problem, comm = self.result, self.problem, self.comm
+        ctx = ctx._replace(active=collected.active, steps=collected.steps)
+        server = server_step(self.algorithm, result.state, collected, ctx, problem, self.seed)
+        result.state = self.exchange.commit(result.state, server, collected, ctx)
+        r = ctx.round
+        result.rounds_done = r + 1
+        result.train_loss.add(collected.losses)
+        arrived = collected.active.numel()
+        result.comm = (result.comm[0] + arrived * comm.down * problem.dim,
+                       result.comm[1] + arrived * comm.up * problem.dim)
+        if self.progress is not None:
+            self.progress.update(1)
+        if self.eval_every is not None:
+            on_cadence = (r + 1 - self.resume.eval_origin) % self.eval_every == 0
+            if (on_cadence or r + 1 == self.end) and not self.evaluate(r + 1, arrived, closing=not on_cadence):
+                result.diverged_at = r + 1
+                return False
+        if self.on_round is not None:
+            self.on_round(result)
+        return True
+
+
 def run_rounds(
     algorithm: Algorithm,
     problem: Problem,
@@ -230,68 +332,12 @@ def run_rounds(
     point where ``result.state`` is consistent (a checkpoint can be taken, or an exception
     raised to stop); ``progress``: a bar whose ``update(1)`` is called per round. A non-finite
     model or a blow-up (engine/divergence.py) stops the run: its last row has ``diverged``."""
-    n = problem.num_clients
-    if participation is not None and participation.num_clients != n:
-        raise ConfigError(f"participation has {participation.num_clients} clients, problem has {n}")
-    if rounds < 0 or (eval_every is not None and eval_every < 1):
-        raise ConfigError("rounds must be >= 0 and eval_every >= 1")
-    algorithm = algorithm.prepare(problem, participation, seed=seed)
-    if work is not None:
-        if work.num_clients != n:
-            raise ConfigError(f"work has {work.num_clients} clients, problem has {n}")
-        check_work_process(algorithm, work)
-        if work.fixed:
-            work = None  # everyone does local_steps: exactly the run without a work process
-    if resume is None:
-        resume = Resume(algorithm.init(problem.initial_point(), n), 0)
-    start_round, end = resume.start_round, resume.start_round + rounds
-    comm = algorithm.communication()
-    floats = resume.comm_before
-    if floats is None:  # the traffic before start_round, so resumed runs report the same totals
-        before = 0 if participation is None else participants_before(participation, start_round)
-        floats = (before * comm.down * problem.dim, before * comm.up * problem.dim)
-    result = RunResult(state=resume.state, rounds_done=start_round, comm=(float(floats[0]), float(floats[1])),
-                       blow_up=resume.blow_up if resume.blow_up is not None else BlowUpDetector(),
-                       train_loss=copy.copy(resume.train_loss) if resume.train_loss is not None else TrainLoss())
-
-    def evaluate(done: int, active_count: int, closing: bool = False) -> bool:
-        # A closing row leaves what the run carries untouched (see the module docstring).
-        detector = copy.deepcopy(result.blow_up) if closing else result.blow_up
-        row = evaluation_row(algorithm.model(result.state), problem, detector, done=done, active=active_count,
-                             comm=result.comm, extra={**result.train_loss.row(), **exchange.counters()})
-        if not closing:
-            result.train_loss = TrainLoss()
-        result.last_row, result.closing = row, closing
-        if keep_rows:
-            result.rows.append(row)
-        if on_row is not None:
-            on_row(row)
-        return not diverged(row)
-
-    if eval_every is not None and resume.evaluate_start and not evaluate(start_round, 0):
-        result.diverged_at = start_round
-        return result
-    for r, drawn in round_actives(participation, start_round, end, problem.device):
-        requested = exchange.requested(r, drawn)
-        ctx = RoundContext(round=r, active=requested, num_clients=n, lr_scale=schedule(r),
-                           steps=None if work is None else work.steps(r, requested))
-        algorithm.check_work(ctx)
-        collected = exchange.collect(result.state, ctx)
-        ctx = ctx._replace(active=collected.active, steps=collected.steps)
-        server = server_step(algorithm, result.state, collected, ctx, problem, seed)
-        result.state = exchange.commit(result.state, server, collected, ctx)
-        result.rounds_done = r + 1
-        result.train_loss.add(collected.losses)
-        arrived = collected.active.numel()
-        result.comm = (result.comm[0] + arrived * comm.down * problem.dim,
-                       result.comm[1] + arrived * comm.up * problem.dim)
-        if progress is not None:
-            progress.update(1)
-        if eval_every is not None:
-            on_cadence = (r + 1 - resume.eval_origin) % eval_every == 0
-            if (on_cadence or r + 1 == end) and not evaluate(r + 1, arrived, closing=not on_cadence):
-                result.diverged_at = r + 1
-                break
-        if on_round is not None:
-            on_round(result)
-    return result
+    loop = RunLoop(algorithm, problem, participation, rounds, exchange, seed=seed, eval_every=eval_every,
+                   schedule=schedule, work=work, resume=resume, on_row=on_row, on_round=on_round,
+                   keep_rows=keep_rows, progress=progress)
+    if not loop.start():
+        return loop.result
+    while (ctx := loop.open()) is not None:
+        if not loop.close(exchange.collect(loop.result.state, ctx), ctx):
+            break
+    return loop.result

@@ -36,6 +36,10 @@ class ResultCache:
                                separators=(",", ":"), ensure_ascii=False, default=_plain)
         return hashlib.sha256(canonical.encode()).hexdigest()
 
+    def has(self, key: dict) -> bool:
+        """Whether rows of ``key`` are stored (a caller may compute the others together first)."""
+        return (self.folder / f"{self.digest(key)}.json").is_file()
+
     def get_or_compute(self, key: dict, compute: Callable[[], list[dict]]) -> list[dict]:
         path = self.folder / f"{self.digest(key)}.json"
         try:

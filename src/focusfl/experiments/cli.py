@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..argtypes import BATCH_RUNS_HELP, batch_runs_value
 from ..runs.cli import add_algorithm_import_option, add_run_options, record_of, run_config_of
 from .preset import Preset
 from .reproduce import load_presets
@@ -33,6 +34,7 @@ def add_tune_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, default=1,
                         help="seeds per step size (--seed, --seed + 1, ...); the best step is the best on average")
     parser.add_argument("--workers", type=int, default=1, help="trials at a time on this machine")
+    parser.add_argument("--batch-runs", type=batch_runs_value, default="auto", metavar="auto|K", help=BATCH_RUNS_HELP)
     parser.add_argument("--out", default="runs/tune", help="output folder")
     add_algorithm_import_option(parser)
 
@@ -45,7 +47,7 @@ def setup_from_args(args: argparse.Namespace) -> TuneSetup:
 
 def search_from_args(args: argparse.Namespace) -> TuneSearch:
     return TuneSearch(algorithms=tuple(args.algorithm), lr_min=args.lr_min, lr_max=args.lr_max, points=args.points,
-                      seeds=args.seeds, workers=args.workers, out=args.out)
+                      seeds=args.seeds, workers=args.workers, out=args.out, batch_runs=args.batch_runs)
 
 
 def run_tune(args: argparse.Namespace) -> int:

@@ -38,7 +38,8 @@ from ..algorithms.importing import algorithm_imports
 from ..errors import ConfigError, DataError, DiskFullError, FocusflError
 from ..io.atomic import disk_full, full_disk
 from ..io.folders import MARKER, open_output
-from ..runs.config import RunConfig
+from ..runs.batch import BatchEntry, BatchOutcome, run_batch_to_folders
+from ..runs.config import BATCH_RUNS, RunConfig
 from ..runs.folder import Interrupted, _clear, resume_folder, run_to_folder
 from ..threads import DEFAULT_THREADS
 
@@ -62,6 +63,9 @@ class RunTask:
     # The sweep command's permission to import the user's algorithm code (--allow-algorithm-import,
     # algorithms/importing.py), passed on to the worker that builds the run; never read from a file.
     allow_algorithm_import: bool = False
+    # The size of the batches the sweep asked for (runs/batch.py), recorded in the run's config.json
+    # (None: not recorded; a Ray task).
+    batch_runs: int | None = None
 
 
 def run_task(task: RunTask) -> dict:
@@ -76,6 +80,7 @@ def _run_task(task: RunTask) -> dict:
     why a run that was to be resumed ran again from its start)."""
     started = time.perf_counter()
     config = RunConfig.from_dict(task.config, where=f"run {task.key}")
+    extra = None if task.batch_runs is None else {BATCH_RUNS: task.batch_runs}
     try:
         if task.ship:
             with tempfile.TemporaryDirectory(prefix="focusfl-run-") as tmp:
@@ -88,15 +93,15 @@ def _run_task(task: RunTask) -> dict:
         if task.resume:
             try:
                 result = resume_folder(task.out, checkpoint_every=task.checkpoint_every, curve=False,
-                                       allow_model_import=task.allow_model_import)
+                                       allow_model_import=task.allow_model_import, extra=extra)
             except DataError as exc:  # an unreadable checkpoint: run it again from the start, and say so
                 result = run_to_folder(config, task.out, checkpoint_every=task.checkpoint_every, restart=True,
-                                       curve=False, allow_model_import=task.allow_model_import)
+                                       curve=False, allow_model_import=task.allow_model_import, extra=extra)
                 return _outcome(result, started, restarted=str(exc).splitlines()[0] if str(exc) else "DataError")
         else:
             # run_state found no checkpoint to lose: clear whatever partial folder is there.
             result = run_to_folder(config, task.out, checkpoint_every=task.checkpoint_every, restart=True,
-                                       curve=False, allow_model_import=task.allow_model_import)
+                                   curve=False, allow_model_import=task.allow_model_import, extra=extra)
         return _outcome(result, started)
     except Interrupted as exc:
         return {"status": "interrupted", "error": str(exc), "seconds": time.perf_counter() - started,
@@ -110,6 +115,68 @@ def _run_task(task: RunTask) -> dict:
         _stop_on_full_disk(exc, task)
         text = str(exc).splitlines()[0] if str(exc) else ""
         return {"status": "failed", "error": f"{type(exc).__name__}: {text}", "seconds": time.perf_counter() - started}
+
+
+@dataclass(frozen=True)
+class BatchTask:
+    """Runs of one batch key (runs/batch.py) to step together, ``batch_runs`` the size asked for
+    (recorded in each run's config.json); each keeps its own folder and outcome."""
+
+    tasks: tuple[RunTask, ...]
+    batch_runs: int
+
+
+def run_batch_task(batch: BatchTask) -> list[dict]:
+    """Execute a batch of runs; an outcome per run, as run_task gives it (a fault of the batch
+    itself fails each of its runs; a full disk ends the sweep). The batch's runs come from one
+    command, so its first task carries their permission to import algorithm code."""
+    with algorithm_imports(batch.tasks[0].allow_algorithm_import):
+        return _run_batch_task(batch)
+
+
+def _run_batch_task(batch: BatchTask) -> list[dict]:
+    started = time.perf_counter()
+    first = batch.tasks[0]
+    entries = [BatchEntry(RunConfig.from_dict(task.config, where=f"run {task.key}"), task.out, task.resume)
+               for task in batch.tasks]
+    try:
+        outcomes = run_batch_to_folders(entries, batch_runs=batch.batch_runs, checkpoint_every=first.checkpoint_every,
+                                        allow_model_import=first.allow_model_import)
+    except Interrupted as exc:
+        return [{"status": "interrupted", "error": str(exc), "seconds": time.perf_counter() - started,
+                 "exit_code": exc.exit_code}] * len(batch.tasks)
+    except BaseException as exc:
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        _stop_on_full_disk(exc, first)
+        error = "out of memory" if isinstance(exc, MemoryError) else _error_text(exc)
+        return [{"status": "failed", "error": error, "seconds": time.perf_counter() - started}] * len(batch.tasks)
+    return [_batch_outcome(outcome, started) for outcome in outcomes]
+
+
+def _batch_outcome(outcome: BatchOutcome, started: float) -> dict:
+    extra = {"restarted": outcome.restarted} if outcome.restarted else {}
+    if outcome.result is not None:
+        return _outcome(outcome.result, started, **extra)
+    error = outcome.error
+    if isinstance(error, Interrupted):
+        return {"status": "interrupted", "error": str(error), "seconds": time.perf_counter() - started,
+                "exit_code": error.exit_code, **extra}
+    return {"status": "failed", "error": _error_text(error), "seconds": time.perf_counter() - started, **extra}
+
+
+def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, FocusflError):
+        return str(exc)
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}"
+
+
+def execute_item(item: RunTask | BatchTask) -> list[tuple[RunTask, dict]]:
+    """A run or a batch of runs executed here: (task, outcome) per run."""
+    if isinstance(item, BatchTask):
+        return list(zip(item.tasks, run_batch_task(item)))
+    return [(item, run_task(item))]
 
 
 def _stop_on_full_disk(exc: BaseException, task: RunTask) -> None:
@@ -199,28 +266,31 @@ class LocalExecutor:
             return f"this process, {self.threads} thread(s)"
         return f"{self.workers} worker processes x {self.threads} thread(s)"
 
-    def run(self, tasks: Iterable[RunTask]) -> Iterator[tuple[RunTask, dict]]:
+    def run(self, tasks: Iterable[RunTask | BatchTask]) -> Iterator[tuple[RunTask, dict]]:
+        """(task, outcome) per run; ``tasks`` may hold batches of runs (BatchTask)."""
         tasks = list(tasks)
         if not tasks:
             return
         if self.workers == 1:
             torch.set_num_threads(self.threads)
-            for task in tasks:
-                outcome = run_task(task)
-                yield task, outcome
-                if outcome["status"] == "interrupted":  # Ctrl-C: the run saved a checkpoint; stop here
+            for item in tasks:
+                done = execute_item(item)
+                yield from done
+                if any(outcome["status"] == "interrupted" for _, outcome in done):  # Ctrl-C: checkpoints saved; stop
                     return
             return
         pool = ProcessPoolExecutor(min(self.workers, len(tasks)), mp_context=multiprocessing.get_context("spawn"),
                                    initializer=_init_worker, initargs=(self.threads, os.getpid()))
-        futures = {pool.submit(run_task, task): task for task in tasks}
+        futures = {pool.submit(execute_item, item): item for item in tasks}
         try:
             for future in as_completed(futures):
+                item = futures[future]
                 try:
-                    outcome = future.result()
+                    yield from future.result()
                 except BrokenProcessPool:
-                    outcome = {"status": "failed", "error": "its worker process died (killed, or out of memory)"}
-                yield futures[future], outcome
+                    died = {"status": "failed", "error": "its worker process died (killed, or out of memory)"}
+                    for task in (item.tasks if isinstance(item, BatchTask) else (item,)):
+                        yield task, died
         except BaseException:  # Ctrl-C, a full disk, or the consumer stopped: stop the runs in flight cleanly
             processes = list((getattr(pool, "_processes", None) or {}).values())  # shutdown forgets them
             pool.shutdown(wait=False, cancel_futures=True)

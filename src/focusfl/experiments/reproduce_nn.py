@@ -50,6 +50,7 @@ import numpy as np
 from ..algorithms import ALGORITHMS, algorithm_class
 from ..algorithms.importing import ALLOW_FLAG, allow_flag_help, is_algorithm_import
 from ..data.plots import plot_label_histograms, plot_training_bands
+from ..argtypes import BATCH_RUNS_HELP, batch_runs_value
 from ..errors import ConfigError
 from ..io.atomic import read_csv, write_csv, write_text
 from ..io.folders import open_store
@@ -353,7 +354,8 @@ def tune_steps(setup: Setup, run: RunConfig, algorithms: list[str], args: Preset
             entries = [_entry(name, setup.algorithms[name], lrs) for name, lrs in steps.items()]
             experiment = _sweep("tune steps", entries, tuned, participation, seeds, rounds, eval_every)
             report = run_sweep(experiment, folder / f"tuning-{scenario_tag(participation)}", workers=args.workers,
-                               threads=run.threads, progress=True, kind="tune", tables=tables)
+                               threads=run.threads, progress=True, kind="tune", tables=tables,
+                               batch_runs=args.batch_runs)
             _raise_failures(report, "tuning")
             return {name: [t for t in found["trials"] if t["algorithm"] == _label(name, setup.algorithms[name])
                            and t["lr"] in new] for name, new in asked.items()}
@@ -419,7 +421,7 @@ def run_final(setup: Setup, run: RunConfig, steps: list[dict], args: PresetOptio
         experiment = _sweep(setup.title, entries, run, participation, seeds, rounds, eval_every)
         where = folder / f"runs-{scenario_tag(participation)}"
         report = run_sweep(experiment, where, workers=args.workers, threads=run.threads, progress=True, kind="sweep",
-                           tables=lambda *a, **k: [])
+                           tables=lambda *a, **k: [], batch_runs=args.batch_runs)
         _raise_failures(report, "preset")
         by_label: dict[str, list[tuple[list[dict], int | None]]] = {}
         for done in report.runs:
@@ -645,6 +647,7 @@ class PresetOptions(WithRun):
     tune_rounds: int | None = None
     tune_eval_every: int | None = None
     workers: int | None = None  # None: 2, or 1 on a one-core machine (speed only: each run has its threads)
+    batch_runs: int | str = "auto"  # runs stepped together (runs/batch.py)
     tune_seeds: int | None = None  # seeds per step-size trial (None: ``seeds``)
 
 
@@ -695,6 +698,8 @@ def preset_arguments(setup: Setup, default_out: str | None, *, npz_required: boo
         parser.add_argument("--workers", type=int, default=None,
                             help="runs at a time on this machine, each with one thread (default: 2, or 1 on a "
                             "one-core machine; the numbers do not depend on it)")
+        parser.add_argument("--batch-runs", type=batch_runs_value, default="auto", metavar="auto|K",
+                            help=BATCH_RUNS_HELP)
 
     return add_arguments
 

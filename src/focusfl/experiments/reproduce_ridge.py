@@ -46,7 +46,7 @@ import torch
 from cycler import cycler
 
 from ..algorithms import ALGORITHMS
-from ..argtypes import non_negative_int, positive_int
+from ..argtypes import BATCH_RUNS_HELP, batch_runs_value, non_negative_int, positive_int
 from ..errors import ConfigError
 from ..io.atomic import read_csv, write_text
 from ..metrics import first_below
@@ -54,7 +54,7 @@ from ..plots import palette, plot_panels
 from ..runs.driver import build, execute
 from .aggregate import aggregate, plot_series, read_folders
 from .preset import Preset, cached_run
-from .sweep import check_size, expand, parse_experiment, restart_note, run_sweep
+from .sweep import check_size, compute_runs, expand, parse_experiment, restart_note, run_sweep
 
 # Panel titles of the figures run_figure4 draws (reproduce report), by participation SPEC. The
 # sampling weights of the arbitrary scenario are called w_i here: q_i means E[1{i in S}/|S|]
@@ -132,22 +132,26 @@ def _set_line(text: str, key: str, value: str) -> str:
 
 
 def run_figure4(rounds: int = 500, seed: int = 0, algorithms=None, progress: bool = False, cache=None,
-                setting: str = "paper"):
+                setting: str = "paper", batch_runs: int | str = "auto"):
     """Run every (scenario, algorithm) pair of a setting in this process; returns (panels,
     summary rows). With a ``ResultCache``, runs finished by an interrupted earlier call are not
-    run again. ``focusfl reproduce ridge`` runs the same experiment through the sweep machinery."""
+    run again. ``focusfl reproduce ridge`` runs the same experiment through the sweep machinery.
+    The runs not in the cache are computed in batches of ``batch_runs`` (runs/batch.py: the
+    same rows as one at a time); ``progress`` shows a bar per run, one at a time."""
     chosen = setting_name = setting
     experiment = configured(setting_name, rounds=rounds, seeds=1, seed=seed)
     titles = {spec: title for title, spec in SCENARIOS.items()}
     panels: dict[str, dict[str, list[dict]]] = {}
     summary = []
-    for run in expand(experiment):
+    runs = [run for run in expand(experiment) if algorithms is None or run.axes["algorithm"] in algorithms]
+    keys = {run.key: {"preset": "ridge", "setting": chosen, **run.config.to_dict()} for run in runs}
+    missing = [run for run in runs if cache is None or not cache.has(keys[run.key])]
+    computed = {} if progress else compute_runs(missing, batch_runs)
+    for run in runs:
         name, participation = run.axes["algorithm"], run.axes["participation"]
-        if algorithms is not None and name not in algorithms:
-            continue
         config = run.config
-        key = {"preset": "ridge", "setting": chosen, **config.to_dict()}
-        result, _ = cached_run(cache, key, lambda: execute(build(config), progress=progress))
+        key = keys[run.key]
+        result, _ = cached_run(cache, key, lambda: computed.get(run.key) or execute(build(config), progress=progress))
         panels.setdefault(titles.get(participation, participation), {})[name] = result.rows
         final = result.rows[-1]["rel_error"] if result.diverged_at is None else math.inf
         summary.append(
@@ -212,6 +216,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seeds per configuration: the figures draw their mean and a band (default: the file's, 1)")
     parser.add_argument("--seed", type=non_negative_int, default=0, help="the first seed")
     parser.add_argument("--workers", type=positive_int, default=1, help="runs at a time on this machine")
+    parser.add_argument("--batch-runs", type=batch_runs_value, default="auto", metavar="auto|K", help=BATCH_RUNS_HELP)
     parser.add_argument("--band", choices=["std", "minmax"], help="band around the mean (default: the file's, std)")
     parser.add_argument("--tensorboard", metavar="TB",
                         help="also log every run to TensorBoard in TB/ALGORITHM-lrLR-seedS-HASH8, its axes as hparams "
@@ -231,6 +236,7 @@ class RidgeOptions:
     seeds: int | None = None
     seed: int = 0
     workers: int = 1
+    batch_runs: int | str = "auto"
     band: str | None = None
     tensorboard: str | None = None
     export: str | None = None  # write the experiment file there and stop
@@ -246,7 +252,7 @@ def run(args: RidgeOptions) -> int:
     # (on a busy 2-core machine they made this preset ~20x slower); workers use one each.
     torch.set_num_threads(1)
     report = run_sweep(experiment, args.out, workers=args.workers, band=args.band, progress=True,
-                       tensorboard=args.tensorboard,
+                       tensorboard=args.tensorboard, batch_runs=args.batch_runs,
                        kind="reproduce-ridge", tables=lambda *a, **k: figure_tables(*a, setting=args.setting, **k))
     out = Path(args.out)
     print(format_summary(read_csv(out / "summary.csv")))

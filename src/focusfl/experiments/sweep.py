@@ -25,6 +25,7 @@ writes these logs, from each run folder once its run has finished (:func:`log_na
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import itertools
 import json
@@ -45,13 +46,14 @@ from ..errors import ConfigError, FocusflError
 from ..io.atomic import write_text
 from ..io.folders import open_store
 from ..runs.config import DTYPES, RunConfig, field_defaults, run_key  # noqa: F401 (re-exported)
-from ..runs.driver import build
+from ..runs.batch import batch_size, group_batches, run_bytes
+from ..runs.driver import build, execute_batch
 from ..runs.folder import Interrupted, run_state
 from ..runs.tensorboard import check_root, has_hparams, log_folder, require, safe_name
 from ..spec import format_spec, parse_spec
 from ..threads import DEFAULT_THREADS
 from .aggregate import aggregate
-from .executors import RunTask, make_executor
+from .executors import BatchTask, RunTask, make_executor
 from .layout import EXPERIMENT, RUNS
 
 MAX_RUNS = 100_000
@@ -111,6 +113,7 @@ class SweepRun:
     resolved: dict[str, Any]
     key: str
     where: str  # the algorithm entry it comes from, for error messages
+    run_bytes: int = 0  # the memory it adds to a batch of runs (runs.batch.run_bytes)
 
     @property
     def group(self) -> tuple:
@@ -472,7 +475,7 @@ def expand(experiment: Experiment, *, threads: int = DEFAULT_THREADS, allow_mode
             axes={**planned.axes, "lr": described.get("lr", planned.axes["lr"]),
                   "local_steps": described.get("local_steps", planned.axes["local_steps"]),
                   "eval_every": built.config.eval_every},
-            resolved=resolved, key=built.key, where=planned.where["algorithm"],
+            resolved=resolved, key=built.key, where=planned.where["algorithm"], run_bytes=run_bytes(built),
         )
         if run.key in seen:
             other = seen[run.key]
@@ -542,13 +545,16 @@ def run_sweep(
     tables=None,
     tensorboard: str | Path | None = None,
     experiment_identity: dict | None = None,
+    batch_runs: int | str = "auto",
 ) -> SweepReport:
     """Run every run of ``experiment`` not yet finished in ``out``, then write results.csv,
     summary.csv and the figures from all of them (or what ``tables(experiment, runs, folder,
     band=, failures=)`` writes instead: ``focusfl tune``'s tables; it returns the names).
     ``tensorboard``: a folder in which to log every finished run (:func:`log_name`), those
     finished earlier included unless their log is complete already. ``experiment_identity``:
-    what makes two experiments the same (io.folders.open_store refuses a folder of another)."""
+    what makes two experiments the same (io.folders.open_store refuses a folder of another).
+    ``batch_runs``: runs stepped together in one batch (runs/batch.py), ``auto`` or a count;
+    each run's config.json records it. Ray runs its tasks one run at a time (no batches)."""
     root = None
     if tensorboard is not None:
         require()
@@ -565,6 +571,8 @@ def run_sweep(
     except BaseException:
         pool.close()
         raise
+    if executor == "local":
+        batch_size(batch_runs, 1)  # a bad value is one line before anything is written
     report = SweepReport(total=len(runs), runs=runs)
     started = time.monotonic()
     with open_store(out, kind=kind, experiment=experiment_identity) as store:
@@ -589,9 +597,10 @@ def run_sweep(
                   f"{report.resumed} to resume, {len(tasks) - report.resumed} to run; {pool.describe()}"
                   + (f"; TensorBoard logs in {root}" if root is not None else ""))
         by_key = {run.key: run for run in runs}
+        items = tasks if executor != "local" else batches(tasks, by_key, batch_runs)
         exit_code = None
         try:
-            for task, outcome in _with_progress(pool.run(tasks), len(tasks), progress, pool.slots):
+            for task, outcome in _with_progress(pool.run(items), len(tasks), progress, pool.slots):
                 if outcome.get("restarted"):
                     report.restarted.append({"run": task.key, **by_key[task.key].axes, "reason": outcome["restarted"]})
                 if outcome["status"] in ("complete", "diverged"):
@@ -612,6 +621,32 @@ def run_sweep(
         store.mark([EXPERIMENT, *report.written], folders=[RUNS])
     report.seconds = time.monotonic() - started
     return report
+
+
+def batches(tasks: list[RunTask], by_key: dict[str, SweepRun], batch_runs: int | str) -> list[RunTask | BatchTask]:
+    """The tasks grouped into batches of runs (runs.batch.group_batches), in the order of the
+    grid; a batch of one is a plain task. Every task records the batch size asked for."""
+    items: list[RunTask | BatchTask] = []
+    for members in group_batches(tasks, lambda task: by_key[task.key].config, lambda task: by_key[task.key].run_bytes,
+                                 batch_runs):
+        size = batch_size(batch_runs, max(by_key[task.key].run_bytes for task in members))
+        batch = tuple(dataclasses.replace(task, batch_runs=size) for task in members)
+        items.append(batch[0] if len(batch) == 1 else BatchTask(batch, size))
+    return items
+
+
+def compute_runs(runs: Sequence[SweepRun], batch_runs: int | str = "auto") -> dict[str, Any]:
+    """The results (rows kept) of ``runs`` computed in this process, in batches of runs
+    (runs.batch.group_batches), by run key: what a preset that keeps its runs in a result cache
+    rather than in run folders computes (each result the one the run alone gives)."""
+    problems: dict = {}
+    built = [build(run.config, problems=problems) for run in runs]
+    keys = {id(b): run.key for b, run in zip(built, runs)}
+    results = {}
+    for group in group_batches(built, lambda b: b.config, run_bytes, batch_runs):
+        for b, result in zip(group, execute_batch(group)):
+            results[keys[id(b)]] = result
+    return results
 
 
 def restart_note(report: SweepReport) -> str:

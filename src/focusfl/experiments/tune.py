@@ -456,6 +456,7 @@ class TuneSearch:
     seeds: int = 1
     workers: int = 1  # trials at a time (each with the setup's threads)
     out: str = "runs/tune"
+    batch_runs: int | str = "auto"  # trials stepped together (runs/batch.py)
 
 
 def make_setup(run: RunConfig, *, target: float | None, validation: float | None) -> TuneSetup:
@@ -546,7 +547,7 @@ def tune(setup: TuneSetup, search: TuneSearch) -> int:
         asked_data = data()
         reports.append(run_sweep(make_experiment(**asked_data), search.out, workers=search.workers,
                                  threads=run.threads, progress=True, kind="tune", tables=tables,
-                                 experiment_identity=tune_identity(asked_data)))
+                                 experiment_identity=tune_identity(asked_data), batch_runs=search.batch_runs))
         return {spec: [t for t in found["trials"] if t["algorithm"] == labels[spec] and t["lr"] in new]
                 for spec, new in asked.items()}
 

@@ -1,4 +1,4 @@
-"""Problems: convex benchmarks with known optima, and (see nn.py) neural networks."""
+"""Problems: convex benchmarks with known optima, and (see nn/) neural networks."""
 from __future__ import annotations
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from types import SimpleNamespace
+from typing import Any, Callable, ClassVar, Sequence
 
 import torch
 
@@ -123,6 +124,16 @@ class Problem(abc.ABC):
 
         return gradients
 
+    def runs_oracle(self, segments: Sequence[tuple[torch.Tensor, int]], *, round: int,
+                    steps: int | None = None) -> "RunsOracle":
+        """One gradient function for the stacked clients of several runs of this problem (a
+        batch of runs, engine/batched.py): ``segments`` are each run's (clients, seed), stacked
+        in that order. The default asks :meth:`oracle` of each run for its own rows, so every row
+        gets the gradient its run alone gets; problems whose gradients do not depend on the seed
+        (exact gradients) may serve all rows with one call (the result the same, row by row)."""
+        return RunsOracle([self.oracle(clients, seed=seed, round=round, steps=steps) for clients, seed in segments],
+                          [int(clients.numel()) for clients, _ in segments])
+
     @abc.abstractmethod
     def loss(self, x: torch.Tensor) -> torch.Tensor:
         """Global objective F(x) for one point ``x`` [d] (a 0-d tensor)."""
@@ -186,3 +197,41 @@ class ClientData:
     features: torch.Tensor
     targets: torch.Tensor
     sizes: torch.Tensor
+
+
+class RunsOracle:
+    """The oracle of a batch of runs' stacked clients (:meth:`Problem.runs_oracle`): its rows in
+    segments, one per run, each served by that run's own oracle (``parts``; one part for all
+    when the problem serves every row at once). :meth:`losses` gives each run the minibatch
+    losses of its own rows."""
+
+    def __init__(self, parts: Sequence[Any], sizes: Sequence[int]) -> None:
+        self.parts, self.sizes = list(parts), list(sizes)
+
+    def __call__(self, z: torch.Tensor, step: int) -> torch.Tensor:
+        return self.masked(z, step, None)
+
+    def masked(self, z: torch.Tensor, step: int, live: torch.Tensor | None) -> torch.Tensor:
+        if len(self.parts) == 1:
+            return self._call(self.parts[0], z, step, live)
+        zs = z.split(self.sizes)
+        lives = [None] * len(zs) if live is None else live.reshape(-1).split(self.sizes)
+        return torch.cat([self._call(part, zk, step, lk) for part, zk, lk in zip(self.parts, zs, lives)])
+
+    @staticmethod
+    def _call(part: Any, z: torch.Tensor, step: int, live: torch.Tensor | None) -> torch.Tensor:
+        return part(z, step) if live is None else masked_gradients(part, z, step, live)
+
+    def losses(self, steps: Sequence[torch.Tensor | None]) -> list[list[float]]:
+        """Per run, the minibatch losses of its rows at the steps they took (live_losses);
+        ``steps``: each run's step counts (None: all)."""
+        if len(self.parts) == len(self.sizes):
+            return [live_losses(part, run_steps) for part, run_steps in zip(self.parts, steps)]
+        calls, result, offset = getattr(self.parts[0], "calls", None) or [], [], 0
+        for size, run_steps in zip(self.sizes, steps):
+            mine = SimpleNamespace(calls=[(step, values[offset:offset + size],
+                                           None if live is None else live[offset:offset + size])
+                                          for step, values, live in calls])
+            result.append(live_losses(mine, run_steps))
+            offset += size
+        return result

@@ -31,7 +31,8 @@ from ..data.partition import FLWR_PARTITIONERS, PARTITIONERS, flwr_partition, na
 from ..errors import ConfigError, DataError
 from ..limits import check_allocation
 from .models import default_model
-from .nn import NeuralNetwork, _seeded_model, _validate, carve_validation
+from .nn import NeuralNetwork, carve_validation
+from .nn.problem import _seeded_model, _validate
 from .text_models import MEAN_POOL_WIDTH, TEXT_MODELS, MeanPoolText, SequenceClassifier, load_sequence_classifier
 
 
@@ -71,13 +72,9 @@ class HuggingFaceNetwork(NeuralNetwork):
         parts = client_parts(p, source)
         parts, held = carve_validation(parts, float(p["validation"]), int(p["seed"]))
         self._histograms = label_histograms(source.train_labels, parts, self.num_classes)
-        if self.kind == "image":
-            train = ImageData(source.train_inputs, source.train_labels)
-            self._store_data(train, ImageData(source.test_inputs, source.test_labels), parts)
-        else:
-            train = _Split(source.train_inputs, source.train_labels)
-            self._store_samples(train, _Split(source.test_inputs, source.test_labels), parts)
-        self._store_validation(train, held)
+        split = ImageData if self.kind == "image" else _Split
+        self._store(split(source.train_inputs, source.train_labels), split(source.test_inputs, source.test_labels),
+                    parts, held, standardise=self.kind == "image")
         module = self._build_model(p, source, allow_model_import)
         self._start(module, p)
 
@@ -122,7 +119,7 @@ class HuggingFaceNetwork(NeuralNetwork):
     def _setup_model(self, module: nn.Module) -> None:
         super()._setup_model(module)
         if isinstance(module, SequenceClassifier):
-            self._train_model.eval()  # dropout off (text_models.py says why)
+            self.grouped.train_model.eval()  # dropout off (text_models.py says why)
 
     # -- inputs --------------------------------------------------------------------------------------
     def inputs(self, images: torch.Tensor) -> torch.Tensor:

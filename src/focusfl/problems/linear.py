@@ -15,7 +15,7 @@ import torch
 from ..errors import ConfigError
 from ..limits import check_allocation
 from ..rng import minibatch_indices
-from .base import Problem
+from .base import Problem, RunsOracle
 
 
 def _rows_times(features: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -183,6 +183,15 @@ class LinearModelProblem(Problem, abc.ABC):
             return scale * data_grad + 2.0 * self.reg * z
 
         return gradients
+
+    def runs_oracle(self, segments, *, round: int, steps: int | None = None):
+        if self.batch is not None:
+            return super().runs_oracle(segments, round=round, steps=steps)
+        # Exact gradients do not depend on the seed: one oracle serves every run's rows, each row
+        # computed by the same batched product as alone (a client's rows do not interact).
+        clients = torch.cat([part for part, _ in segments])
+        return RunsOracle([self.oracle(clients, seed=0, round=round, steps=steps)],
+                          [int(part.numel()) for part, _ in segments])
 
     def smoothness(self) -> float:
         """L: max_i of the largest Hessian eigenvalue of what client i steps on (computed once,

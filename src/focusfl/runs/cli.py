@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Callable, Sequence
 
 from ..algorithms.importing import ALLOW_FLAG, allow_flag_help
-from ..argtypes import non_negative_int, positive_float, positive_int
+from ..argtypes import non_negative_int, positive_float, positive_int, true_or_false
 from ..engine.simulate import ENGINES, SCHEDULES
 from .config import DTYPES, NN_EVAL_EVERY, RunConfig, defaults_for, field_defaults
 
@@ -70,6 +70,10 @@ _OPTIONS = {
                            "variates: N rows) may take, e.g. 512MB or 4GiB; a larger table is memory-mapped in the "
                            "run folder (clients.bin) and only the active clients' rows are read and written each "
                            "round; same results either way (0: always on disk)", metavar="SIZE"),
+    "deterministic": Option("true: deterministic kernels on every device (the same command, the same bytes, also on "
+                            "a GPU); false: torch's faster defaults on a GPU, whose runs can differ in bits from one "
+                            "process to the next (recorded in config.json and part of the run's key)",
+                            type=true_or_false, metavar="true|false"),
 }
 assert set(_OPTIONS) == {f.name for f in fields(RunConfig)}, "every run field is an option"
 

@@ -77,6 +77,10 @@ class RunConfig:
     # Where the clients' state table lives (runs/store.py): in memory up to this size, beyond it
     # memory-mapped in the run folder. Results are the same bytes either way: not in the run key.
     state_memory: int | str = _field(DEFAULT_STATE_MEMORY, record="optional", key=False, identity=False)
+    # Deterministic kernels (device.py), on every device; false opts out for speed on a GPU
+    # (its runs can differ in bits from one process to the next). True, the default, is left out
+    # of the key: runs recorded before the field computed on a CPU, where the kernels were those.
+    deterministic: bool = _field(True, record="optional", key_neutral=True)
 
     def __post_init__(self) -> None:
         check_config(self)
@@ -146,11 +150,14 @@ _REQUIRED = tuple(name for name in _FIELDS if _meta(name)["record"] == "required
 # config.json's record of the run as it was asked for (RunConfig.to_dict(): SPECs as given, lr
 # "auto" or a number): what tells a run's configuration apart from its seed (configuration_key).
 ASKED = "asked"
+# "batch_runs": how many runs a sweep stepped together with this one (runs/batch.py): recorded,
+# never part of its identity (a batched run computes its rows as the run alone does).
+BATCH_RUNS = "batch_runs"
 # "tensorboard" is an output option (where `run --tensorboard` logs), never part of a run's identity;
 # "inputs" and "inputs_changed" are the digests of what the run read (runs/inputs.py).
 _RECORDED = ("focusfl_version", *(name for name in _FIELDS if _meta(name)["record"] == "optional"), "status",
              "diverged_at_round", "interrupted_after_round", "rounds_done", "lr_auto", "tensorboard", ASKED,
-             "inputs", "inputs_changed")
+             "inputs", "inputs_changed", BATCH_RUNS)
 _KEYED = tuple(name for name in _FIELDS if _meta(name)["key"])
 _KEY_NEUTRAL = {name: _meta(name)["key_neutral"] for name in _FIELDS if _meta(name)["key_neutral"] is not None}
 _NO_IDENTITY = tuple(name for name in _FIELDS if not _meta(name)["identity"])
@@ -256,6 +263,8 @@ def check_config(config: RunConfig) -> None:
         raise ConfigError(f"lr must be a positive number or 'auto', got {lr!r}")
     if config.dtype is not None and config.dtype not in DTYPES:
         raise ConfigError(f"dtype must be float32 or float64, got {config.dtype!r}")
+    if not isinstance(config.deterministic, bool):
+        raise ConfigError(f"deterministic must be true or false, got {config.deterministic!r}")
     if not isinstance(config.device, str):
         raise ConfigError(f"device must be a string such as 'cpu' or 'cuda', got {config.device!r}")
     if config.engine not in ENGINES:

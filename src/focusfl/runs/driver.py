@@ -13,7 +13,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 from tqdm import tqdm
@@ -22,6 +22,8 @@ from ..algorithms import algorithm_record, algorithm_state_size, make_algorithm
 from ..algorithms.base import check_work_process
 from ..algorithms.importing import refuse_unpermitted
 from ..engine import Resume, RunResult, simulate
+from ..engine.batched import BatchMember, run_batch
+from ..device import DevicePolicy, device_policy, policy_applied
 from ..errors import ConfigError, FocusflError
 from ..metrics import progress_metrics
 from ..participation import make_participation
@@ -79,6 +81,11 @@ def resolve_device(name: str) -> torch.device:
         raise ConfigError(f"unknown device {name!r} (use cpu or cuda)") from None
 
 
+def policy_of(config: RunConfig) -> DevicePolicy:
+    """The run's device policy (device.py): its device type and its ``deterministic`` field."""
+    return device_policy(resolve_device(config.device), config.deterministic)
+
+
 def _part(part: str, make: Callable[[], Any]) -> Any:
     """``make()``; a FocusflError it raises leaves with ``part`` (one of PARTS) attached."""
     try:
@@ -101,8 +108,11 @@ def problem_of(config: RunConfig, *, problems: dict | None = None,
     # A neural network checks its model and the algorithm's declared state before it builds it
     # (the clients' table not counted where it will be mapped on disk: runs/store.py).
     state_size = _state_in_memory(config)
-    problem = _part("problem", lambda: make_problem(config.problem, dtype=DTYPES[config.dtype], device=str(device),
-                                                    allow_model_import=allow_model_import, state_size=state_size))
+    # The device's policy before the problem's first tensor starts CUDA (its probe computes).
+    with policy_applied(device_policy(device, config.deterministic)):
+        problem = _part("problem", lambda: make_problem(
+            config.problem, dtype=DTYPES[config.dtype], device=str(device), allow_model_import=allow_model_import,
+            state_size=state_size))
     made = (problem, problem.describe())
     if problems is not None:
         problems[key] = made
@@ -201,6 +211,17 @@ def resolved_config(built: BuiltRun) -> dict[str, Any]:
     return built.resolved
 
 
+def execute_batch(runs: Sequence[BuiltRun]) -> list[RunResult]:
+    """Run ``runs`` (built with one cache of problems, so that they share their problem object,
+    and of one runs.batch.batch_key) from their start as one batch (engine/batched.py), rows kept:
+    each result is the one :func:`execute` gives the run alone."""
+    members = [BatchMember(run.algorithm, run.participation, run.config.rounds, seed=run.config.seed,
+                           eval_every=run.config.eval_every, schedule=run.config.schedule, work=run.work)
+               for run in runs]
+    with fixed_threads(runs[0].config.threads), policy_applied(policy_of(runs[0].config)):
+        return run_batch(runs[0].problem, members, engine=runs[0].config.engine)
+
+
 def execute(
     built: BuiltRun, *, progress: bool = False, on_row: Callable[[dict], None] | None = None,
     resume: Resume | None = None, keep_rows: bool = True, on_round: Callable[[RunResult], None] | None = None,
@@ -226,7 +247,7 @@ def execute(
             bar.set_postfix(progress_metrics(row), refresh=False)
 
     try:
-        with fixed_threads(cfg.threads):
+        with fixed_threads(cfg.threads), policy_applied(policy_of(cfg)):
             return simulate(
                 built.algorithm,
                 built.problem,

@@ -34,7 +34,8 @@ import shutil
 import signal
 import time
 from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Iterator
 
 from ..data.plots import plot_label_histograms, plot_training_curves
 from ..engine import RunResult
@@ -203,6 +204,7 @@ def run_to_folder(
     tensorboard: str | Path | None = None,
     expected_inputs: dict | None = None,
     accept_changed_inputs: bool = False,
+    extra: dict | None = None,
 ) -> RunResult:
     """Build, run and write metrics.csv, config.json, curve.png, checkpoint.pt and model.pt into ``out``.
 
@@ -212,13 +214,44 @@ def run_to_folder(
     ``curve=False`` leaves out curve.png (a sweep draws its runs together; drawing one costs more
     than a small run). ``tensorboard``: a folder to log the run into, as ``DIR/<name of out>``.
     ``expected_inputs``: a replay's recorded input digests (runs/inputs.py: ``{"recorded": ...,
-    "skip": parts}``); inputs that differ are refused unless ``accept_changed_inputs``.
+    "skip": parts}``); inputs that differ are refused unless ``accept_changed_inputs``. ``extra``:
+    keys config.json records beside the run (a sweep's batch size, runs.config.BATCH_RUNS).
     """
+    with new_run(config, out, restart=restart, allow_model_import=allow_model_import, tensorboard=tensorboard,
+                 expected_inputs=expected_inputs, accept_changed_inputs=accept_changed_inputs,
+                 extra=extra) as opened:
+        return _drive(opened.built, opened.output, None, progress=progress, checkpoint_every=checkpoint_every,
+                      curve=curve, recorded=opened.recorded)
+
+
+@dataclass
+class OpenedRun:
+    """A run folder opened to be driven: its built run, its locked output, the checkpoint it
+    continues from (None: a new run), what config.json records beside the run, and ``done``: the
+    result of a run that opening finished (its files written, nothing to drive)."""
+
+    built: BuiltRun
+    output: Output
+    start: Checkpoint | None
+    recorded: dict
+    done: RunResult | None = None
+
+
+@contextlib.contextmanager
+def new_run(config: RunConfig, out: str | Path, *, restart: bool = False, allow_model_import: bool = False,
+            tensorboard: str | Path | None = None, expected_inputs: dict | None = None,
+            accept_changed_inputs: bool = False, problems: dict | None = None,
+            extra: dict | None = None) -> Iterator[OpenedRun]:
+    """run_to_folder's folder, checked, locked, emptied and with config.json "running", for the
+    block to drive (:func:`run_to_folder`, or a batch of runs: runs/batch.py). ``problems``: the
+    builder's cache of problems (a batch shares one); ``extra``: keys config.json records beside
+    the run (a batch's size)."""
     root = _tensorboard_root(tensorboard, out)
     if expected_inputs is not None:
         config = unpinned(config)
-    built = build(config, allow_model_import=allow_model_import)
+    built = build(config, allow_model_import=allow_model_import, problems=problems)
     recorded = _inputs_record(built, expected_inputs, accept_changed_inputs, "the run replayed")
+    recorded.update(extra or {})
     with open_output(out, kind="run") as output:
         killed = output.found_partial and (output.work / CHECKPOINT).is_file()
         if (killed or _stopped(output.target)) and not restart:
@@ -235,8 +268,7 @@ def run_to_folder(
         if root is not None:
             recorded[TENSORBOARD] = str(claim_log_dir(root, output.target.name, avoid=[output.target]))
         write_json(output.work / CONFIG, {**built.resolved, "status": "running", **recorded})
-        return _drive(built, output, None, progress=progress, checkpoint_every=checkpoint_every, curve=curve,
-                      recorded=recorded)
+        yield OpenedRun(built, output, None, recorded)
 
 
 def _inputs_record(built: BuiltRun, expected: dict | None, accept: bool, what: str, earlier: list = ()) -> dict:
@@ -270,7 +302,7 @@ def _refuse_import_on_resume(problem, out: Path) -> None:
 def resume_folder(
     out: str | Path, *, rounds: int | None = None, progress: bool = False, checkpoint_every: int | None = None,
     curve: bool = True, tensorboard: str | Path | None = None, allow_model_import: bool = False,
-    accept_changed_inputs: bool = False,
+    accept_changed_inputs: bool = False, extra: dict | None = None,
 ) -> RunResult:
     """Continue the run in ``out`` from its checkpoint; ``rounds`` extends a finished run.
 
@@ -287,6 +319,22 @@ def resume_folder(
     A run that logs to TensorBoard (config.json's ``tensorboard``) goes on logging there;
     ``tensorboard`` starts a log for a run that had none (the rows so far are logged first), and
     must name the folder it logs in if it has one."""
+    with resumed_run(out, rounds=rounds, curve=curve, tensorboard=tensorboard, allow_model_import=allow_model_import,
+                     accept_changed_inputs=accept_changed_inputs, extra=extra) as opened:
+        if opened.done is not None:
+            return opened.done
+        return _drive(opened.built, opened.output, opened.start, progress=progress,
+                      checkpoint_every=checkpoint_every, curve=curve, recorded=opened.recorded)
+
+
+@contextlib.contextmanager
+def resumed_run(out: str | Path, *, rounds: int | None = None, curve: bool = True,
+                tensorboard: str | Path | None = None, allow_model_import: bool = False,
+                accept_changed_inputs: bool = False, problems: dict | None = None,
+                extra: dict | None = None) -> Iterator[OpenedRun]:
+    """resume_folder's folder, checked, locked and set to continue from its checkpoint, for the
+    block to drive (see new_run); a run whose last files only were missing is finished here
+    (``done``)."""
     out = Path(out)
     _check_resumable(out)
     root = _tensorboard_root(tensorboard, out)
@@ -303,9 +351,10 @@ def resume_folder(
         log_dir = _stored_log_dir(data, out, root)
         if rounds is not None:
             config = config.replace(rounds=rounds)
-        built = build(unpinned(config), allow_model_import=allow_model_import)
+        built = build(unpinned(config), allow_model_import=allow_model_import, problems=problems)
         recorded = _inputs_record(built, expected_inputs_of(data, f"{source}/{CONFIG}"), accept_changed_inputs,
                                   f"the run in {out}", earlier=recorded_changes(data))
+        recorded.update(extra or {})
         checkpoint = _read_checkpoint(built, source / CHECKPOINT)
         # An unpublished run whose last checkpoint is its final one (its last files did not fit on
         # the disk, or it was killed just then) is finished: no round runs again, its files are written.
@@ -331,10 +380,11 @@ def resume_folder(
         if log_dir is not None:
             recorded[TENSORBOARD] = str(log_dir)
         if finishing:
-            return _publish_finished(built, output, checkpoint, curve=curve, recorded=recorded)
+            yield OpenedRun(built, output, checkpoint, recorded,
+                            done=_publish_finished(built, output, checkpoint, curve=curve, recorded=recorded))
+            return
         write_json(work / CONFIG, {**built.resolved, "status": "running", **recorded})
-        return _drive(built, output, checkpoint, progress=progress, checkpoint_every=checkpoint_every, curve=curve,
-                      recorded=recorded)
+        yield OpenedRun(built, output, checkpoint, recorded)
 
 
 def _publish_finished(built: BuiltRun, output: Output, checkpoint: Checkpoint, *, curve: bool,

@@ -1,0 +1,119 @@
+"""A device is a policy, decided once: everything the device type changes in how focusfl
+computes, chosen here from the type and applied before CUDA starts.
+
+- **Deterministic kernels** (``deterministic``, config.json's key of that name, True unless a
+  run opts out): ``torch.use_deterministic_algorithms(True)``, cuDNN deterministic without
+  benchmarking, and on CUDA ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` set in the environment before
+  cuBLAS makes its first handle (cuBLAS reads it once). Measured on one H200 (issue 44): without
+  them the same SG-FOCUS command wrote different metrics.csv twice; with them, identical files.
+  Opting out (``deterministic=false``) leaves torch's defaults and is part of the run key.
+- **Convolution layout** for ``layout=auto``: channels-last on a CPU (oneDNN's fastest), NCHW on
+  an accelerator.
+- **Clients per grouped call** for ``client_chunk=auto``: the activation budget (elements of
+  the forward pass kept for the backward pass) one call may hold.
+- **Evaluation batch** for ``eval_batch=auto``.
+
+Every rule is a function of the device type, so each one is unit-testable on a CPU by naming
+the type (``device_policy("cuda")``) without CUDA.
+"""
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+
+from .errors import ConfigError
+
+# cuBLAS's two deterministic workspace settings (CUDA's reproducibility notes); focusfl sets the
+# larger, faster one where the environment names neither.
+CUBLAS_WORKSPACE = ":4096:8"
+DETERMINISTIC_CUBLAS = (":4096:8", ":16:8")
+
+# Evaluation batch for eval_batch=auto: on a 2-core Xeon the CIFAR-10 CNN evaluated 10,000
+# images 2.6x faster at 256 in channels-last than at 1000 in NCHW (a batch's activations stay
+# in cache); accelerators want large batches.
+EVAL_BATCH_CPU = 256
+EVAL_BATCH_ACCELERATOR = 2048
+# client_chunk=auto: the largest power-of-two chunk whose forward activations (elements, summed
+# over the model's leaf modules, times batch and clients) stay within this budget. On a 2-core
+# Xeon, timed per client with one thread (2026-11-24): the MNIST CNN at batch 32 (0.73M elements
+# a client) ran fastest at chunks of 4-8 (3.1 ms against 4.9 at one client), the CIFAR-10 CNN at
+# batch 128 (5.8M) at 1-2, the MLP and logistic regression (< 0.1M) with every client at once;
+# a budget of 2**23 elements picks 8, 1 and all of them. Accelerators want large calls; their
+# budget (2**28 elements, 1 GiB in float32 before the backward pass) bounds memory instead.
+CHUNK_BUDGET_CPU = 1 << 23
+CHUNK_BUDGET_ACCELERATOR = 1 << 28
+
+
+@dataclass(frozen=True)
+class DevicePolicy:
+    """What a device type decides (see the module's docstring)."""
+
+    device_type: str
+    deterministic: bool
+    layout: str  # convolutions' memory layout for layout=auto: channels_last or nchw
+    chunk_budget: int  # activation elements one grouped call may keep, for client_chunk=auto
+    eval_batch: int  # samples per evaluation forward pass, for eval_batch=auto
+
+    @property
+    def cublas_workspace(self) -> str | None:
+        """The CUBLAS_WORKSPACE_CONFIG this policy needs (None: any)."""
+        return CUBLAS_WORKSPACE if self.deterministic and self.device_type == "cuda" else None
+
+    def torch_settings(self) -> dict[str, bool]:
+        """The process-wide torch switches the policy sets (read back by :func:`torch_settings`)."""
+        return {"deterministic_algorithms": self.deterministic, "cudnn_deterministic": self.deterministic,
+                "cudnn_benchmark": False}
+
+
+def device_policy(device: str | torch.device, deterministic: bool = True) -> DevicePolicy:
+    """The policy of ``device``'s type (``"cpu"``, ``"cuda"``, ``torch.device("cuda:1")``, ...)."""
+    kind = torch.device(device).type
+    cpu = kind == "cpu"
+    return DevicePolicy(
+        device_type=kind, deterministic=bool(deterministic), layout="channels_last" if cpu else "nchw",
+        chunk_budget=CHUNK_BUDGET_CPU if cpu else CHUNK_BUDGET_ACCELERATOR,
+        eval_batch=EVAL_BATCH_CPU if cpu else EVAL_BATCH_ACCELERATOR,
+    )
+
+
+def torch_settings() -> dict[str, bool]:
+    """The process's current switches, in :meth:`DevicePolicy.torch_settings`' terms."""
+    return {"deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+            "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
+            "cudnn_benchmark": bool(torch.backends.cudnn.benchmark)}
+
+
+def _set(settings: dict[str, bool]) -> None:
+    torch.use_deterministic_algorithms(settings["deterministic_algorithms"])
+    torch.backends.cudnn.deterministic = settings["cudnn_deterministic"]
+    torch.backends.cudnn.benchmark = settings["cudnn_benchmark"]
+
+
+def apply_policy(policy: DevicePolicy) -> None:
+    """Set the policy's switches in this process; on CUDA with deterministic kernels, first the
+    cuBLAS workspace in the environment, which must happen before CUDA starts (ConfigError, one
+    line, if CUDA started already without it)."""
+    needed = policy.cublas_workspace
+    if needed is not None and os.environ.get("CUBLAS_WORKSPACE_CONFIG") not in DETERMINISTIC_CUBLAS:
+        if torch.cuda.is_initialized():
+            raise ConfigError(
+                "deterministic CUDA kernels need CUBLAS_WORKSPACE_CONFIG=:4096:8 before CUDA starts, and CUDA "
+                "started already in this process; set it in the environment (or run with deterministic=false)")
+        os.environ["CUBLAS_WORKSPACE_CONFIG"] = needed
+    _set(policy.torch_settings())
+
+
+@contextmanager
+def policy_applied(policy: DevicePolicy) -> Iterator[DevicePolicy]:
+    """The policy's switches while the block runs, the process's previous ones after (a sweep's
+    runs in one process may differ; the cuBLAS workspace stays set, it makes nothing slower)."""
+    before = torch_settings()
+    apply_policy(policy)
+    try:
+        yield policy
+    finally:
+        _set(before)

@@ -1,0 +1,159 @@
+"""Runs as a batch dimension: R runs of one problem in lockstep, a federation of federations.
+
+Runs of one problem that differ in their seed, step size, hyperparameters, participation or
+work process, or evaluation cadence are the same computation with more rows. A
+:class:`RunBatch` steps each run's own round loop (engine/loop.py's :class:`RunLoop`: its draws
+from its own seed, its server round, its rows, its blow-up rule, its checkpoints through
+``on_round``) one round at a time, all runs together, and collects their clients' work together:
+
+- the runs whose client round is the same function this round (an equal algorithm object, so
+  the same step size and hyperparameters; the same round, schedule factor and kind of step
+  counts) run ONE client round on their stacked active rows: every run's rows gathered from its
+  own table, each row given its own run's server state (a [rows, ...] stack of the runs'
+  server fields, which ``algorithms.base.broadcast`` passes through), and one oracle for all
+  rows (``Problem.runs_oracle``: exact gradients in one call, minibatches per run from its seed);
+- a run alone in its group (a step size no other run has) collects on its own, as it would
+  alone; so do algorithms not known to take per-row server state (``STACKED``).
+
+The server round, the commit and the evaluation stay per run (a loop over R: the server step is
+a few vector operations, and every run writes its own rows). Every row of a stacked client round
+is computed by the same operations as the run alone computes it (client rounds are row by row:
+the engines' chunking relies on the same fact), so on a CPU in float64 a batched run's
+metrics.csv equals the run alone byte for byte; tests/test_batched.py holds every stacked
+algorithm to it. A run that diverges or ends leaves the batch; the others go on.
+
+What a batch cannot hold: runs of different problems (the problem's data seed, size, dtype or
+device: the problem object is shared), or of different algorithms (different client rounds).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+from ..algorithms.base import Algorithm, RoundContext
+from ..problems.base import Problem
+from .loop import EngineExchange, Resume, RunLoop, RunResult
+from .round import Collected
+from .simulate import ENGINES, schedule_of
+from .tree import concat_rows, gather_rows
+from .vectorized import ChunkRows
+
+# Algorithms whose client round reads the server state only through ``broadcast`` and
+# elementwise operations, so that a stack of per-row server states runs several runs' clients
+# at once (tests/test_batched.py checks each against its runs alone). Others are collected run
+# by run: a batch of them is still correct, only less stacked.
+STACKED = frozenset({
+    "focus", "sg_focus", "fedavg", "fedavg_all", "fedavg_known_p", "fednova", "fedsum_b", "fedsum", "scaffold",
+    "amplified_scaffold", "mifa", "fedvarp", "fedstale", "fedau", "fedawe", "fedpbc", "debiasing_fedavg",
+    "proxskip", "pushsum", "pushsum_tracking",
+})  # not fedsum_cr: its client round copies x_r into each row with expand(n, d)
+
+
+@dataclass
+class BatchMember:
+    """One run of a batch: simulate()'s arguments for it (the problem is the batch's)."""
+
+    algorithm: Algorithm
+    participation: Any
+    rounds: int
+    seed: int = 0
+    eval_every: int | None = 1
+    schedule: str | Callable[[int], float] = "constant"
+    work: Any = None
+    resume: Resume | None = None
+    on_row: Callable[[dict], None] | None = None
+    on_round: Callable[[RunResult], None] | None = None
+    keep_rows: bool = True
+
+
+class RunBatch:
+    """R runs of ``problem`` stepped together (see the module docstring); ``loops[k].result`` is
+    run k's result so far (consistent whenever an ``on_round`` raises)."""
+
+    def __init__(self, problem: Problem, members: Sequence[BatchMember], *, engine: str = "vectorized") -> None:
+        self.problem, self.engine = problem, ENGINES[engine]
+        self.stacks = engine == "vectorized"
+        self.loops = [self._loop(member) for member in members]
+
+    def _loop(self, member: BatchMember) -> RunLoop:
+        start = 0 if member.resume is None else member.resume.start_round
+        prepared = member.algorithm.prepare(self.problem, member.participation, seed=member.seed)
+        exchange = EngineExchange(self.engine, prepared, self.problem, member.seed, start)
+        return RunLoop(member.algorithm, self.problem, member.participation, member.rounds, exchange,
+                       seed=member.seed, eval_every=member.eval_every, schedule=schedule_of(member.schedule),
+                       work=member.work, resume=member.resume, on_row=member.on_row, on_round=member.on_round,
+                       keep_rows=member.keep_rows)
+
+    def run(self) -> list[RunResult]:
+        """Every run to its end (its rounds done, or diverged); their results in order."""
+        live = [loop for loop in self.loops if loop.start()]
+        while live:
+            opened = [(loop, ctx) for loop in live if (ctx := loop.open()) is not None]
+            collected = self.collect(opened)
+            live = [loop for (loop, ctx), work in zip(opened, collected) if loop.close(work, ctx)]
+        return [loop.result for loop in self.loops]
+
+    def collect(self, opened: list[tuple[RunLoop, RoundContext]]) -> list[Collected]:
+        """Each opened run's clients' work this round, runs of one client round stacked."""
+        groups: list[list[int]] = []
+        for k, (loop, ctx) in enumerate(opened):
+            home = next((g for g in groups if self._same_round(opened[g[0]], (loop, ctx))), None)
+            if home is None:
+                groups.append([k])
+            else:
+                home.append(k)
+        collected: list[Collected | None] = [None] * len(opened)
+        for group in groups:
+            if len(group) == 1:
+                loop, ctx = opened[group[0]]
+                collected[group[0]] = loop.exchange.collect(loop.result.state, ctx)
+                continue
+            for k, work in zip(group, stacked_collect(self.problem, [opened[k] for k in group])):
+                collected[k] = work
+        return collected
+
+    def _same_round(self, first: tuple[RunLoop, RoundContext], other: tuple[RunLoop, RoundContext]) -> bool:
+        """Whether two runs' client rounds this round are one function (and may be stacked)."""
+        (a, ctx_a), (b, ctx_b) = first, other
+        return (self.stacks and a.algorithm.name in STACKED and a.algorithm == b.algorithm
+                and ctx_a.round == ctx_b.round and ctx_a.lr_scale == ctx_b.lr_scale
+                and (ctx_a.steps is None) == (ctx_b.steps is None))
+
+
+def run_batch(problem: Problem, members: Sequence[BatchMember], *, engine: str = "vectorized") -> list[RunResult]:
+    """Run every member to its end as one batch (:class:`RunBatch`); their results in order."""
+    return RunBatch(problem, members, engine=engine).run()
+
+
+def stacked_collect(problem: Problem, opened: Sequence[tuple[RunLoop, RoundContext]]) -> list[Collected]:
+    """One client round over the stacked active rows of runs that share it; each run's share."""
+    algorithm = opened[0][0].algorithm
+    contexts = [ctx for _, ctx in opened]
+    sizes = [int(ctx.active.numel()) for ctx in contexts]
+    steps = None if contexts[0].steps is None else torch.cat([ctx.steps for ctx in contexts])
+    ctx = contexts[0]._replace(active=torch.cat([c.active for c in contexts]), steps=steps)
+    server = per_row_server([loop.result.state.server for loop, _ in opened], sizes)
+    rows = concat_rows([gather_rows(loop.result.state.clients, c.active) for loop, c in opened])
+    oracle = problem.runs_oracle([(c.active, loop.seed) for loop, c in opened], round=ctx.round,
+                                 steps=algorithm.round_steps(ctx))
+    new_rows, message = algorithm.client_round(server, rows, oracle, ctx)
+    losses = oracle.losses([c.steps for c in contexts])
+    return [Collected(c.active, [ChunkRows(c.active, c.steps, part_rows)], part_message, c.steps, part_losses)
+            for c, part_rows, part_message, part_losses
+            in zip(contexts, split_rows(new_rows, sizes), split_rows(message, sizes), losses)]
+
+
+def per_row_server(servers: Sequence[Any], sizes: Sequence[int]) -> Any:
+    """The runs' server states as one NamedTuple of [rows, ...] stacks: each run's fields
+    repeated for each of its ``sizes[k]`` rows."""
+    fields = zip(*servers)
+    return type(servers[0])(*(torch.cat([value.expand(n, *value.shape) for value, n in zip(values, sizes)])
+                              for values in fields))
+
+
+def split_rows(tree: Any, sizes: Sequence[int]) -> list[Any]:
+    """A NamedTuple of [rows, ...] stacks cut into the runs' consecutive shares."""
+    parts = [field.split(list(sizes)) for field in tree]
+    return [type(tree)(*(part[k] for part in parts)) for k in range(len(sizes))]

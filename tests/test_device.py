@@ -1,0 +1,178 @@
+"""The device policy (device.py): every rule read back on a CPU by naming the device type,
+the switches applied (and applied before CUDA starts), and the record of the choice."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from focusfl import device as device_module
+from focusfl.device import (CHUNK_BUDGET_ACCELERATOR, CHUNK_BUDGET_CPU, CUBLAS_WORKSPACE, apply_policy,
+                                   device_policy, policy_applied, torch_settings)
+from focusfl.errors import ConfigError
+
+
+@pytest.fixture
+def restored(monkeypatch):
+    """The process's switches and CUBLAS_WORKSPACE_CONFIG as they were, after the test."""
+    before = torch_settings()
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    yield
+    device_module._set(before)
+
+
+@pytest.mark.parametrize("kind,layout,budget,eval_batch", [
+    ("cpu", "channels_last", CHUNK_BUDGET_CPU, 256),
+    ("cuda", "nchw", CHUNK_BUDGET_ACCELERATOR, 2048),
+    ("cuda:1", "nchw", CHUNK_BUDGET_ACCELERATOR, 2048),
+    ("mps", "nchw", CHUNK_BUDGET_ACCELERATOR, 2048),
+])
+def test_each_rule_is_the_device_types(kind, layout, budget, eval_batch):
+    policy = device_policy(kind)
+    assert (policy.layout, policy.chunk_budget, policy.eval_batch) == (layout, budget, eval_batch)
+    assert policy.deterministic  # by default, on every device
+    assert policy.torch_settings() == {"deterministic_algorithms": True, "cudnn_deterministic": True,
+                                       "cudnn_benchmark": False}
+    assert policy.cublas_workspace == (CUBLAS_WORKSPACE if kind.startswith("cuda") else None)
+
+
+def test_the_opt_out_leaves_torchs_defaults():
+    policy = device_policy("cuda", deterministic=False)
+    assert policy.cublas_workspace is None
+    assert policy.torch_settings() == {"deterministic_algorithms": False, "cudnn_deterministic": False,
+                                       "cudnn_benchmark": False}
+
+
+def test_the_cuda_policy_is_applied_and_read_back_on_a_cpu(restored):
+    apply_policy(device_policy("cuda"))
+    assert torch.are_deterministic_algorithms_enabled()
+    assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    assert torch_settings() == device_policy("cuda").torch_settings()
+
+
+def test_a_users_deterministic_workspace_is_kept(restored, monkeypatch):
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+    apply_policy(device_policy("cuda"))
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+
+
+def test_cuda_started_without_the_workspace_is_refused_in_one_line(restored, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    with pytest.raises(ConfigError, match="before CUDA starts") as caught:
+        apply_policy(device_policy("cuda"))
+    assert "\n" not in str(caught.value)
+    apply_policy(device_policy("cpu"))  # a CPU run needs no workspace
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    apply_policy(device_policy("cuda"))  # set in time (an earlier run of this process did)
+
+
+def test_policy_applied_restores_the_switches_after_the_block(restored):
+    device_module._set({"deterministic_algorithms": False, "cudnn_deterministic": False, "cudnn_benchmark": True})
+    with policy_applied(device_policy("cpu")):
+        assert torch.are_deterministic_algorithms_enabled() and not torch.backends.cudnn.benchmark
+    assert torch_settings() == {"deterministic_algorithms": False, "cudnn_deterministic": False,
+                                "cudnn_benchmark": True}
+
+
+# -- the run record and the driver --------------------------------------------------------------
+SMALL = "ridge:dim=5,clients=4"
+
+
+def test_the_driver_applies_the_policy_before_the_problem_touches_the_device(restored, monkeypatch):
+    """The problem is the first thing of a run that makes a tensor on its device (CUDA starts
+    there): by then the deterministic switches and cuBLAS's workspace are set."""
+    from focusfl.runs import driver
+    from focusfl.runs.config import RunConfig
+
+    seen = {}
+
+    def make_problem(*args, **kwargs):
+        seen.update(torch_settings(), workspace=os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+                    cuda_started=torch.cuda.is_initialized(), device=kwargs["device"])
+        raise ConfigError("stop here")
+
+    monkeypatch.setattr(driver, "resolve_device", lambda name: torch.device(name))  # cuda, named only
+    monkeypatch.setattr(driver, "make_problem", make_problem)
+    device_module._set({"deterministic_algorithms": False, "cudnn_deterministic": False, "cudnn_benchmark": True})
+    with pytest.raises(ConfigError, match="stop here"):
+        driver.build(RunConfig(problem=SMALL, device="cuda"))
+    assert seen == {"deterministic_algorithms": True, "cudnn_deterministic": True, "cudnn_benchmark": False,
+                    "workspace": ":4096:8", "cuda_started": False, "device": "cuda"}
+    assert torch_settings()["cudnn_benchmark"]  # the process's own switches back after the build
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_a_run_computes_under_its_policy_and_records_it(restored, deterministic):
+    from focusfl.runs.config import RunConfig
+    from focusfl.runs.driver import build, execute
+
+    built = build(RunConfig(problem=SMALL, rounds=2, deterministic=deterministic))
+    during = []
+    execute(built, on_row=lambda row: during.append(torch.are_deterministic_algorithms_enabled()))
+    assert during and set(during) == {deterministic}
+    assert built.resolved["deterministic"] is deterministic
+
+
+def test_the_opt_out_is_part_of_the_run_key_and_the_default_is_not():
+    from focusfl.runs.config import RunConfig, record, run_key
+
+    def key(**fields):
+        config = RunConfig(problem=SMALL, **fields)
+        parts = {"algorithm": {"name": "focus"}, "problem": {"name": "ridge"}, "participation": {"name": "full"}}
+        return run_key(record(config, **parts))
+
+    resolved = record(RunConfig(problem=SMALL), algorithm={}, problem={}, participation={})
+    assert resolved["deterministic"] is True  # recorded on every device, the CPU's included
+    without_field = {k: v for k, v in resolved.items() if k != "deterministic"}
+    assert run_key(resolved) == run_key(without_field)  # runs recorded before the field keep their key
+    assert key() != key(deterministic=False)
+    with pytest.raises(ConfigError, match="deterministic must be true or false"):
+        RunConfig(problem=SMALL, deterministic="yes")
+
+
+def test_the_option_as_a_user_types_it(tmp_path):
+    import json
+
+    from cli_harness import run_cli
+
+    out = tmp_path / "fast"
+    proc = run_cli("run", "--algorithm", "focus", "--problem", SMALL, "--rounds", "2", "--deterministic", "false", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((out / "config.json").read_text())["deterministic"] is False
+    resumed = run_cli("run", "--resume", str(out), "--rounds", "3")  # a resume says what it is
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((out / "config.json").read_text())["deterministic"] is False
+    bad = run_cli("run", "--algorithm", "focus", "--problem", SMALL, "--deterministic", "maybe", "--out", str(tmp_path / "bad"))
+    assert bad.returncode == 2 and "must be true or false, got 'maybe'" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) <= 2 and "Traceback" not in bad.stderr
+    changed = run_cli("run", "--resume", str(out), "--deterministic", "true")
+    assert changed.returncode == 2 and "--deterministic cannot change it" in changed.stderr
+    config = json.loads((out / "config.json").read_text())
+    config["deterministic"] = "yes"
+    (tmp_path / "bad.json").write_text(json.dumps(config))
+    replay = run_cli("run", "--config", str(tmp_path / "bad.json"), "--out", str(tmp_path / "replay"))
+    assert replay.returncode == 2 and "deterministic must be true or false" in replay.stderr
+    assert "Traceback" not in replay.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_cuda_runs_folder_is_refused_on_a_machine_without_cuda_and_left_as_it_was(tmp_path):
+    """A run resumes on the device it recorded; its folder moved to a CPU-only machine is refused
+    in one line before anything is written (docs/runs.md)."""
+    import json
+
+    from cli_harness import run_cli
+
+    out = tmp_path / "run"
+    assert run_cli("run", "--algorithm", "focus", "--problem", SMALL, "--rounds", "3", "--out", str(out)).returncode == 0
+    config = json.loads((out / "config.json").read_text())
+    config["device"] = "cuda"  # as a CUDA run would have recorded it
+    (out / "config.json").write_text(json.dumps(config))
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    proc = run_cli("run", "--resume", str(out), "--rounds", "5")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "focusfl: error: device 'cuda' asked for, but torch sees no CUDA device"
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no partial folder
