@@ -95,13 +95,23 @@ class Sizes:
 
 
 # -- checks ------------------------------------------------------------------------------------------
-def check_policy(device: str, sizes: Sizes) -> tuple[bool, str]:
+def apply_device_policy(device: str) -> bool:
+    """The policy applied as a run applies it, first thing (before anything starts CUDA); whether
+    CUDA had started before it was."""
+    started = torch.cuda.is_initialized()
+    apply_policy(device_policy(device))
+    return started
+
+
+def check_policy(device: str, sizes: Sizes, cuda_started_before: bool = False) -> tuple[bool, str]:
     policy = device_policy(device)
     apply_policy(policy)
     settings = torch_settings()
     workspace = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
-    ok = settings == policy.torch_settings() and (policy.cublas_workspace is None or workspace is not None)
-    return ok, f"{settings}, CUBLAS_WORKSPACE_CONFIG={workspace}"
+    ok = settings == policy.torch_settings() and not cuda_started_before and (
+        policy.cublas_workspace is None or workspace is not None)
+    on = ", ".join(name for name, value in settings.items() if value) or "none"
+    return ok, f"switches on: {on}; CUBLAS_WORKSPACE_CONFIG={workspace}; CUDA started before: {cuda_started_before}"
 
 
 def toy_images(shape=(3, 16, 16), count=320, seed=5) -> Dataset:
@@ -254,7 +264,7 @@ def _launches_and_syncs(algorithm, problem, actives, timed, device: torch.device
     from torch.profiler import ProfilerActivity, profile
 
     state = algorithm.init(problem.initial_point(), problem.num_clients)
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for r in timed:
             state = vectorized_round(algorithm, state, problem, actives[r], r, 0, donate=True)
     launches = sum(e.count for e in prof.key_averages() if "LaunchKernel" in e.key)
@@ -280,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu_check: torch {torch.__version__} sees no CUDA device; run with --device cpu --small")
         print(f"gpu_check: 0 passed, 1 failed on {args.device}")
         return 1
+    cuda_started_before = apply_device_policy(args.device)
     torch.set_num_threads(1)
     sizes = Sizes(args.small)
     name = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else f"cpu ({os.cpu_count()} cores)"
@@ -288,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="gpu_check-") as folder:
         work = Path(folder)
         checks = {
-            "policy": lambda: check_policy(args.device, sizes),
+            "policy": lambda: check_policy(args.device, sizes, cuda_started_before),
             "engines equal (float64)": lambda: check_engines(args.device, sizes),
             "same bytes twice": lambda: check_same_bytes(args.device, sizes, work),
             "resume exact": lambda: check_resume(args.device, sizes, work),

@@ -379,7 +379,7 @@ def main() -> None:
                 times[name].append(timed(fn, device, clock))
         evals = {name: statistics.median(values) for name, values in times.items()}
 
-    print(f"\n{'runner':<12} {'s/round':>8} {'spread':>15} {'vs authors':>11} {'vs reference':>13} {'10,000 rounds':>14}")
+    print(f"\n{'runner':<14} {'s/round':>8} {'spread':>15} {'vs authors':>11} {'vs reference':>13} {'10,000 rounds':>14}")
     evaluations_paper = ROUNDS_PAPER // EVAL_EVERY_PAPER + 1
     eval_for = {"vectorized": "focusfl now", "reference": "focusfl now", "floor": "focusfl now",
                 "grouped floor": "focusfl now", "authors": "authors"}
@@ -387,7 +387,7 @@ def main() -> None:
         scaled = value * active_paper / active_timed
         total = ROUNDS_PAPER * scaled + evaluations_paper * evals.get(eval_for[name], 0.0)
         spread = f"{min(seconds[name]):.3f}-{max(seconds[name]):.3f}"
-        print(f"{name:<12} {value:>8.3f} {spread:>15} {per_round['authors'] / value:>10.2f}x "
+        print(f"{name:<14} {value:>8.3f} {spread:>15} {per_round['authors'] / value:>10.2f}x "
               f"{per_round['reference'] / value:>12.2f}x {total / 3600:>12.2f} h")
     if evals:
         print(f"\nevaluation of {args.test:,} test images (s): " + ", ".join(

@@ -15,9 +15,11 @@ from focusfl.errors import ConfigError
 
 @pytest.fixture
 def restored(monkeypatch):
-    """The process's switches and CUBLAS_WORKSPACE_CONFIG as they were, after the test."""
+    """The process's switches and CUBLAS_WORKSPACE_CONFIG as they were, after the test; during it,
+    a process whose CUDA has not started (also where a GPU test started it before)."""
     before = torch_settings()
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     yield
     device_module._set(before)
 
@@ -176,3 +178,42 @@ def test_a_cuda_runs_folder_is_refused_on_a_machine_without_cuda_and_left_as_it_
     assert proc.stderr.strip() == "focusfl: error: device 'cuda' asked for, but torch sees no CUDA device"
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no partial folder
+
+
+# -- no host-device synchronisation a round ---------------------------------------------------------
+def test_train_losses_stay_on_the_device_until_a_row_reads_them(monkeypatch):
+    """A round hands its minibatch losses on as PendingLosses; only the row (or a checkpoint)
+    reads them, summed exactly per round and in round order, as the numbers were before."""
+    import math
+
+    from focusfl.engine.loop import TrainLoss
+    from focusfl.problems.base import PendingLosses
+
+    reads = []
+    real = PendingLosses.values
+    monkeypatch.setattr(PendingLosses, "values", lambda self: reads.append(1) or real(self))
+    rounds = [torch.tensor([[0.5, 1.25], [0.75, 2.0]], dtype=torch.float64),
+              torch.tensor([[3.0, 0.1]], dtype=torch.float64)]
+    keeps = [torch.tensor([[True, True], [True, False]]), torch.tensor([[False, True]])]
+    loss = TrainLoss()
+    for values, keep in zip(rounds, keeps):
+        loss.add([PendingLosses(values, keep), None])  # None: a chunk that measured nothing
+    loss.add([0.25])  # numbers, as a federation's nodes send them
+    assert not reads
+    expected = (math.fsum([0.5, 1.25, 0.75]) + math.fsum([0.1])) + 0.25
+    assert loss.row() == {"train_loss": expected / 5} and len(reads) == 2
+    assert loss.state() == {"train_loss_sum": expected, "train_loss_count": 5}
+
+
+def test_active_sets_go_to_the_device_a_chunk_of_rounds_at_a_time(monkeypatch):
+    from focusfl.engine import loop
+    from focusfl.participation import make_participation
+
+    participation = make_participation("bernoulli:p=0.3", 12, seed=4)
+    copies = []
+    real = torch.as_tensor
+    monkeypatch.setattr(loop.torch, "as_tensor", lambda *a, **k: copies.append(1) or real(*a, **k))
+    drawn = list(loop.round_actives(participation, 0, 50, torch.device("cpu")))
+    assert len(copies) == 1 and [r for r, _ in drawn] == list(range(50))
+    expected = participation.active_sets(0, 50)
+    assert all(torch.equal(active, torch.as_tensor(want)) for (_, active), want in zip(drawn, expected))

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import gpu_check  # noqa: E402
 from cli_harness import cli_env, killer_script, run_cli
 from focusfl.runs.checkpoint import load_model
 
@@ -32,24 +34,9 @@ nn.GroupedFormulation._time_gradients = lambda self, k, layout, repeats=2: (1.0 
 """
 
 # Runs `focusfl ARGV[2:]` and sends itself SIGTERM at the end of round ARGV[1], as a user's kill
-# or a scheduler's preemption would; the run stops at its next round boundary with a checkpoint.
-STOPPER = """
-import os, signal, sys
-import focusfl.runs.driver as runner
-from focusfl.cli import main
-stop_at = int(sys.argv[1])
-real = runner.simulate
-
-def simulate(*args, on_round, **kwargs):
-    def then_stop(result):
-        on_round(result)
-        if result.rounds_done == stop_at:
-            os.kill(os.getpid(), signal.SIGTERM)
-    return real(*args, on_round=then_stop, **kwargs)
-
-runner.simulate = simulate
-sys.exit(main(sys.argv[2:]))
-"""
+# or a scheduler's preemption would; the run stops at its next round boundary with a checkpoint
+# (gpu_check's, which stops a CUDA run the same way).
+STOPPER = gpu_check.STOP_AFTER
 
 
 def _script(script: str, *args: str) -> subprocess.CompletedProcess:

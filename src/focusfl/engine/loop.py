@@ -30,7 +30,7 @@ import torch
 
 from ..algorithms.base import Algorithm, RoundContext, State, check_work_process
 from ..errors import ConfigError
-from ..problems.base import Problem
+from ..problems.base import PendingLosses, Problem
 from .divergence import BlowUpDetector
 from .heap import retain_freed_memory
 from .round import Collected, Engine, server_step
@@ -87,20 +87,37 @@ class EngineExchange:
 class TrainLoss:
     """The minibatch losses returned since the last row (what its ``train_loss`` averages):
     each round's losses are summed exactly (``math.fsum``, whatever order the clients came in),
-    then added in round order, so every engine and chunking gives the same bits."""
+    then added in round order, so every engine and chunking gives the same bits. Losses still on
+    the device (problems/base.py PendingLosses) are kept as they are until a row or a checkpoint
+    reads them: a round does not wait for the device to hand them to the host."""
 
     total: float = 0.0
     count: int = 0
+    pending: list = field(default_factory=list)  # each round's losses not read yet, in round order
 
-    def add(self, losses: list[float]) -> None:
-        if losses:
-            self.total += math.fsum(losses)
-            self.count += len(losses)
+    def __copy__(self) -> "TrainLoss":
+        return TrainLoss(self.total, self.count, list(self.pending))
+
+    def add(self, losses: list) -> None:
+        measured = [item for item in losses if item is not None]
+        if measured:
+            self.pending.append(measured)
+
+    def _settle(self) -> None:
+        for round_losses in self.pending:
+            values = [v for item in round_losses
+                      for v in (item.values() if isinstance(item, PendingLosses) else (item,))]
+            if values:
+                self.total += math.fsum(values)
+                self.count += len(values)
+        self.pending = []
 
     def row(self) -> dict[str, float]:
+        self._settle()
         return {"train_loss": self.total / self.count} if self.count else {}
 
     def state(self) -> dict[str, float | int]:
+        self._settle()
         return {"train_loss_sum": self.total, "train_loss_count": self.count}
 
     @classmethod
@@ -170,8 +187,13 @@ def round_actives(participation, start: int, end: int, device: torch.device) -> 
         return
     step = _rounds_per_chunk(participation)
     for lo in range(start, end, step):
-        for offset, active in enumerate(participation.active_sets(lo, min(end, lo + step))):
-            yield lo + offset, torch.as_tensor(active, dtype=torch.int64, device=device)
+        sets = participation.active_sets(lo, min(end, lo + step))
+        # One copy to the device a chunk of rounds, not one a round: a blocking copy to a GPU
+        # waits for the work queued before it, so a copy a round stopped the host every round.
+        flat = torch.as_tensor(np.concatenate([np.asarray(a, dtype=np.int64).reshape(-1) for a in sets])
+                               if sets else np.zeros(0, dtype=np.int64), device=device)
+        for offset, active in enumerate(flat.split([len(a) for a in sets])):
+            yield lo + offset, active
 
 
 class RecordedParticipation:

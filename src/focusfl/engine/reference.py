@@ -9,7 +9,7 @@ from __future__ import annotations
 
 
 from ..algorithms.base import Algorithm, RoundContext, State
-from ..problems.base import Problem, live_losses
+from ..problems.base import Problem, pending_losses
 from .round import Collected, Engine
 from .tree import concat_rows, gather_rows, scatter_rows
 
@@ -32,7 +32,7 @@ def reference_collect(algorithm: Algorithm, state: State, problem: Problem, ctx:
         rows, message = algorithm.client_round(state.server, gather_rows(state.clients, one.active), oracle, one)
         client_rows.append(rows)
         messages.append(message)
-        losses.extend(live_losses(oracle, one.steps))
+        losses.append(pending_losses(oracle, one.steps))
     return Collected(ctx.active, client_rows, concat_rows(messages), ctx.steps, losses)
 
 

@@ -32,14 +32,15 @@ class Collected(NamedTuple):
     that failed); ``rows``: their new client rows, in the form the engine's own commit reads
     (None where nodes keep them); ``message``: their stacked messages (None when nobody's work
     arrived); ``steps``: the local steps each took (int64 [n]; None: the algorithm's
-    local_steps); ``losses``: the minibatch losses of those steps (float64 numbers; empty for
-    problems that measure none)."""
+    local_steps); ``losses``: the minibatch losses of those steps, as float64 numbers (a
+    federation's nodes send them so) or problems/base.py PendingLosses still on the device (None
+    items: calls that measured none), read when a row is written (engine/loop.py TrainLoss)."""
 
     active: torch.Tensor
     rows: Any
     message: Any
     steps: torch.Tensor | None
-    losses: list[float]
+    losses: list
 
 
 def server_step(algorithm: Algorithm, state: State, collected: Collected, ctx: RoundContext,

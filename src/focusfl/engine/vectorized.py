@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import torch
 
 from ..algorithms.base import Algorithm, RoundContext, State
-from ..problems.base import Problem, live_losses
+from ..problems.base import Problem, pending_losses
 from .round import Collected, Engine
 from .tree import concat_rows, gather_rows, scatter_rows
 
@@ -48,7 +48,7 @@ def vectorized_collect(algorithm: Algorithm, state: State, problem: Problem, ctx
         rows, message = algorithm.client_round(state.server, gather_rows(state.clients, part), oracle, part_ctx)
         row_parts.append(rows)
         message_parts.append(message)
-        losses.extend(live_losses(oracle, part_steps))
+        losses.append(pending_losses(oracle, part_steps))
     # The rows stay in their chunks: the commit writes each chunk's into the table, so the
     # round's [n, d] rows are never concatenated (14 MB a round on the CIFAR-10 benchmark).
     rows = [ChunkRows(part, part_steps, part_rows) for part, part_steps, part_rows in zip(parts, step_parts, row_parts)]

@@ -39,12 +39,13 @@ from .. import __version__
 from ..algorithms import algorithm_record
 from ..algorithms.base import State
 from ..algorithms.importing import algorithm_imports
+from ..device import policy_applied
 from ..errors import ConfigError
 from ..io.atomic import write_csv, write_json
 from ..io.folders import open_output
 from ..runs.checkpoint import MODEL, save_model
 from ..runs.config import RunConfig, WithRun, record
-from ..runs.driver import build
+from ..runs.driver import build, policy_of
 from ..runs.folder import COMPLETE, DIVERGED, INTERRUPTED, write_finished
 from ..signals import handled
 from ..threads import fixed_threads
@@ -143,7 +144,8 @@ def run_federation(grid: Grid, config: FederationConfig, log=print) -> Federatio
     config = config.resolved()
     strategy, built = build_strategy(config, log=log)
     started = time.monotonic()
-    with fixed_threads(), _stop_rounds_on_signals():  # threads: as the reference replay computes
+    # threads and the device policy (deterministic kernels): as the reference replay computes
+    with fixed_threads(), policy_applied(policy_of(built.config)), _stop_rounds_on_signals():
         result = strategy.start(grid)
     if config.audit and result.interrupted is None:
         result.audit = strategy.audit(grid)

@@ -48,25 +48,45 @@ class Oracle:
         return gradients
 
 
-def live_losses(oracle: Any, steps: torch.Tensor | None) -> list[float]:
-    """The minibatch losses an oracle's calls measured at the steps its clients really took, as
-    float64 numbers: a call made for some rows only (Oracle.masked) counts those; otherwise a
-    client with ``steps[k]`` local steps counts the calls of steps ``0..steps[k]-1`` only (a
-    batched round runs max(tau_i) steps for everyone and masks the finished clients, the
-    reference loop runs each client's own tau_i). ``steps`` None: all. An oracle that measured
-    nothing (or a plain function) gives []."""
+class PendingLosses:
+    """Minibatch losses still on the problem's device, read as numbers only when asked
+    (:meth:`values`): a round hands them on without waiting for the device, and the round loop
+    reads them when it writes a row (engine/loop.py TrainLoss), so a GPU run does not stop for
+    the host every round. ``losses`` [calls, n] and ``keep`` (bool, the same shape): which count."""
+
+    def __init__(self, losses: torch.Tensor, keep: torch.Tensor) -> None:
+        self.losses, self.keep = losses, keep
+
+    def values(self) -> list[float]:
+        """The kept losses as float64 numbers, call by call (the host waits for the device here)."""
+        return self.losses[self.keep].to(torch.float64).reshape(-1).tolist()
+
+
+def pending_losses(oracle: Any, steps: torch.Tensor | None) -> PendingLosses | None:
+    """The minibatch losses an oracle's calls measured at the steps its clients really took: a
+    call made for some rows only (Oracle.masked) counts those; otherwise a client with
+    ``steps[k]`` local steps counts the calls of steps ``0..steps[k]-1`` only (a batched round
+    runs max(tau_i) steps for everyone and masks the finished clients, the reference loop runs
+    each client's own tau_i). ``steps`` None: all. None for an oracle that measured nothing (or a
+    plain function). Nothing here waits for the device."""
     calls = getattr(oracle, "calls", None)
     if not calls:
-        return []
+        return None
     losses = torch.stack([values for _, values, _ in calls])  # [calls, n]
     keep = torch.ones_like(losses, dtype=torch.bool)
-    if steps is not None:
-        taken = torch.tensor([step for step, _, _ in calls], device=losses.device)
-        keep = steps.to(losses.device)[None, :] > taken[:, None]
+    if steps is not None:  # compared with each call's step as a number: no copy to the device
+        taken = steps.to(losses.device)
+        keep = torch.stack([taken > step for step, _, _ in calls])
     for k, (_, _, live) in enumerate(calls):
         if live is not None:
             keep[k] = live.to(losses.device)
-    return losses[keep].to(torch.float64).reshape(-1).tolist()
+    return PendingLosses(losses, keep)
+
+
+def live_losses(oracle: Any, steps: torch.Tensor | None) -> list[float]:
+    """:func:`pending_losses` as float64 numbers now ([] when none were measured)."""
+    pending = pending_losses(oracle, steps)
+    return [] if pending is None else pending.values()
 
 
 def masked_gradients(oracle: Any, z: torch.Tensor, step: int, live: torch.Tensor) -> torch.Tensor:
