@@ -42,13 +42,18 @@ PROCESSES = {
 ALGORITHMS = (
     "focus", "sg_focus", "fedsum_b", "fedsum", "fedsum_cr", "scaffold", "amplified_scaffold", "pushsum_tracking",
     "proxskip", "mifa", "fedvarp", "fedstale", "fedau", "fedawe", "fedpbc", "debiasing_fedavg", "fedavg",
-    "fedavg_known_p", "fedavg_all", "fednova", "pushsum",
+    "fedavg_known_p", "fedavg_all", "fednova", "pushsum", "fedprox", "fedavgm", "fedadam", "fedyogi", "fedadagrad",
+    "feddyn", "amplified_fedavg", "fedlaavg",
 )
 # Push-sum tracking's weights mix slowly at these sizes: its exact cells get there near the
 # round budget (280-400 of 400) and its ridge/markov cell is still falling (2.9e-8) at the end,
 # so the margins asserted for the other cells (exact by half the budget, plateaus far above the
 # target) do not hold for it; its cells are still rerun and asserted as recorded.
-SLOW = ("pushsum_tracking",)
+# FedDyn at its default alpha = 0.1 is exact on logistic but slow: at round 400 it is still
+# falling (2e-8, 5e-6, 6e-9; it reaches 1e-10 at rounds 520-840 with the same steps), so its
+# logistic "plateaus" sit below the 1e-5 margin. On ridge (L of order 100) alpha = 0.1 is far
+# too small: it hovers at 1e-3 to 1e-2 (4e-4 under cyclic) up to round 2000; docs/algorithms.md.
+SLOW = ("pushsum_tracking", "feddyn")
 LOCAL_STEPS = 2
 ROUNDS = 400
 EVAL_EVERY = 10
@@ -82,6 +87,14 @@ TABLE: dict[tuple[str, str, str], tuple[float, int | float]] = {
     ('fedavg_all', 'ridge', 'bernoulli'): (0.001, 0.0022),
     ('fednova', 'ridge', 'bernoulli'): (0.000464159, 0.00233),
     ('pushsum', 'ridge', 'bernoulli'): (0.001, 0.00218),
+    ('fedprox', 'ridge', 'bernoulli'): (0.000464159, 0.00233),
+    ('fedavgm', 'ridge', 'bernoulli'): (0.000464159, 0.00275),
+    ('fedadam', 'ridge', 'bernoulli'): (0.000464159, 0.00396),
+    ('fedyogi', 'ridge', 'bernoulli'): (1.0062e-05, 0.00268),
+    ('fedadagrad', 'ridge', 'bernoulli'): (4.68e-06, 0.00281),
+    ('feddyn', 'ridge', 'bernoulli'): (0.00215443, 0.00146),
+    ('amplified_fedavg', 'ridge', 'bernoulli'): (0.00464159, 0.00154),
+    ('fedlaavg', 'ridge', 'bernoulli'): (0.001, 6.59e-05),
     ('focus', 'ridge', 'markov'): (0.00464159, 200),
     ('sg_focus', 'ridge', 'markov'): (0.00464159, 200),
     ('fedsum_b', 'ridge', 'markov'): (0.0215443, 200),
@@ -103,6 +116,14 @@ TABLE: dict[tuple[str, str, str], tuple[float, int | float]] = {
     ('fedavg_all', 'ridge', 'markov'): (0.00215443, 0.00253),
     ('fednova', 'ridge', 'markov'): (0.000464159, 0.00282),
     ('pushsum', 'ridge', 'markov'): (0.001, 0.00258),
+    ('fedprox', 'ridge', 'markov'): (0.000464159, 0.00282),
+    ('fedavgm', 'ridge', 'markov'): (0.001, 0.00297),
+    ('fedadam', 'ridge', 'markov'): (2.16333e-05, 0.00285),
+    ('fedyogi', 'ridge', 'markov'): (2.16333e-05, 0.00288),
+    ('fedadagrad', 'ridge', 'markov'): (1.0062e-05, 0.0033),
+    ('feddyn', 'ridge', 'markov'): (0.0215443, 0.00407),
+    ('amplified_fedavg', 'ridge', 'markov'): (0.001, 0.00248),
+    ('fedlaavg', 'ridge', 'markov'): (0.001, 6.6e-05),
     ('focus', 'ridge', 'cyclic'): (0.001, 110),
     ('sg_focus', 'ridge', 'cyclic'): (0.001, 110),
     ('fedsum_b', 'ridge', 'cyclic'): (0.00464159, 90),
@@ -124,6 +145,14 @@ TABLE: dict[tuple[str, str, str], tuple[float, int | float]] = {
     ('fedavg_all', 'ridge', 'cyclic'): (0.00215443, 0.000276),
     ('fednova', 'ridge', 'cyclic'): (0.001, 0.000287),
     ('pushsum', 'ridge', 'cyclic'): (0.00215443, 0.00113),
+    ('fedprox', 'ridge', 'cyclic'): (0.001, 0.000287),
+    ('fedavgm', 'ridge', 'cyclic'): (0.001, 6.68e-05),
+    ('fedadam', 'ridge', 'cyclic'): (1.0062e-05, 1.44e-05),
+    ('fedyogi', 'ridge', 'cyclic'): (2.16333e-05, 2.13e-05),
+    ('fedadagrad', 'ridge', 'cyclic'): (1.0062e-05, 2.85e-05),
+    ('feddyn', 'ridge', 'cyclic'): (0.001, 0.000397),
+    ('amplified_fedavg', 'ridge', 'cyclic'): (0.000464159, 0.000137),
+    ('fedlaavg', 'ridge', 'cyclic'): (0.001, 6.61e-05),
     ('focus', 'logistic', 'bernoulli'): (0.1, 90),
     ('sg_focus', 'logistic', 'bernoulli'): (0.1, 90),
     ('fedsum_b', 'logistic', 'bernoulli'): (0.464159, 90),
@@ -145,6 +174,14 @@ TABLE: dict[tuple[str, str, str], tuple[float, int | float]] = {
     ('fedavg_all', 'logistic', 'bernoulli'): (0.0464159, 0.067),
     ('fednova', 'logistic', 'bernoulli'): (0.0215443, 0.0826),
     ('pushsum', 'logistic', 'bernoulli'): (0.0464159, 0.0744),
+    ('fedprox', 'logistic', 'bernoulli'): (0.0215443, 0.0827),
+    ('fedavgm', 'logistic', 'bernoulli'): (0.0464159, 0.0774),
+    ('fedadam', 'logistic', 'bernoulli'): (0.215443, 0.0438),
+    ('fedyogi', 'logistic', 'bernoulli'): (0.000465116, 0.0847),
+    ('fedadagrad', 'logistic', 'bernoulli'): (0.000216333, 0.0813),
+    ('feddyn', 'logistic', 'bernoulli'): (1.0, 2.2e-08),
+    ('amplified_fedavg', 'logistic', 'bernoulli'): (0.0215443, 0.0763),
+    ('fedlaavg', 'logistic', 'bernoulli'): (0.0464159, 0.00154),
     ('focus', 'logistic', 'markov'): (0.464159, 140),
     ('sg_focus', 'logistic', 'markov'): (0.464159, 140),
     ('fedsum_b', 'logistic', 'markov'): (0.464159, 170),
@@ -166,6 +203,14 @@ TABLE: dict[tuple[str, str, str], tuple[float, int | float]] = {
     ('fedavg_all', 'logistic', 'markov'): (0.464159, 0.0707),
     ('fednova', 'logistic', 'markov'): (0.215443, 0.0609),
     ('pushsum', 'logistic', 'markov'): (0.215443, 0.0905),
+    ('fedprox', 'logistic', 'markov'): (0.215443, 0.061),
+    ('fedavgm', 'logistic', 'markov'): (0.1, 0.0842),
+    ('fedadam', 'logistic', 'markov'): (0.001, 0.0813),
+    ('fedyogi', 'logistic', 'markov'): (0.001, 0.0865),
+    ('fedadagrad', 'logistic', 'markov'): (0.000465116, 0.0842),
+    ('feddyn', 'logistic', 'markov'): (1.0, 5.23e-06),
+    ('amplified_fedavg', 'logistic', 'markov'): (0.215443, 0.0607),
+    ('fedlaavg', 'logistic', 'markov'): (0.0464159, 0.00153),
     ('focus', 'logistic', 'cyclic'): (0.1, 100),
     ('sg_focus', 'logistic', 'cyclic'): (0.1, 100),
     ('fedsum_b', 'logistic', 'cyclic'): (0.215443, 100),
@@ -187,6 +232,14 @@ TABLE: dict[tuple[str, str, str], tuple[float, int | float]] = {
     ('fedavg_all', 'logistic', 'cyclic'): (0.1, 0.00609),
     ('fednova', 'logistic', 'cyclic'): (0.0215443, 0.00481),
     ('pushsum', 'logistic', 'cyclic'): (0.1, 0.0222),
+    ('fedprox', 'logistic', 'cyclic'): (0.0215443, 0.00482),
+    ('fedavgm', 'logistic', 'cyclic'): (0.0464159, 0.00149),
+    ('fedadam', 'logistic', 'cyclic'): (0.000465116, 0.000699),
+    ('fedyogi', 'logistic', 'cyclic'): (0.000465116, 0.000638),
+    ('fedadagrad', 'logistic', 'cyclic'): (0.000216333, 0.000524),
+    ('feddyn', 'logistic', 'cyclic'): (1.0, 5.84e-09),
+    ('amplified_fedavg', 'logistic', 'cyclic'): (0.0215443, 0.00323),
+    ('fedlaavg', 'logistic', 'cyclic'): (0.0464159, 0.00154),
 }
 
 
