@@ -94,7 +94,7 @@ def _given(args) -> list[str]:
 
 def _cmd_run(args) -> int:
     from .errors import ConfigError
-    from .runs.folder import resume_folder, run_to_folder
+    from .runs.folder import BUDGET_EXHAUSTED, resume_folder, run_to_folder
     from .runs.config import RunConfig, config_from_json
 
     if args.resume:
@@ -127,6 +127,11 @@ def _cmd_run(args) -> int:
         print(f"round {last['round']}: {shown}")
     print(f"wrote {out}/metrics.csv, config.json, curve.png")
     _print_log_dir(Path(out))
+    if last is not None and "epsilon_client" in last:
+        print(f"privacy: client {last['epsilon_client']} has spent the most, epsilon {last['epsilon_max']:.4g} "
+              f"(median {last['epsilon_median']:.4g})")
+    if result.stopped is not None:
+        print(f"stopped: {result.stopped} (status {BUDGET_EXHAUSTED} in config.json)")
     if result.diverged_at is not None:
         from .engine.divergence import BlowUpDetector
 

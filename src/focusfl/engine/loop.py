@@ -121,6 +121,7 @@ class RunResult:
     blow_up: BlowUpDetector | None = None  # the run's detector (its state goes into checkpoints)
     train_loss: TrainLoss = field(default_factory=TrainLoss)  # losses since the last row (checkpointed)
     closing: bool = False  # the last row is a closing row (off the cadence: see the module docstring)
+    stopped: str | None = None  # why a run stopped before its last round other than diverging (a DP budget)
 
 
 class Resume(NamedTuple):
@@ -219,6 +220,7 @@ def run_rounds(
     on_round: Callable[[RunResult], None] | None = None,
     keep_rows: bool = True,
     progress=None,
+    privacy=None,
 ) -> RunResult:
     """Run ``rounds`` rounds of ``algorithm`` through ``exchange`` (see the module docstring).
 
@@ -229,7 +231,10 @@ def run_rounds(
     False hands rows to ``on_row`` only; ``on_round(result)`` is called after every round, at a
     point where ``result.state`` is consistent (a checkpoint can be taken, or an exception
     raised to stop); ``progress``: a bar whose ``update(1)`` is called per round. A non-finite
-    model or a blow-up (engine/divergence.py) stops the run: its last row has ``diverged``."""
+    model or a blow-up (engine/divergence.py) stops the run: its last row has ``diverged``.
+    ``privacy`` (focusfl.privacy.RunPrivacy, None: none): clips and noises the messages that
+    arrived before the server step, adds its columns to the rows, and stops the run (``stopped``)
+    before a round that would exceed its budget."""
     n = problem.num_clients
     if participation is not None and participation.num_clients != n:
         raise ConfigError(f"participation has {participation.num_clients} clients, problem has {n}")
@@ -258,7 +263,8 @@ def run_rounds(
         # A closing row leaves what the run carries untouched (see the module docstring).
         detector = copy.deepcopy(result.blow_up) if closing else result.blow_up
         row = evaluation_row(algorithm.model(result.state), problem, detector, done=done, active=active_count,
-                             comm=result.comm, extra={**result.train_loss.row(), **exchange.counters()})
+                             comm=result.comm, extra={**result.train_loss.row(), **exchange.counters(),
+                                                      **(privacy.columns() if privacy is not None else {})})
         if not closing:
             result.train_loss = TrainLoss()
         result.last_row, result.closing = row, closing
@@ -276,8 +282,15 @@ def run_rounds(
         ctx = RoundContext(round=r, active=requested, num_clients=n, lr_scale=schedule(r),
                            steps=None if work is None else work.steps(r, requested))
         algorithm.check_work(ctx)
+        if privacy is not None and (reason := privacy.exhausted(r, requested)) is not None:
+            result.stopped = reason
+            if eval_every is not None and (result.last_row or {}).get("round") != r:
+                evaluate(r, 0, closing=True)
+            break
         collected = exchange.collect(result.state, ctx)
         ctx = ctx._replace(active=collected.active, steps=collected.steps)
+        if privacy is not None:  # the clients' messages, as the server receives them
+            collected = collected._replace(message=privacy.messages(collected.message, r, collected.active))
         server = server_step(algorithm, result.state, collected, ctx, problem, seed)
         result.state = exchange.commit(result.state, server, collected, ctx)
         result.rounds_done = r + 1

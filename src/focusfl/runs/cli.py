@@ -67,6 +67,11 @@ _OPTIONS = {
                            "variates: N rows) may take, e.g. 512MB or 4GiB; a larger table is memory-mapped in the "
                            "run folder (clients.bin) and only the active clients' rows are read and written each "
                            "round; same results either way (0: always on disk)", metavar="SIZE"),
+    "dp": Option("client-level differential privacy: none, or clip=C,noise=SIGMA,mode=central|local"
+                 "[,delta=D][,target_epsilon=E]: each vector a client sends clipped to norm C, Gaussian noise of "
+                 "SIGMA*C on the round's sum (central) or on each message (local); with delta, metrics.csv gains "
+                 "epsilon_max and epsilon_median; target_epsilon stops the run before a client would exceed it "
+                 "(docs/privacy.md)", metavar="DP"),
 }
 assert set(_OPTIONS) == {f.name for f in fields(RunConfig)}, "every run field is an option"
 

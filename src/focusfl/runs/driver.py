@@ -24,6 +24,7 @@ from ..engine import Resume, RunResult, simulate
 from ..errors import ConfigError, FocusflError
 from ..metrics import progress_metrics
 from ..participation import make_participation
+from ..privacy import check_privacy, run_privacy
 from ..problems import make_problem
 from ..spec import parse_spec
 from ..threads import fixed_threads
@@ -139,6 +140,7 @@ def build(config: RunConfig, *, problems: dict | None = None, allow_model_import
         config.participation, problem.num_clients, seed=config.seed, problem=problem))
     work = _part("work", lambda: make_work(config.work, problem.num_clients, algorithm.local_steps, seed=config.seed))
     _part("work-algorithm", lambda: check_work_process(algorithm, work))
+    _part("algorithm", lambda: check_privacy(config.dp, algorithm))
     return BuiltRun(config, algorithm, problem, participation, work, asked)
 
 
@@ -212,6 +214,8 @@ def execute(
     if resume is None and folder is not None:
         resume = Resume(starting_state(built, folder), 0)
     start_round = 0 if resume is None else resume.start_round
+    privacy = run_privacy(cfg.dp, built.algorithm, built.problem, built.participation, seed=cfg.seed,
+                          end_round=cfg.rounds, start_round=start_round)
     bar = None
     if progress:
         bar = tqdm(total=cfg.rounds, initial=start_round, desc=built.algorithm.name,
@@ -240,6 +244,7 @@ def execute(
                 keep_rows=keep_rows,
                 on_round=on_round,
                 work=built.work,
+                privacy=privacy,
             )
     finally:
         if bar is not None:
