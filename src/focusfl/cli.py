@@ -451,12 +451,14 @@ def _add_sweep(sub) -> None:
 
     # The run fields come from the experiment file (experiments/sweep.py's DEFAULTS); threads is
     # how each worker computes, recorded in every run's config.json.
-    add_run_options(p, ("threads", "work"), defaults={"work": None}, helps={
+    add_run_options(p, ("threads", "work", "dp"), defaults={"work": None, "dp": None}, helps={
         "threads": "torch threads per worker (small runs are fastest so, and the results do not depend on "
                    "--workers; a thread count changes float rounding)",
         "work": "work SPEC of every run, replacing the file's 'work' axis: each active client's local steps per "
                 "round (fixed, uniform, 'rates:r=0.25;1;...', markov; docs/algorithms.md) (default: the file's "
-                "'work', else fixed)"})
+                "'work', else fixed)",
+        "dp": "client-level DP of every run, replacing the file's 'dp': clip=C,noise=SIGMA,mode=central|local"
+              "[,delta=D][,target_epsilon=E] (docs/privacy.md) (default: the file's 'dp', else none)"})
     p.add_argument("--executor", choices=["local", "ray"], default="local",
                    help="local: this machine; ray: tasks on a Ray cluster (pip install '.[ray]' in a clone)")
     p.add_argument("--address", help="with --executor ray: the cluster's address (default: start a local Ray)")
@@ -474,7 +476,7 @@ def _add_sweep(sub) -> None:
 def _cmd_sweep(args) -> int:
     from .experiments.sweep import load_experiment, restart_note, run_sweep
 
-    experiment = load_experiment(args.experiment, work=args.work)
+    experiment = load_experiment(args.experiment, work=args.work, dp=args.dp)
     out = Path(args.out or f"runs/{Path(args.experiment).stem}")
     report = run_sweep(experiment, out, workers=args.workers, threads=args.threads, executor=args.executor,
                        address=args.address, checkpoint_every=args.checkpoint_every, band=args.band,

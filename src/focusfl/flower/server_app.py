@@ -42,8 +42,9 @@ from ..io.atomic import write_csv, write_json
 from ..io.folders import open_output
 from ..runs.checkpoint import MODEL, save_model
 from ..runs.config import RunConfig, WithRun, record
+from ..privacy import run_privacy
 from ..runs.driver import build
-from ..runs.folder import COMPLETE, DIVERGED, INTERRUPTED, write_finished
+from ..runs.folder import BUDGET_EXHAUSTED, COMPLETE, DIVERGED, INTERRUPTED, write_finished
 from ..signals import handled
 from ..threads import fixed_threads
 from ..work.trace import trace_record, trace_text
@@ -123,10 +124,18 @@ def build_strategy(config: FederationConfig, log=print) -> tuple[AlgorithmStrate
     run = config.resolved().run
     anyone = available(run.participation)
     built = build(run.replace(participation="full" if anyone else run.participation, engine="reference"))
+    participation = None if anyone else built.participation
+    # No amplification by sampling in a federation: who arrives depends on the nodes' failures too,
+    # not on the process's coins alone (and the replay on the realized trace accounts alike).
+    privacy = run_privacy(run.dp, built.algorithm, built.problem, None, seed=run.seed, end_round=run.rounds)
+    if privacy is not None and privacy.dp.mode == "local":
+        raise ConfigError("--dp mode=local in a federation: the nodes would have to noise their own messages, which "
+                          "focusfl's client app does not do yet; use mode=central (the server clips and noises)")
     strategy = AlgorithmStrategy(built.algorithm, built.problem, rounds=run.rounds,
-                                 participation=None if anyone else built.participation, work=built.work,
+                                 participation=participation, work=built.work,
                                  seed=run.seed, dtype=built.config.dtype, schedule=run.schedule,
-                                 eval_every=built.config.eval_every, timeout=config.timeout, token=config.token, log=log)
+                                 eval_every=built.config.eval_every, timeout=config.timeout, token=config.token, log=log,
+                                 privacy=privacy)
     return strategy, built
 
 
@@ -208,7 +217,9 @@ def write_results(out: Path, strategy: AlgorithmStrategy, built, config: Federat
         recorded = record(replay, algorithm=strategy.algorithm.describe(), problem=built.problem.describe(),
                           participation={"name": "trace", "path": str(out / "trace.csv")},
                           work=trace_record(out / "work.csv", work_text) if counted else None)
-        status = DIVERGED if result.diverged_at is not None else COMPLETE
+        status = DIVERGED if result.diverged_at is not None else COMPLETE if result.stopped is None else BUDGET_EXHAUSTED
+        if result.stopped is not None:
+            recorded["stopped"] = result.stopped
         if result.interrupted is not None:
             status, recorded["interrupted_after_round"] = INTERRUPTED, rounds
         write_finished(work, recorded, result.rows, status=status, rounds_done=rounds, title=title)
