@@ -317,3 +317,27 @@ def test_dp_on_sweep_and_a_federation(tmp_path):
     replayed = _rows(tmp_path / "replay")
     for key in ("round", "loss", "epsilon_max", "epsilon_median", "epsilon_client"):
         assert [r[key] for r in replayed] == [r[key] for r in _rows(fed)], key
+
+
+# -- the study ----------------------------------------------------------------------------------
+def test_calibrated_sigma_spends_the_budget_on_the_most_spending_client():
+    from focusfl.experiments.privacy_study import calibrated_sigma
+    from focusfl.privacy.accounting import Accountant
+
+    problem = _problem()
+    for name in ("markov", "bernoulli"):
+        process = make_participation(name, 8, seed=0, problem=problem)
+        counts = process.rows(0, 50).sum(axis=0)
+        amp = amplification(process, "central")
+        sigma = calibrated_sigma(counts, 50, 4.0, 1e-5, 2, amp)
+        spent = Accountant(noise_multiplier(sigma, 2), 1e-5, amp, 8).epsilons(counts, 50).max()
+        assert 4.0 * 0.99 < spent <= 4.0
+
+
+def test_the_privacy_study_section_judges_its_claim_from_its_runs():
+    from focusfl.experiments.privacy_study import EXACT_UNDER_DP, privacy_section
+
+    section = privacy_section(quick=True)
+    assert [c.where for c in section.claims] == ["local DP"]
+    assert section.claims[0].verdict.name == EXACT_UNDER_DP.name
+    assert "| local | markov | 8 |" in section.text[1] and "| none | bernoulli | ∞ |" in section.text[1]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from focusfl.experiments import nn_study, reproduce_report, suite_study  # noqa: F401 (they register their criteria)
+from focusfl.experiments import nn_study, privacy_study, reproduce_report, suite_study  # noqa: F401 (they register their criteria)
 from focusfl.experiments.verdicts import (ANOTHER_AXIS, CRITERIA, INCONCLUSIVE, INCONCLUSIVE_QUICK, NOT_REPRODUCED,
                                           OUTCOMES, REPRODUCED, Claim, Criterion, Verdict, ahead, show)
 
@@ -180,6 +180,13 @@ CASES: dict[str, list[tuple[dict, str]]] = {
         ({"processes": 4, "processes_at_least_as_good": 0, "step_at_grid_edge": False}, N),
         ({"processes": 4, "processes_at_least_as_good": 1, "step_at_grid_edge": False}, I),
         ({"processes": 4, "processes_at_least_as_good": 4, "step_at_grid_edge": True}, I)],
+    "privacy-exact-ahead": [
+        ({"exact_bernoulli": three(0.1, 0.2, 0.15), "fedavg_bernoulli": three(0.3, 0.4, 0.5),
+          "exact_markov": three(0.2, 0.1, 0.1), "fedavg_markov": three(0.6, 0.5, 0.7)}, R),
+        ({"exact_bernoulli": three(0.6, 0.7, 0.65), "fedavg_bernoulli": three(0.3, 0.4, 0.5),
+          "exact_markov": three(0.2, 0.1, 0.1), "fedavg_markov": three(0.6, 0.5, 0.7)}, N),
+        ({"exact_bernoulli": three(0.1, 0.45, 0.15), "fedavg_bernoulli": three(0.3, 0.4, 0.5),
+          "exact_markov": three(0.2, 0.1, 0.1), "fedavg_markov": three(0.6, 0.5, 0.7)}, I)],
 }
 
 
