@@ -14,15 +14,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..engine.loop import ROUND_CELLS, ROUND_CHUNK
 from ..errors import ConfigError
 from .accounting import Accountant, Amplification, amplification, library, noise_multiplier
-from .config import NONE, DPConfig, dp_text, parse_dp
+from .config import NONE, DPConfig, parse_dp
 from .mechanism import privatize
 
-__all__ = ["NONE", "DPConfig", "RunPrivacy", "central_covers", "check_privacy", "dp_text", "parse_dp", "run_privacy"]
+__all__ = ["NONE", "DPConfig", "RunPrivacy", "central_covers", "check_privacy", "parse_dp", "run_privacy"]
 
-# Rounds whose active sets are counted at once when a resumed run recounts its participation.
-_COUNT_CHUNK = 1024
 
 
 class RunPrivacy:
@@ -44,11 +43,14 @@ class RunPrivacy:
                 self.k_max, self.r_max = k_max, torch.as_tensor(r_max, device=device)
 
     def resume(self, participation: Any, start_round: int) -> None:
-        """The counts of rounds 0..start_round-1, recounted from the participation process (a
-        simulation's clients all arrive; a federation's recount is an upper bound)."""
+        """The counts of rounds 0..start_round-1, recounted from the participation process a chunk
+        of rounds at a time, as the round loop draws them (a simulation's clients all arrive)."""
         counts = np.zeros(self.counts.numel(), dtype=np.int64)
-        for lo in range(0, start_round, _COUNT_CHUNK):
-            counts += participation.rows(lo, min(start_round, lo + _COUNT_CHUNK)).sum(axis=0)
+        step = max(1, min(ROUND_CHUNK, ROUND_CELLS // max(1, counts.size)))
+        for lo in range(0, start_round, step):
+            joined = participation.active_sets(lo, min(start_round, lo + step))
+            if joined:
+                np.add.at(counts, np.concatenate(joined), 1)
         self.counts = torch.as_tensor(counts, device=self.counts.device)
         self.rounds = start_round
 

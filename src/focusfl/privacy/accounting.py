@@ -52,10 +52,9 @@ def library() -> Any:
 
 class Amplification(NamedTuple):
     """How a process's sampling enters the accounting: ``kind`` none, poisson (``rates`` p_i) or
-    uniform (``sample`` m of N); ``why``: a sentence for the run's summary and the docs."""
+    uniform (``sample`` m of N)."""
 
     kind: str
-    why: str
     rates: np.ndarray | None = None
     sample: int | None = None
 
@@ -63,14 +62,13 @@ class Amplification(NamedTuple):
 def amplification(participation: Any, mode: str) -> Amplification:
     """The amplification the process justifies under ``mode`` (module docstring)."""
     name = getattr(participation, "name", None)
-    if mode == "local":
-        return Amplification("none", "local mode: the server sees who sent, so sampling hides nothing from it")
-    if name in POISSON_PROCESSES and not getattr(participation, "redraw", False):
-        return Amplification("poisson", f"{name}: independent coins with known p_i (Poisson sampling)",
-                             rates=np.asarray(participation.nominal_p(), dtype=np.float64))
-    if name == "uniform":
-        return Amplification("uniform", "uniform: m of N without replacement", sample=int(participation.m))
-    return Amplification("none", f"{name}: not independent coins with known rates; composition over the rounds joined")
+    if mode == "local":  # the server sees who sent: sampling hides nothing from it
+        return Amplification("none")
+    if name in POISSON_PROCESSES and not getattr(participation, "redraw", False):  # known independent coins
+        return Amplification("poisson", rates=np.asarray(participation.nominal_p(), dtype=np.float64))
+    if name == "uniform":  # m of N without replacement
+        return Amplification("uniform", sample=int(participation.m))
+    return Amplification("none")  # memory, unknown rates or a recorded trace: composition over the rounds joined
 
 
 def noise_multiplier(sigma: float, vectors: int) -> float:

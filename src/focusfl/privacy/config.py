@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..errors import ConfigError
-from ..spec import convert
+from ..spec import parse_spec
 
 MODES = ("central", "local")
 NONE = "none"  # no differential privacy: the record's default, left out of a run's key
@@ -84,20 +84,8 @@ def parse_dp(spec: str | dict | None) -> DPConfig | None:
 
 
 def _pairs(text: str) -> dict[str, Any]:
-    params: dict[str, Any] = {}
-    for item in text.split(","):
-        key, eq, value = item.partition("=")
-        key = key.strip()
-        if not eq or not key:
-            raise ConfigError(f"--dp: expected key=value, got {item.strip()!r}")
-        if key in params:
-            raise ConfigError(f"--dp: key {key!r} given twice")
-        params[key] = convert(value.strip())
-    return params
-
-
-def dp_text(dp: DPConfig | None) -> str:
-    """The ``--dp`` string of a record (``none`` without DP)."""
-    if dp is None:
-        return NONE
-    return ",".join(f"{k}={v}" for k, v in dp.describe().items())
+    """The ``key=value,...`` of a --dp string, parsed as a SPEC's parameters are."""
+    try:
+        return parse_spec(f"dp:{text}")[1]
+    except ConfigError as exc:
+        raise ConfigError(f"--dp: {exc}") from None

@@ -42,13 +42,15 @@ def clip_rows(rows: torch.Tensor, clip: float) -> torch.Tensor:
 
 def keyed_gaussian(seed: int, round_: int, clients: torch.Tensor, field: int, dim: int) -> torch.Tensor:
     """Standard normal numbers, float64 [n, dim], one row per client, keyed by (seed, round,
-    client, field, coordinate) (Box-Muller on two 32-bit uniforms; the tail is cut at about 6.7
-    standard deviations, docs/privacy.md)."""
-    positions = torch.arange(2 * dim, dtype=torch.int64, device=clients.device)
+    client, field, coordinate): Box-Muller on pairs of 32-bit uniforms, both of its normals used
+    (one hash per number; the tail is cut at about 6.7 standard deviations, docs/privacy.md)."""
+    half = (dim + 1) // 2
+    positions = torch.arange(2 * half, dtype=torch.int64, device=clients.device)
     bits = hash_bits(seed, round_, clients[:, None], NOISE_STREAM + field, positions[None, :], device=clients.device)
     uniforms = (bits.to(torch.float64) + 0.5) / float(2**32)
-    radius = torch.sqrt(-2.0 * torch.log(uniforms[:, :dim]))
-    return radius * torch.cos((2.0 * math.pi) * uniforms[:, dim:])
+    radius = torch.sqrt(-2.0 * torch.log(uniforms[:, :half]))
+    angle = (2.0 * math.pi) * uniforms[:, half:]
+    return torch.cat([radius * torch.cos(angle), radius * torch.sin(angle)], dim=1)[:, :dim]
 
 
 def noise_std(dp: DPConfig, participants: int) -> float:
