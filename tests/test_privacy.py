@@ -169,9 +169,19 @@ def test_bad_dp_options_on_the_command_line(tmp_path):
                      "clip=1,noise=1", "--out", str(tmp_path / "fedau")))
     commands.append(("tune", "--algorithm", "focus", "--problem", "ridge:clients=4,dim=3", "--rounds", "2",
                      "--dp", "clip=-1,noise=1"))
-    for proc, contains in zip(run_cli_together(commands), [*BAD_DP.values(), "use mode=local", "clip must be"]):
+    experiment = tmp_path / "bad.toml"
+    experiment.write_text('algorithms = ["focus"]\nproblems = ["ridge:clients=4,dim=3"]\nrounds = 2\ndp = "clip=1"\n')
+    commands.append(("sweep", str(experiment), "--out", str(tmp_path / "sweep")))
+    commands.append(("sweep", str(experiment), "--dp", "clip=1,noise=1,mode=secret", "--out", str(tmp_path / "sweep")))
+    federation = ("federation", "local", "--nodes", "2", "--problem", "ridge:clients=2,dim=3", "--rounds", "2")
+    commands.append((*federation, "--algorithm", "focus", "--dp", "clip=1,noise=1,mode=local", "--out",
+                     str(tmp_path / "fed")))
+    commands.append((*federation, "--algorithm", "fedau", "--dp", "clip=1,noise=1", "--out", str(tmp_path / "fed")))
+    expected = [*BAD_DP.values(), "use mode=local", "clip must be", "noise is required", "mode must be",
+                "client app does not do yet", "use mode=local"]
+    for proc, contains in zip(run_cli_together(commands), expected, strict=True):
         assert_one_line_error(proc, 2, contains)
-    assert not any(tmp_path.iterdir())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.toml"]
 
 
 def test_without_the_library_a_dp_run_says_how_to_install(monkeypatch):

@@ -42,7 +42,7 @@ from ..io.atomic import write_csv, write_json
 from ..io.folders import open_output
 from ..runs.checkpoint import MODEL, save_model
 from ..runs.config import RunConfig, WithRun, record
-from ..privacy import run_privacy
+from ..privacy import parse_dp, run_privacy
 from ..runs.driver import build
 from ..runs.folder import BUDGET_EXHAUSTED, COMPLETE, DIVERGED, INTERRUPTED, write_finished
 from ..signals import handled
@@ -80,6 +80,11 @@ class FederationConfig(WithRun):
             run = RunConfig(**{**FEDERATION_DEFAULTS, **run_fields})
         elif run_fields:
             raise ConfigError(f"a federation takes its run or its run's fields, not both ({sorted(run_fields)[0]!r})")
+        dp = parse_dp(run.dp)
+        if dp is not None and dp.mode == "local":
+            raise ConfigError("--dp mode=local in a federation: the nodes would have to noise their own messages, "
+                              "which focusfl's client app does not do yet; use mode=central (the server clips and "
+                              "noises)")
         for name, value in (("run", run), ("timeout", timeout), ("out", out), ("token", token), ("audit", audit)):
             object.__setattr__(self, name, value)
 
@@ -128,9 +133,6 @@ def build_strategy(config: FederationConfig, log=print) -> tuple[AlgorithmStrate
     # No amplification by sampling in a federation: who arrives depends on the nodes' failures too,
     # not on the process's coins alone (and the replay on the realized trace accounts alike).
     privacy = run_privacy(run.dp, built.algorithm, built.problem, None, seed=run.seed, end_round=run.rounds)
-    if privacy is not None and privacy.dp.mode == "local":
-        raise ConfigError("--dp mode=local in a federation: the nodes would have to noise their own messages, which "
-                          "focusfl's client app does not do yet; use mode=central (the server clips and noises)")
     strategy = AlgorithmStrategy(built.algorithm, built.problem, rounds=run.rounds,
                                  participation=participation, work=built.work,
                                  seed=run.seed, dtype=built.config.dtype, schedule=run.schedule,
