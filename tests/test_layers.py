@@ -25,7 +25,7 @@ PACKAGE = SRC / "focusfl"
 
 LAYERS = ("base", "io", "core", "runs", "experiments", "flower", "cli")
 BASE = {"__init__", "errors", "spec", "limits", "rng", "argtypes", "threads", "signals", "device"}
-CORE = {"algorithms", "engine", "problems", "participation", "work", "matrix", "data", "plots", "metrics"}
+CORE = {"algorithms", "engine", "problems", "participation", "work", "matrix", "data", "plots", "metrics", "privacy"}
 # io/ sits below the rest of base too: it may name focusfl's errors and version, nothing else.
 IO_MAY_IMPORT = {"focusfl", "focusfl.errors"}
 
@@ -204,6 +204,7 @@ def test_the_checker_finds_a_cycle_and_an_upward_arrow():
 LAZY_LIBRARIES = {  # optional extras, or slow to import for commands that never use them
     "flwr", "ray", "transformers", "datasets", "flwr_datasets", "safetensors", "tokenizers", "pyarrow",
     "tensorboard", "matplotlib", "PIL", "scipy", "cryptography", "grpc", "huggingface_hub", "psutil",
+    "dp_accounting",  # the privacy extra: only runs with --dp ...,delta=D import it
 }
 LAZY_MODULES = {
     # Every command's modules are imported inside `_interrupts_deferred()` so that a Ctrl-C during

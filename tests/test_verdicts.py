@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from focusfl.experiments import (baselines_study, nn_study, reproduce_report,  # noqa: F401 (they register
+from focusfl.experiments import (baselines_study, nn_study, privacy_study, reproduce_report,  # noqa: F401 (they register
                                  suite_study)  # their criteria)
 from focusfl.experiments.verdicts import (ANOTHER_AXIS, CRITERIA, INCONCLUSIVE, INCONCLUSIVE_QUICK, NOT_REPRODUCED,
                                           OUTCOMES, REPRODUCED, Claim, Criterion, Verdict, ahead, show)
@@ -194,6 +194,13 @@ CASES: dict[str, list[tuple[dict, str]]] = {
         ({"candidate_rounds": [INF] * 3, "fedavg_rounds": [INF] * 3, "rounds": 100}, I),
         ({"candidate_rounds": [60], "fedavg_rounds": [INF], "rounds": 100}, I)]
        for name in ("feddyn-exact-partial", "fedlaavg-unbiased-intermittent")},
+    "privacy-exact-ahead": [
+        ({"exact_bernoulli": three(0.1, 0.2, 0.15), "fedavg_bernoulli": three(0.3, 0.4, 0.5),
+          "exact_markov": three(0.2, 0.1, 0.1), "fedavg_markov": three(0.6, 0.5, 0.7)}, R),
+        ({"exact_bernoulli": three(0.6, 0.7, 0.65), "fedavg_bernoulli": three(0.3, 0.4, 0.5),
+          "exact_markov": three(0.2, 0.1, 0.1), "fedavg_markov": three(0.6, 0.5, 0.7)}, N),
+        ({"exact_bernoulli": three(0.1, 0.45, 0.15), "fedavg_bernoulli": three(0.3, 0.4, 0.5),
+          "exact_markov": three(0.2, 0.1, 0.1), "fedavg_markov": three(0.6, 0.5, 0.7)}, I)],
 }
 
 

@@ -95,7 +95,7 @@ def _given(args) -> list[str]:
 
 def _cmd_run(args) -> int:
     from .errors import ConfigError
-    from .runs.folder import resume_folder, run_to_folder
+    from .runs.folder import BUDGET_EXHAUSTED, resume_folder, run_to_folder
     from .runs.config import RunConfig, config_from_json
 
     if args.resume:
@@ -129,6 +129,11 @@ def _cmd_run(args) -> int:
         _explain_negative_loss(last, Path(out))
     print(f"wrote {out}/metrics.csv, config.json, curve.png")
     _print_log_dir(Path(out))
+    if last is not None and "epsilon_client" in last:
+        print(f"privacy: client {last['epsilon_client']} has spent the most, epsilon {last['epsilon_max']:.4g} "
+              f"(median {last['epsilon_median']:.4g})")
+    if result.stopped is not None:
+        print(f"stopped: {result.stopped} (status {BUDGET_EXHAUSTED} in config.json)")
     if result.diverged_at is not None:
         from .engine.divergence import BlowUpDetector
 
@@ -499,12 +504,14 @@ def _add_sweep(sub) -> None:
 
     # The run fields come from the experiment file (experiments/sweep.py's DEFAULTS); threads is
     # how each worker computes, recorded in every run's config.json.
-    add_run_options(p, ("threads", "work"), defaults={"work": None}, helps={
+    add_run_options(p, ("threads", "work", "dp"), defaults={"work": None, "dp": None}, helps={
         "threads": "torch threads per worker (small runs are fastest so, and the results do not depend on "
                    "--workers; a thread count changes float rounding)",
         "work": "work SPEC of every run, replacing the file's 'work' axis: each active client's local steps per "
                 "round (fixed, uniform, 'rates:r=0.25;1;...', markov; docs/algorithms.md) (default: the file's "
-                "'work', else fixed)"})
+                "'work', else fixed)",
+        "dp": "client-level DP of every run, replacing the file's 'dp': clip=C,noise=SIGMA,mode=central|local"
+              "[,delta=D][,target_epsilon=E] (docs/privacy.md) (default: the file's 'dp', else none)"})
     add_algorithm_import_option(p, "the experiment file's algorithms")
     p.add_argument("--executor", choices=["local", "ray"], default="local",
                    help="local: this machine; ray: tasks on a Ray cluster (pip install '.[ray]' in a clone)")
@@ -523,7 +530,7 @@ def _add_sweep(sub) -> None:
 def _cmd_sweep(args) -> int:
     from .experiments.sweep import load_experiment, restart_note, run_sweep
 
-    experiment = load_experiment(args.experiment, work=args.work)
+    experiment = load_experiment(args.experiment, work=args.work, dp=args.dp)
     out = Path(args.out or f"runs/{Path(args.experiment).stem}")
     report = run_sweep(experiment, out, workers=args.workers, threads=args.threads, executor=args.executor,
                        address=args.address, checkpoint_every=args.checkpoint_every, band=args.band,

@@ -66,6 +66,7 @@ class BatchMember:
     on_row: Callable[[dict], None] | None = None
     on_round: Callable[[RunResult], None] | None = None
     keep_rows: bool = True
+    privacy: Any = None  # the run's focusfl.privacy.RunPrivacy (None: none); see run_rounds
 
 
 class RunBatch:
@@ -84,7 +85,7 @@ class RunBatch:
         return RunLoop(member.algorithm, self.problem, member.participation, member.rounds, exchange,
                        seed=member.seed, eval_every=member.eval_every, schedule=schedule_of(member.schedule),
                        work=member.work, resume=member.resume, on_row=member.on_row, on_round=member.on_round,
-                       keep_rows=member.keep_rows)
+                       keep_rows=member.keep_rows, privacy=member.privacy)
 
     def run(self) -> list[RunResult]:
         """Every run to its end (its rounds done, or diverged); their results in order."""

@@ -138,6 +138,7 @@ class RunResult:
     blow_up: BlowUpDetector | None = None  # the run's detector (its state goes into checkpoints)
     train_loss: TrainLoss = field(default_factory=TrainLoss)  # losses since the last row (checkpointed)
     closing: bool = False  # the last row is a closing row (off the cadence: see the module docstring)
+    stopped: str | None = None  # why a run stopped before its last round other than diverging (a DP budget)
 
 
 class Resume(NamedTuple):
@@ -234,7 +235,8 @@ class RunLoop:
     def __init__(self, algorithm: Algorithm, problem: Problem, participation, rounds: int, exchange: Exchange, *,
                  seed: int = 0, eval_every: int | None = 1, schedule: Callable[[int], float] = lambda r: 1.0,
                  work=None, resume: Resume | None = None, on_row: Callable[[dict], None] | None = None,
-                 on_round: Callable[[RunResult], None] | None = None, keep_rows: bool = True, progress=None) -> None:
+                 on_round: Callable[[RunResult], None] | None = None, keep_rows: bool = True, progress=None,
+                 privacy=None) -> None:
         n = problem.num_clients
         if participation is not None and participation.num_clients != n:
             raise ConfigError(f"participation has {participation.num_clients} clients, problem has {n}")
@@ -262,6 +264,7 @@ class RunLoop:
         self.algorithm, self.problem, self.exchange, self.seed = algorithm, problem, exchange, seed
         self.eval_every, self.schedule, self.work, self.resume = eval_every, schedule, work, resume
         self.on_row, self.on_round, self.keep_rows, self.progress = on_row, on_round, keep_rows, progress
+        self.privacy = privacy
         self.actives = round_actives(participation, start_round, self.end, problem.device)
 
     def evaluate(self, done: int, active_count: int, closing: bool = False) -> bool:
@@ -271,7 +274,8 @@ class RunLoop:
         detector = copy.deepcopy(result.blow_up) if closing else result.blow_up
         row = evaluation_row(self.algorithm.model(result.state), self.problem, detector, done=done,
                              active=active_count, comm=result.comm,
-                             extra={**result.train_loss.row(), **self.exchange.counters()})
+                             extra={**result.train_loss.row(), **self.exchange.counters(),
+                                    **(self.privacy.columns() if self.privacy is not None else {})})
         if not closing:
             result.train_loss = TrainLoss()
         result.last_row, result.closing = row, closing
@@ -291,7 +295,7 @@ class RunLoop:
 
     def open(self) -> RoundContext | None:
         """The context of the run's next round (whom it asks, their step counts); None when the
-        run has done its rounds."""
+        run has done its rounds, or its privacy budget would be exceeded by this round (``stopped``)."""
         r, drawn = next(self.actives, (None, None))
         if r is None:
             return None
@@ -299,6 +303,11 @@ class RunLoop:
         ctx = RoundContext(round=r, active=requested, num_clients=self.problem.num_clients,
                            lr_scale=self.schedule(r), steps=None if self.work is None else self.work.steps(r, requested))
         self.algorithm.check_work(ctx)
+        if self.privacy is not None and (reason := self.privacy.exhausted(r, requested)) is not None:
+            self.result.stopped = reason
+            if self.eval_every is not None and (self.result.last_row or {}).get("round") != r:
+                self.evaluate(r, 0, closing=True)
+            return None
         return ctx
 
     def close(self, collected: Collected, ctx: RoundContext) -> bool:
@@ -307,6 +316,8 @@ class RunLoop:
         diverged (it stops there)."""
         result, problem, comm = self.result, self.problem, self.comm
         ctx = ctx._replace(active=collected.active, steps=collected.steps)
+        if self.privacy is not None:  # the clients' messages, as the server receives them
+            collected = collected._replace(message=self.privacy.messages(collected.message, ctx.round, collected.active))
         server = server_step(self.algorithm, result.state, collected, ctx, problem, self.seed)
         result.state = self.exchange.commit(result.state, server, collected, ctx)
         r = ctx.round
@@ -343,6 +354,7 @@ def run_rounds(
     on_round: Callable[[RunResult], None] | None = None,
     keep_rows: bool = True,
     progress=None,
+    privacy=None,
 ) -> RunResult:
     """Run ``rounds`` rounds of ``algorithm`` through ``exchange`` (see the module docstring).
 
@@ -353,10 +365,13 @@ def run_rounds(
     False hands rows to ``on_row`` only; ``on_round(result)`` is called after every round, at a
     point where ``result.state`` is consistent (a checkpoint can be taken, or an exception
     raised to stop); ``progress``: a bar whose ``update(1)`` is called per round. A non-finite
-    model or a blow-up (engine/divergence.py) stops the run: its last row has ``diverged``."""
+    model or a blow-up (engine/divergence.py) stops the run: its last row has ``diverged``.
+    ``privacy`` (focusfl.privacy.RunPrivacy, None: none): clips and noises the messages that
+    arrived before the server step, adds its columns to the rows, and stops the run (``stopped``)
+    before a round that would exceed its budget."""
     loop = RunLoop(algorithm, problem, participation, rounds, exchange, seed=seed, eval_every=eval_every,
                    schedule=schedule, work=work, resume=resume, on_row=on_row, on_round=on_round,
-                   keep_rows=keep_rows, progress=progress)
+                   keep_rows=keep_rows, progress=progress, privacy=privacy)
     if not loop.start():
         return loop.result
     while (ctx := loop.open()) is not None:

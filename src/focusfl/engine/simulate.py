@@ -55,6 +55,7 @@ def simulate(
     progress=None,
     schedule: str | Callable[[int], float] = "constant",
     work=None,
+    privacy=None,
 ) -> RunResult:
     """Simulate ``rounds`` rounds and evaluate the server model every ``eval_every`` rounds: the
     round loop (engine/loop.py) with ``engine``'s collect and commit on this process.
@@ -69,7 +70,7 @@ def simulate(
     ``diverged = True``. ``schedule`` maps the round to a factor on every step size ("constant"
     or "sqrt"). ``work``: a work process (focusfl.work) giving each active client's number of
     local steps in each round; None or a fixed one: every client does the algorithm's local_steps.
-    ``keep_rows``, ``on_row``, ``on_round``, ``progress``: see :func:`~focusfl.engine.loop.run_rounds`.
+    ``keep_rows``, ``on_row``, ``on_round``, ``progress``, ``privacy``: see :func:`~focusfl.engine.loop.run_rounds`.
     """
     if engine not in ENGINES:
         raise ConfigError(f"unknown engine {engine!r} (known: {', '.join(ENGINES)})")
@@ -78,4 +79,4 @@ def simulate(
                               start)
     return run_rounds(algorithm, problem, participation, rounds, exchange, seed=seed, eval_every=eval_every,
                       schedule=schedule_of(schedule), work=work, resume=resume, on_row=on_row, on_round=on_round,
-                      keep_rows=keep_rows, progress=progress)
+                      keep_rows=keep_rows, progress=progress, privacy=privacy)

@@ -652,7 +652,7 @@ class PresetOptions(WithRun):
 
 
 # The run fields a preset's command line takes.
-RUN_OPTIONS = ("rounds", "eval_every", "seed", "dtype", "device")
+RUN_OPTIONS = ("rounds", "eval_every", "seed", "dtype", "device", "dp")
 
 
 def preset_run(setup: Setup, args: PresetOptions, spec: dict) -> RunConfig:

@@ -37,6 +37,7 @@ from ..problems import make_problem
 from . import baselines_study, studies
 from .exactness import PROBLEMS, PROCESSES, TABLE, format_markdown, measure_table
 from .nn_study import FULL_STUDY, QUICK_STUDY, check_study_folder, nn_section
+from .privacy_study import privacy_section
 from .preset import Preset
 from .reproduce_delays import measure, plot_delays, summarize_rows
 from .reproduce_ridge import SCENARIOS, many_lines_style, plot_figures, run_figure4
@@ -973,7 +974,7 @@ def run(args: ReportOptions) -> int:
                      lambda: bias_section(sizes), lambda: fedsum_section(sizes, images),
                      lambda: studies_section(sizes, images), lambda: work_section(sizes, images),
                      lambda: suite_section(sizes, images),
-                     lambda: baselines_section(sizes),
+                     lambda: baselines_section(sizes), lambda: privacy_section(sizes.quick),
                      lambda: nn_section(args.data, QUICK_STUDY if args.quick else FULL_STUDY, images,
                                         study_folder, args.workers)):
             start = time.perf_counter()

@@ -43,6 +43,7 @@ from ..algorithms import ALGORITHMS, algorithm_class
 from ..algorithms.importing import imports_permitted, is_algorithm_import
 from ..engine.simulate import ENGINES, SCHEDULES
 from ..errors import ConfigError, FocusflError
+from ..privacy.config import parse_dp
 from ..io.atomic import write_text
 from ..io.folders import open_store
 from ..runs.config import DTYPES, RunConfig, field_defaults, run_key  # noqa: F401 (re-exported)
@@ -63,7 +64,7 @@ MAX_FILE_BYTES = 1 << 20
 RUN_AXES = ("lr", "local_steps", "rounds", "eval_every")
 ALGORITHM_OVERRIDES = (*RUN_AXES, "schedule")
 TOP_KEYS = ("name", "algorithms", "problems", "participation", "work", "seeds", *RUN_AXES, "dtype", "device",
-            "engine", "schedule", "metric", "targets", "band")
+            "engine", "schedule", "metric", "targets", "band", "dp")
 # The run fields' defaults (runs.config); dtype and eval_every None: each problem's own
 # (defaults_for: float32 and every 50 rounds for neural networks), filled in by expand.
 DEFAULTS = {**{k: v for k, v in field_defaults().items() if k in (*RUN_AXES, "schedule", "device", "engine")},
@@ -102,6 +103,8 @@ class Experiment:
     # Work SPECs (an axis); None: the file declares none, every run is fixed and the tables
     # have no work column (the sweeps written before work processes existed, byte for byte).
     work: list | None = None
+    # Client-level DP of every run (the --dp record, focusfl.privacy; "none": without).
+    dp: str | dict = "none"
 
 
 @dataclass
@@ -122,12 +125,12 @@ class SweepRun:
 
 
 # -- reading and checking the file ---------------------------------------------------------------
-def load_experiment(path: str | Path, *, work: str | None = None) -> Experiment:
+def load_experiment(path: str | Path, *, work: str | None = None, dp: str | None = None) -> Experiment:
     """Read, parse and check an experiment file; ConfigError (one line, naming the key) if bad.
 
     ``work``: a work SPEC that replaces the file's ``work`` axis (``focusfl sweep --work``); the
     experiment's text (copied into the sweep folder) is then the file rewritten with it, so that
-    the copy reruns the same grid."""
+    the copy reruns the same grid. ``dp``: likewise, the file's ``dp`` (``focusfl sweep --dp``)."""
     path = Path(path)
     try:
         if path.stat().st_size > MAX_FILE_BYTES:
@@ -140,8 +143,8 @@ def load_experiment(path: str | Path, *, work: str | None = None) -> Experiment:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     try:
-        if work is not None:
-            data = {**data, "work": work}
+        if work is not None or dp is not None:
+            data = {**data, **({} if work is None else {"work": work}), **({} if dp is None else {"dp": dp})}
             text = experiment_text(data)
         return parse_experiment(data, text)
     except ConfigError as exc:
@@ -223,8 +226,13 @@ def parse_experiment(data: dict, text: str | None = None) -> Experiment:
             raise ConfigError(f"targets[{k}]: expected a positive number, got {_show(value)}")
     if text is None:
         text = experiment_text(data)
+    dp = data.get("dp", "none")
+    try:
+        parse_dp(dp)
+    except ConfigError as exc:
+        raise ConfigError(f"dp: {exc}") from None
     experiment = Experiment(name, algorithms, problems, participation, seeds, axes, dtype, device, engine,
-                            metric, tuple(float(t) for t in targets), band, text, participation_overrides, work)
+                            metric, tuple(float(t) for t in targets), band, text, participation_overrides, work, dp)
     check_size(experiment)
     return experiment
 
@@ -441,7 +449,8 @@ def plan(experiment: Experiment, *, threads: int = DEFAULT_THREADS) -> Iterator[
                                     participation=participation_spec, rounds=rounds, local_steps=local_steps, lr=lr,
                                     seed=seed, dtype=experiment.dtype, device=experiment.device,
                                     engine=experiment.engine, eval_every=eval_every, schedule=axes["schedule"][0],
-                                    threads=threads, **({} if work_spec is None else {"work": work_spec}))
+                                    threads=threads, dp=experiment.dp,
+                                    **({} if work_spec is None else {"work": work_spec}))
                             except FocusflError as exc:
                                 raise ConfigError(f"{entry.where}: {exc}") from None
                             yield PlannedRun(config, {

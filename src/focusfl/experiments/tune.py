@@ -397,7 +397,7 @@ def grid_rows(runs, folder: Path, target: float | None) -> list[dict]:
 # -- the search ---------------------------------------------------------------------------------
 # The run fields tune takes (its trials' configuration), and its own defaults for them.
 RUN_OPTIONS = ("problem", "participation", "work", "rounds", "local_steps", "seed", "dtype", "device",
-               "eval_every", "schedule", "threads")
+               "eval_every", "schedule", "threads", "dp")
 TUNE_DEFAULTS = {"rounds": 300}
 
 

@@ -63,7 +63,7 @@ def add_parser(sub) -> None:
 # The run fields a federation takes (runs.config): each node runs its client on the CPU with one
 # thread, so device, engine and threads are not among them.
 RUN_OPTIONS = ("algorithm", "problem", "participation", "work", "rounds", "local_steps", "lr", "seed", "dtype",
-               "eval_every", "schedule")
+               "eval_every", "schedule", "dp")
 
 
 def _common(p) -> None:

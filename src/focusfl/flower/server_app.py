@@ -45,8 +45,9 @@ from ..io.atomic import write_csv, write_json
 from ..io.folders import open_output
 from ..runs.checkpoint import MODEL, save_model
 from ..runs.config import RunConfig, WithRun, record
+from ..privacy import parse_dp, run_privacy
 from ..runs.driver import build, policy_of
-from ..runs.folder import COMPLETE, DIVERGED, INTERRUPTED, write_finished
+from ..runs.folder import BUDGET_EXHAUSTED, COMPLETE, DIVERGED, INTERRUPTED, write_finished
 from ..signals import handled
 from ..threads import fixed_threads
 from ..work.trace import trace_record, trace_text
@@ -88,6 +89,11 @@ class FederationConfig(WithRun):
             raise ConfigError(f"a federation takes its run or its run's fields, not both ({sorted(run_fields)[0]!r})")
         if not isinstance(allow_algorithm_import, bool):
             raise ConfigError(f"allow_algorithm_import must be true or false, got {allow_algorithm_import!r}")
+        dp = parse_dp(run.dp)
+        if dp is not None and dp.mode == "local":
+            raise ConfigError("--dp mode=local in a federation: the nodes would have to noise their own messages, "
+                              "which focusfl's client app does not do yet; use mode=central (the server clips and "
+                              "noises)")
         for name, value in (("run", run), ("timeout", timeout), ("out", out), ("token", token), ("audit", audit),
                             ("allow_algorithm_import", allow_algorithm_import)):
             object.__setattr__(self, name, value)
@@ -133,10 +139,15 @@ def build_strategy(config: FederationConfig, log=print) -> tuple[AlgorithmStrate
     run = config.resolved().run
     anyone = available(run.participation)
     built = build(run.replace(participation="full" if anyone else run.participation, engine="reference"))
+    participation = None if anyone else built.participation
+    # No amplification by sampling in a federation: who arrives depends on the nodes' failures too,
+    # not on the process's coins alone (and the replay on the realized trace accounts alike).
+    privacy = run_privacy(run.dp, built.algorithm, built.problem, None, seed=run.seed, end_round=run.rounds)
     strategy = AlgorithmStrategy(built.algorithm, built.problem, rounds=run.rounds,
-                                 participation=None if anyone else built.participation, work=built.work,
+                                 participation=participation, work=built.work,
                                  seed=run.seed, dtype=built.config.dtype, schedule=run.schedule,
-                                 eval_every=built.config.eval_every, timeout=config.timeout, token=config.token, log=log)
+                                 eval_every=built.config.eval_every, timeout=config.timeout, token=config.token, log=log,
+                                 privacy=privacy)
     return strategy, built
 
 
@@ -219,7 +230,9 @@ def write_results(out: Path, strategy: AlgorithmStrategy, built, config: Federat
         recorded = record(replay, algorithm=algorithm_record(strategy.algorithm), problem=built.problem.describe(),
                           participation={"name": "trace", "path": str(out / "trace.csv")},
                           work=trace_record(out / "work.csv", work_text) if counted else None)
-        status = DIVERGED if result.diverged_at is not None else COMPLETE
+        status = DIVERGED if result.diverged_at is not None else COMPLETE if result.stopped is None else BUDGET_EXHAUSTED
+        if result.stopped is not None:
+            recorded["stopped"] = result.stopped
         if result.interrupted is not None:
             status, recorded["interrupted_after_round"] = INTERRUPTED, rounds
         write_finished(work, recorded, result.rows, status=status, rounds_done=rounds, title=title)

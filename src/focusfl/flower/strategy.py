@@ -127,6 +127,7 @@ class FederationResult:
     partial: int = 0  # accepted client rounds with fewer steps than asked (deadlines)
     deadlines: dict[int, float] = field(default_factory=dict)  # client -> its node's deadline, seconds
     interrupted: int | None = None  # the signal that stopped the rounds (mask: the rounds done before it)
+    stopped: str | None = None  # why the rounds stopped early otherwise (a DP budget: engine/loop.py)
 
 
 class AlgorithmStrategy(Strategy):
@@ -142,7 +143,7 @@ class AlgorithmStrategy(Strategy):
                  seed: int = 0, dtype: str = "float64", schedule: str = "constant", eval_every: int = 1,
                  timeout: float = 30.0, token: str | None = None, on_row: Callable[[dict], None] | None = None,
                  on_round: Callable[["AlgorithmStrategy", RoundLog], None] | None = None,
-                 log: Callable[[str], None] | None = None) -> None:
+                 log: Callable[[str], None] | None = None, privacy: Any = None) -> None:
         n = problem.num_clients
         if participation is not None and participation.num_clients != n:
             raise ValueError(f"participation has {participation.num_clients} clients, problem has {n}")
@@ -176,6 +177,9 @@ class AlgorithmStrategy(Strategy):
         self.refusals: dict[int, str] = {}  # refused node -> why (the audit reports them)
         self.told: set[tuple[int, str]] = set()  # (node, reason) of handshake failures logged
         self.data = data_fingerprint(problem)  # nn: every node must hold the same client data
+        # Client-level DP (focusfl.privacy.RunPrivacy): the round loop clips and noises the accepted
+        # messages before the server step, exactly where a simulation does.
+        self.privacy = privacy
 
     # -- set-up ----------------------------------------------------------------------------
     def _probe(self) -> tuple[tuple[str, ...], tuple[str, ...], Any]:
@@ -239,7 +243,7 @@ class AlgorithmStrategy(Strategy):
         try:
             result = run_rounds(self.algorithm, self.problem, self.participation, rounds, exchange, seed=self.seed,
                                 eval_every=self.eval_every, schedule=self.schedule, work=self.work,
-                                resume=Resume(self.initial, 0), on_row=keep)
+                                resume=Resume(self.initial, 0), on_row=keep, privacy=self.privacy)
         except StopRounds as stop:  # server_app's signal handler: keep the rounds done
             return self._stopped(exchange, rows, stop.signum)
         if result.diverged_at is not None:
@@ -248,7 +252,7 @@ class AlgorithmStrategy(Strategy):
         return FederationResult(result.rows, result.state.server, exchange.mask[:done], exchange.log, self.counts,
                                 sorted(self.lost), dict(self.node_client), diverged_at=result.diverged_at,
                                 blow_up=result.blow_up, work=exchange.work[:done], partial=self.partial,
-                                deadlines=dict(sorted(self.deadlines.items())))
+                                deadlines=dict(sorted(self.deadlines.items())), stopped=result.stopped)
 
     def _stopped(self, exchange: "_Exchange", rows: list[dict], signum: int) -> FederationResult:
         """The result of the rounds a stop signal left done (the round in progress is not one of

@@ -31,6 +31,7 @@ import torch
 
 from ..engine.batched import BatchMember, RunBatch
 from ..engine.loop import Resume, RunResult
+from ..privacy import run_privacy
 from ..errors import ConfigError, DataError, FocusflError
 from ..spec import parse_spec
 from ..threads import fixed_threads
@@ -232,9 +233,11 @@ def _member(run: OpenedRun, metrics: _MetricsWriter, checkpointer: _Checkpointer
         if checkpointer.due(result.rounds_done):
             checkpointer.save(result)
 
+    privacy = run_privacy(config.dp, built.algorithm, built.problem, built.participation, seed=config.seed,
+                          end_round=config.rounds, start_round=resume.start_round)
     return BatchMember(built.algorithm, built.participation, config.rounds - resume.start_round, seed=config.seed,
                        eval_every=config.eval_every, schedule=config.schedule, work=built.work, resume=resume,
-                       on_row=metrics.write, on_round=on_round, keep_rows=False)
+                       on_row=metrics.write, on_round=on_round, keep_rows=False, privacy=privacy)
 
 
 def _stop_all(runs: list[OpenedRun], writers: list[_MetricsWriter], checkpointers: list[_Checkpointer],

@@ -23,6 +23,7 @@ from .. import __version__
 from ..engine.simulate import ENGINES, SCHEDULES
 from ..errors import ConfigError
 from ..limits import parse_size
+from ..privacy.config import NONE, parse_dp
 from ..problems import default_dtype
 from ..spec import parse_spec
 from ..threads import DEFAULT_THREADS
@@ -81,6 +82,9 @@ class RunConfig:
     # (its runs can differ in bits from one process to the next). True, the default, is left out
     # of the key: runs recorded before the field computed on a CPU, where the kernels were those.
     deterministic: bool = _field(True, record="optional", key_neutral=True)
+    # Client-level differential privacy (focusfl.privacy): "none", or clip=C,noise=SIGMA,mode=...
+    # as a string or config.json's table; "none" is left out of the key (runs before DP existed).
+    dp: str | dict = _field(NONE, record="optional", key_neutral=NONE)
 
     def __post_init__(self) -> None:
         check_config(self)
@@ -156,7 +160,7 @@ BATCH_RUNS = "batch_runs"
 # "tensorboard" is an output option (where `run --tensorboard` logs), never part of a run's identity;
 # "inputs" and "inputs_changed" are the digests of what the run read (runs/inputs.py).
 _RECORDED = ("focusfl_version", *(name for name in _FIELDS if _meta(name)["record"] == "optional"), "status",
-             "diverged_at_round", "interrupted_after_round", "rounds_done", "lr_auto", "tensorboard", ASKED,
+             "diverged_at_round", "interrupted_after_round", "stopped", "rounds_done", "lr_auto", "tensorboard", ASKED,
              "inputs", "inputs_changed", BATCH_RUNS)
 _KEYED = tuple(name for name in _FIELDS if _meta(name)["key"])
 _KEY_NEUTRAL = {name: _meta(name)["key_neutral"] for name in _FIELDS if _meta(name)["key_neutral"] is not None}
@@ -170,10 +174,18 @@ def record(config: RunConfig, *, algorithm: dict, problem: dict, participation: 
     if work is not None:
         parts["work"] = work
     recorded = {name: parts.get(name, getattr(config, name)) for name in _FIELDS if _meta(name)["record"] is not None}
+    recorded["dp"] = resolved_dp(config.dp)
     return {"focusfl_version": __version__, **recorded, ASKED: asked(config)}
 
 
 SPECS = ("algorithm", "problem", "participation", "work")
+
+
+def resolved_dp(spec: str | dict) -> str | dict:
+    """The ``dp`` record as config.json keeps it: "none", or its table of keys (one form
+    whatever order the command line gave them in)."""
+    dp = parse_dp(spec)
+    return NONE if dp is None else dp.describe()
 
 
 def asked(config: RunConfig) -> dict[str, Any]:
@@ -272,6 +284,7 @@ def check_config(config: RunConfig) -> None:
     if config.schedule not in SCHEDULES:
         raise ConfigError(f"schedule must be one of {', '.join(SCHEDULES)}, got {config.schedule!r}")
     state_budget(config)
+    parse_dp(config.dp)
 
 
 def state_budget(config: RunConfig) -> int:

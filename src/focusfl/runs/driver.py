@@ -27,6 +27,7 @@ from ..device import DevicePolicy, device_policy, policy_applied
 from ..errors import ConfigError, FocusflError
 from ..metrics import progress_metrics
 from ..participation import make_participation
+from ..privacy import check_privacy, run_privacy
 from ..problems import make_problem
 from ..spec import parse_spec
 from ..threads import fixed_threads
@@ -151,6 +152,7 @@ def build(config: RunConfig, *, problems: dict | None = None, allow_model_import
         config.participation, problem.num_clients, seed=config.seed, problem=problem))
     work = _part("work", lambda: make_work(config.work, problem.num_clients, algorithm.local_steps, seed=config.seed))
     _part("work-algorithm", lambda: check_work_process(algorithm, work))
+    _part("algorithm", lambda: check_privacy(config.dp, algorithm))
     return BuiltRun(config, algorithm, problem, participation, work, asked)
 
 
@@ -216,7 +218,9 @@ def execute_batch(runs: Sequence[BuiltRun]) -> list[RunResult]:
     and of one runs.batch.batch_key) from their start as one batch (engine/batched.py), rows kept:
     each result is the one :func:`execute` gives the run alone."""
     members = [BatchMember(run.algorithm, run.participation, run.config.rounds, seed=run.config.seed,
-                           eval_every=run.config.eval_every, schedule=run.config.schedule, work=run.work)
+                           eval_every=run.config.eval_every, schedule=run.config.schedule, work=run.work,
+                           privacy=run_privacy(run.config.dp, run.algorithm, run.problem, run.participation,
+                                               seed=run.config.seed, end_round=run.config.rounds, start_round=0))
                for run in runs]
     with fixed_threads(runs[0].config.threads), policy_applied(policy_of(runs[0].config)):
         return run_batch(runs[0].problem, members, engine=runs[0].config.engine)
@@ -235,6 +239,8 @@ def execute(
     if resume is None and folder is not None:
         resume = Resume(starting_state(built, folder), 0)
     start_round = 0 if resume is None else resume.start_round
+    privacy = run_privacy(cfg.dp, built.algorithm, built.problem, built.participation, seed=cfg.seed,
+                          end_round=cfg.rounds, start_round=start_round)
     bar = None
     if progress:
         bar = tqdm(total=cfg.rounds, initial=start_round, desc=built.algorithm.name,
@@ -263,6 +269,7 @@ def execute(
                 keep_rows=keep_rows,
                 on_round=on_round,
                 work=built.work,
+                privacy=privacy,
             )
     finally:
         if bar is not None:

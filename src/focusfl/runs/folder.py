@@ -67,7 +67,8 @@ CONFIG = "config.json"
 MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few kB; a larger file is not one of ours
 # config.json's "status": a run is running, then ends complete, diverged or interrupted.
 RUNNING, COMPLETE, DIVERGED, INTERRUPTED = "running", "complete", "diverged", "interrupted"
-FINISHED = (COMPLETE, DIVERGED)  # nothing left to run
+BUDGET_EXHAUSTED = "budget_exhausted"  # stopped by --dp target_epsilon before a client would exceed it
+FINISHED = (COMPLETE, DIVERGED, BUDGET_EXHAUSTED)  # nothing left to run
 TENSORBOARD = "tensorboard"  # config.json: the run's TensorBoard folder (an output option, not its identity)
 CHECKPOINT_SECONDS = 60.0  # default cadence: one checkpoint a minute of wall clock
 FLUSH_SECONDS = 1.0
@@ -564,7 +565,9 @@ def _complete(built: BuiltRun, output: Output, result: RunResult, metrics: "_Met
         # runs the last rounds again and writes both.
         save_model(work / MODEL, built.algorithm.model(result.state))
         save_checkpoint(work / CHECKPOINT, take_checkpoint(result, built.participation, kept))
-        status = "complete"
+        status = "complete" if result.stopped is None else BUDGET_EXHAUSTED
+        if result.stopped is not None:
+            recorded = {**recorded, "stopped": result.stopped}
     else:  # a non-finite state is nothing to resume from
         (work / CHECKPOINT).unlink(missing_ok=True)
         status = "diverged"
