@@ -234,3 +234,26 @@ def test_tune_reports_the_extension_and_picks_an_interior_step(tmp_path):
     assert row["reason"].startswith(("interior", "bounded")) and row["capped"] == "False"
     steps = {float(g["lr"]) for g in read_csv(out / "grid.csv")}
     assert len(steps) > 3 and max(steps) > float(row["lr"])
+
+
+@pytest.mark.parametrize("algorithms,says", [
+    ([" "], "an empty algorithm name"),
+    ([","], "an empty algorithm name"),
+    (["focus,,fedavg"], "an empty algorithm name"),
+    (["focus:lr=0.1,fedavg"], "give lr as --lr-min and --lr-max"),
+    (["focus:lr=0.1"], "not inside the SPEC"),
+    (["fedavg:local_steps=3"], "give local_steps as --local-steps, not inside the SPEC"),
+    (["focus,fedavg", "focus"], "'focus' is listed twice"),
+    (["focus,all"], "'focus' is listed twice"),
+    (["scaffold", "scaffold:server_lr=1"], "listed twice (as 'scaffold' too)"),
+    (["nope"], "unknown algorithm 'nope'"),
+    (["focus:nope=1"], "unknown key 'nope'"),
+])
+def test_tune_refuses_a_bad_algorithm_list_before_any_trial(tmp_path, algorithms, says):
+    """Blank names, lr or local_steps inside a SPEC, one algorithm twice and unknown names: one
+    line, exit 2, and no folder (nothing ran)."""
+    options = [arg for name in algorithms for arg in ("--algorithm", name)]
+    proc = run_cli("tune", *options, "--problem", SMALL, "--rounds", "4", "--points", "2", "--out", "out",
+                   cwd=tmp_path)
+    assert_one_line_error(proc, 2, says)
+    assert list(tmp_path.iterdir()) == []

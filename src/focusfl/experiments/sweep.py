@@ -59,6 +59,8 @@ MAX_FILE_BYTES = 1 << 20
 # Run settings that are axes (a list sweeps them) and may be overridden per algorithm.
 RUN_AXES = ("lr", "local_steps", "rounds", "eval_every")
 ALGORITHM_OVERRIDES = (*RUN_AXES, "schedule")
+# The run's own keys that an algorithm SPEC may not hold: a key of the experiment or of a table.
+SPEC_RUN_KEYS = ("lr", "local_steps")
 TOP_KEYS = ("name", "algorithms", "problems", "participation", "work", "seeds", *RUN_AXES, "dtype", "device",
             "engine", "schedule", "metric", "targets", "band")
 # The run fields' defaults (runs.config); dtype and eval_every None: each problem's own
@@ -343,9 +345,9 @@ def _algorithm_entry(item: Any, where: str) -> AlgorithmEntry:
         close = difflib.get_close_matches(name, ALGORITHMS, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(ALGORITHMS)})"
         raise ConfigError(f"{where}: unknown algorithm {name!r}{hint}")
-    fields = [f for f in ALGORITHMS[name].__dataclass_fields__ if f not in ("lr", "local_steps")]
+    fields = [f for f in ALGORITHMS[name].__dataclass_fields__ if f not in SPEC_RUN_KEYS]
     for key in params:
-        if key in ("lr", "local_steps"):
+        if key in SPEC_RUN_KEYS:
             raise ConfigError(f"{where}: give {key} as a key of the experiment or of an algorithm table "
                               f"({{name = \"{name}\", {key} = ...}}), not inside the SPEC")
     _unknown_keys({**params, **table}, [*ALGORITHM_OVERRIDES, *fields], f"{where}.")

@@ -43,7 +43,7 @@ from ..runs.folder import METRICS, read_config
 from ..spec import format_spec, parse_spec
 from .aggregate import Series, _Reducer, _stats
 from .layout import RUNS
-from .sweep import make_experiment, restart_note, run_sweep
+from .sweep import SPEC_RUN_KEYS, make_experiment, restart_note, run_sweep
 
 DEFAULT_TARGET = 1e-10
 DEFAULT_VALIDATION = 0.1  # the clients' share held out to tune neural networks on
@@ -403,27 +403,48 @@ TUNE_DEFAULTS = {"rounds": 300}
 
 def split_algorithms(text: str) -> list[str]:
     """``focus,fedavg:weighting=p,server_lr=1`` -> ["focus", "fedavg:weighting=p,server_lr=1"]: a
-    comma starts a new algorithm unless what follows is one more key=value of the previous SPEC."""
+    comma starts a new algorithm unless what follows is one more key=value of the previous SPEC.
+    A blank piece (``' '``, ``','``, ``'focus,,fedavg'``) is a ConfigError."""
     specs: list[str] = []
     for piece in text.split(","):
         piece = piece.strip()
+        if not piece:
+            raise ConfigError(f"--algorithm {text!r}: an empty algorithm name; give NAME or NAME:key=value, "
+                              "several as a comma-separated list (focus,fedavg)")
         if specs and "=" in piece and ":" not in piece.split("=")[0]:
             specs[-1] += "," + piece
-        elif piece:
+        else:
             specs.append(piece)
     return specs
 
 
+# Where tune takes the run keys that a SPEC may not hold (sweep.SPEC_RUN_KEYS).
+SPEC_RUN_OPTIONS = {"lr": "--lr-min and --lr-max (tune searches the step between them)", "local_steps": "--local-steps"}
+
+
+def _checked_spec(spec: str) -> dict:
+    """The algorithm ``spec`` builds, as its describe() dict (its identity: every hyperparameter,
+    defaults included); a ConfigError for an unknown name or key, or a run key inside the SPEC."""
+    for key in parse_spec(spec)[1]:
+        if key in SPEC_RUN_KEYS:
+            raise ConfigError(f"--algorithm {spec!r}: give {key} as {SPEC_RUN_OPTIONS[key]}, not inside the SPEC")
+    return make_algorithm(spec).describe()
+
+
 def expand_algorithms(names: Sequence[str]) -> list[str]:
     """'all' stands for every registered algorithm that is not a naming alias; each name may be
-    a comma-separated list."""
+    a comma-separated list. Every SPEC is checked before any trial runs: blank names, lr or
+    local_steps inside a SPEC, unknown names or keys, and one algorithm listed twice are refused."""
     out: list[str] = []
     for name in (spec for text in names for spec in split_algorithms(text)):
-        if name == "all":
-            out.extend(n for n, cls in ALGORITHMS.items() if cls.alias_of is None)
-        else:
-            make_algorithm(name)  # fail now on unknown names or keys, before any run
-            out.append(name)
+        out.extend((n for n, cls in ALGORITHMS.items() if cls.alias_of is None) if name == "all" else [name])
+    seen: dict[str, str] = {}
+    for spec in out:
+        identity = repr(_checked_spec(spec))
+        if identity in seen:
+            twice = f"'{spec}' is listed twice" + (f" (as '{seen[identity]}' too)" if seen[identity] != spec else "")
+            raise ConfigError(f"--algorithm: {twice}; give each algorithm once")
+        seen[identity] = spec
     return out
 
 
