@@ -234,6 +234,23 @@ def test_tune_reports_the_extension_and_picks_an_interior_step(tmp_path):
     assert row["reason"].startswith(("interior", "bounded")) and row["capped"] == "False"
     steps = {float(g["lr"]) for g in read_csv(out / "grid.csv")}
     assert len(steps) > 3 and max(steps) > float(row["lr"])
+    # The steps added continue the grid itself (10 ** 0.5 apart), not rounded steps times 3.16.
+    added = sorted(steps - {1e-5, 3.16228e-5, 1e-4})
+    assert added == [3.16228e-4, 1e-3, 3.16228e-3, 1e-2, 3.16228e-2, 1e-1][:len(added)]
+
+
+@pytest.mark.parametrize("grid,above,below", [
+    ([1e-5, 3.16228e-5, 1e-4], [3.16228e-4, 1e-3, 3.16228e-3, 1e-2], [3.16228e-6, 1e-6]),
+    (lr_grid(1e-5, 1e-1, 9), [0.316228, 1.0, 3.16228, 10.0], [3.16228e-6, 1e-6]),
+    # A preset's steps x 1/9 .. 3 rounded to three digits extend by 3, from the exact largest step.
+    ([0.00111, 0.00333, 0.01, 0.03], [0.09, 0.27, 0.81, 2.43], [0.00037037, 0.000123457]),
+    ([0.00556, 0.0167, 0.05, 0.15], [0.45, 1.35, 4.05, 12.15], [0.00185185, 0.000617284]),
+])
+def test_the_extension_stays_on_the_grid(grid, above, below):
+    rising = run_search(lambda lr: scored(lr, 1 / lr), grid, cap=len(above))
+    assert sorted(rising.added) == above and rising.capped
+    falling = run_search(lambda lr: scored(lr, lr), grid, cap=len(below))
+    assert sorted(falling.added, reverse=True) == below and falling.capped
 
 
 @pytest.mark.parametrize("algorithms,says", [

@@ -175,12 +175,25 @@ def is_diverged(trial: dict) -> bool:
 
 
 def grid_ratio(grid: Sequence[float]) -> float:
-    """The factor between neighbouring steps of a log-spaced grid (the extension keeps it)."""
+    """The factor between neighbouring steps of a log-spaced grid (the extension keeps it): its
+    round value at three significant digits where that gives back every step of the grid to the
+    grid's own precision (the presets' x 1/9 .. 3, rounded to three digits, extend by 3, not
+    2.9992), else the exact one (tune's 1e-5 .. 1e-4 in three steps extends by 10 ** 0.5, not 3.16)."""
     ordered = sorted(set(grid))
     if len(ordered) < 2:
         return 1.0  # a single given step is not extended (search_steps)
-    # Three significant digits: a grid of rounded steps (the presets' x 1/9 .. 3) extends by 3, not 2.9992.
-    return float(f"{(ordered[-1] / ordered[0]) ** (1.0 / (len(ordered) - 1)):.3g}")
+    exact = (ordered[-1] / ordered[0]) ** (1.0 / (len(ordered) - 1))
+    rounded = float(f"{exact:.3g}")
+    # Within one unit of the grid's last digit (its steps and its first step each rounded once).
+    tolerance = 10.0 ** (1 - max(_digits(lr) for lr in ordered))
+    if all(abs(ordered[0] * rounded ** k - lr) <= tolerance * lr for k, lr in enumerate(ordered)):
+        return rounded
+    return exact
+
+
+def _digits(value: float) -> int:
+    """The fewest significant digits that write ``value`` exactly (0.00556 -> 3, 3.16228e-05 -> 6)."""
+    return next(d for d in range(1, 18) if float(f"{value:.{d}g}") == value)
 
 
 def _step(value: float) -> float:
@@ -211,16 +224,21 @@ def settle(trials: Sequence[dict], pick: Callable[[Sequence[dict]], dict] = choo
     return best, next(k for k, t in enumerate(ordered) if t is best), ordered
 
 
-def next_steps(trials: Sequence[dict], ratio: float, added_below: int, added_above: int, *,
+def next_steps(trials: Sequence[dict], grid: Sequence[float], ratio: float, added_below: int, added_above: int, *,
                pick: Callable[[Sequence[dict]], dict] = choose, cap: int = EXTEND_CAP) -> list[float]:
     """The steps to try next: one grid step beyond the end the best step sits at (none when it is
-    interior, when the step above it diverged, or when that end was extended ``cap`` times)."""
+    interior, when the step above it diverged, or when that end was extended ``cap`` times). The
+    k-th step beyond an end is the grid's end times ``ratio ** k``, rounded once: a step is never
+    the rounded previous step times the ratio (the drift would leave the grid: 0.00099856, not 0.001).
+    Both ends count from the grid's largest step, which a grid of rounded steps (x 1/9 .. 3) holds
+    exactly, unlike its smallest."""
     best, k, ordered = settle(trials, pick)
+    top, span = max(grid), len(set(grid)) - 1
     wanted = []
     if k == len(ordered) - 1 and added_above < cap:
-        wanted.append(_step(ordered[-1]["lr"] * ratio))
+        wanted.append(_step(top * ratio ** (added_above + 1)))
     if k == 0 and added_below < cap:
-        wanted.append(_step(ordered[0]["lr"] / ratio))
+        wanted.append(_step(top / ratio ** (span + added_below + 1)))
     return wanted
 
 
@@ -273,7 +291,8 @@ def search_steps(evaluate: Callable[[dict[str, list[float]]], dict[str, list[dic
             if len(set(grids[key])) < 2:
                 continue  # one given step is a choice, not a search: it is not extended
             below = sum(1 for lr in added[key] if lr < min(grids[key]))
-            wanted = next_steps(trials[key], ratios[key], below, len(added[key]) - below, pick=pick, cap=cap)
+            wanted = next_steps(trials[key], grids[key], ratios[key], below, len(added[key]) - below, pick=pick,
+                                cap=cap)
             if wanted:
                 added[key] += wanted
                 nxt[key] = wanted
