@@ -59,6 +59,12 @@ def available_algorithms() -> list[str]:
     return list(ALGORITHMS)
 
 
+def algorithm_keys(name: str) -> tuple[str, ...]:
+    """The keys an algorithm accepts (its hyperparameters, lr and local_steps included): its
+    dataclass fields, never the class-level facts (name, summary, in_paper_figure, ...)."""
+    return tuple(f.name for f in dataclasses.fields(ALGORITHMS[name]))
+
+
 def make_algorithm(spec: str | dict, **overrides: Any) -> Algorithm:
     """Build an algorithm from ``"fedavg:weighting=all"`` (or a describe() dict) plus keyword
     overrides such as ``lr`` and ``local_steps`` from the command line."""
@@ -68,9 +74,9 @@ def make_algorithm(spec: str | dict, **overrides: Any) -> Algorithm:
     cls = ALGORITHMS[name]
     fields = {f.name: f for f in dataclasses.fields(cls)}
     params = {**params, **{k: v for k, v in overrides.items() if v is not None}}
-    unknown = sorted(set(params) - set(fields))
+    unknown = sorted(set(params) - set(algorithm_keys(name)))
     if unknown:
-        raise ConfigError(f"algorithm {name!r}: unknown key {unknown[0]!r} (known: {', '.join(fields)})")
+        raise ConfigError(f"algorithm {name!r}: unknown key {unknown[0]!r} (known: {', '.join(algorithm_keys(name))})")
     for key, value in params.items():
         if isinstance(value, list):
             params[key] = tuple(value)
@@ -102,6 +108,7 @@ __all__ = [
     "RoundContext",
     "State",
     "StateSize",
+    "algorithm_keys",
     "algorithm_state_size",
     "check_state_size",
     "available_algorithms",

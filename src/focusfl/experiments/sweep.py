@@ -38,7 +38,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from tqdm import tqdm
 
-from ..algorithms import ALGORITHMS
+from ..algorithms import ALGORITHMS, algorithm_keys
 from ..engine.simulate import ENGINES, SCHEDULES
 from ..errors import ConfigError, FocusflError
 from ..io.atomic import write_text
@@ -345,12 +345,13 @@ def _algorithm_entry(item: Any, where: str) -> AlgorithmEntry:
         close = difflib.get_close_matches(name, ALGORITHMS, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(ALGORITHMS)})"
         raise ConfigError(f"{where}: unknown algorithm {name!r}{hint}")
-    fields = [f for f in ALGORITHMS[name].__dataclass_fields__ if f not in SPEC_RUN_KEYS]
+    fields = [key for key in algorithm_keys(name) if key not in SPEC_RUN_KEYS]
     for key in params:
-        if key in SPEC_RUN_KEYS:
+        if key in ALGORITHM_OVERRIDES:
             raise ConfigError(f"{where}: give {key} as a key of the experiment or of an algorithm table "
                               f"({{name = \"{name}\", {key} = ...}}), not inside the SPEC")
-    _unknown_keys({**params, **table}, [*ALGORITHM_OVERRIDES, *fields], f"{where}.")
+    _unknown_keys(params, fields, f"{where}.")  # a SPEC holds the algorithm's own keys only
+    _unknown_keys(table, [*ALGORITHM_OVERRIDES, *fields], f"{where}.")
     overrides, param_axes, fixed = {}, {}, dict(params)
     for key, value in table.items():
         sub = f"{where}.{key}"
