@@ -55,7 +55,7 @@ from .checkpoint import (
     save_model,
     take_checkpoint,
 )
-from .config import RunConfig, as_requested, config_from_json, run_key, state_budget
+from .config import ASKED, RunConfig, as_requested, asked, config_from_json, run_key, state_budget
 from .driver import BuiltRun, build, execute, reference_of
 from .inputs import CHANGED, INPUTS, check_inputs, input_digests, recorded_changes, recorded_inputs, unpinned
 from .store import TABLE, MappedClients, copy_table, table_disk_bytes
@@ -219,7 +219,8 @@ def run_to_folder(
         config = unpinned(config)
     built = build(config, allow_model_import=allow_model_import)
     recorded = _inputs_record(built, expected_inputs, accept_changed_inputs, "the run replayed")
-    with open_output(out, kind="run") as output:
+    flag = _StopFlag()  # from here on a signal stops the run where it can publish (_drive)
+    with _stop_on_signals(flag), open_output(out, kind="run") as output:
         killed = output.found_partial and (output.work / CHECKPOINT).is_file()
         if (killed or _stopped(output.target)) and not restart:
             if not output.found_partial:
@@ -235,7 +236,7 @@ def run_to_folder(
         if root is not None:
             recorded[TENSORBOARD] = str(claim_log_dir(root, output.target.name, avoid=[output.target]))
         write_json(output.work / CONFIG, {**built.resolved, "status": "running", **recorded})
-        return _drive(built, output, None, progress=progress, checkpoint_every=checkpoint_every, curve=curve,
+        return _drive(built, output, None, flag, progress=progress, checkpoint_every=checkpoint_every, curve=curve,
                       recorded=recorded)
 
 
@@ -290,7 +291,8 @@ def resume_folder(
     out = Path(out)
     _check_resumable(out)
     root = _tensorboard_root(tensorboard, out)
-    with open_output(out, kind="run", create=False) as output:
+    flag = _StopFlag()  # from here on a signal stops the run where it can publish (_drive)
+    with _stop_on_signals(flag), open_output(out, kind="run", create=False) as output:
         # A killed run's partial folder is newer than anything published in out.
         unpublished = output.found_partial and (output.work / CHECKPOINT).is_file()
         source = output.work if unpublished else out
@@ -303,7 +305,7 @@ def resume_folder(
         log_dir = _stored_log_dir(data, out, root)
         if rounds is not None:
             config = config.replace(rounds=rounds)
-        built = build(unpinned(config), allow_model_import=allow_model_import)
+        built = _asked_as_before(build(unpinned(config), allow_model_import=allow_model_import), data)
         recorded = _inputs_record(built, expected_inputs_of(data, f"{source}/{CONFIG}"), accept_changed_inputs,
                                   f"the run in {out}", earlier=recorded_changes(data))
         checkpoint = _read_checkpoint(built, source / CHECKPOINT)
@@ -331,10 +333,23 @@ def resume_folder(
         if log_dir is not None:
             recorded[TENSORBOARD] = str(log_dir)
         if finishing:
-            return _publish_finished(built, output, checkpoint, curve=curve, recorded=recorded)
+            result = _publish_finished(built, output, checkpoint, curve=curve, recorded=recorded)
+            _stopped_once_complete(flag, out, result.rounds_done)
+            return result
         write_json(work / CONFIG, {**built.resolved, "status": "running", **recorded})
-        return _drive(built, output, checkpoint, progress=progress, checkpoint_every=checkpoint_every, curve=curve,
-                      recorded=recorded)
+        return _drive(built, output, checkpoint, flag, progress=progress, checkpoint_every=checkpoint_every,
+                      curve=curve, recorded=recorded)
+
+
+def _asked_as_before(built: BuiltRun, data: dict) -> BuiltRun:
+    """A resumed run rebuilt from its resolved record, keeping the ASKED block its config.json had
+    (with the rounds it now runs to): its config.json is the uninterrupted run's, and its
+    configuration (runs.config.configuration_key) the same. A record without one, or with one of
+    other keys, gets the block of the record it was rebuilt from."""
+    before = data.get(ASKED)
+    if not isinstance(before, dict) or set(before) != set(asked(built.config)):
+        return built
+    return dataclasses.replace(built, asked_record={**before, "rounds": built.config.rounds})
 
 
 def _publish_finished(built: BuiltRun, output: Output, checkpoint: Checkpoint, *, curve: bool,
@@ -434,9 +449,13 @@ def _stored_log_dir(data: dict, out: Path, root: Path | None) -> Path | None:
 
 # -- the run -------------------------------------------------------------------------------------
 def _drive(
-    built: BuiltRun, output: Output, start: Checkpoint | None, *, progress: bool, checkpoint_every: int | None,
-    curve: bool = True, recorded: dict | None = None,
+    built: BuiltRun, output: Output, start: Checkpoint | None, flag: _StopFlag, *, progress: bool,
+    checkpoint_every: int | None, curve: bool = True, recorded: dict | None = None,
 ) -> RunResult:
+    """Run ``built`` in ``output``'s partial folder and publish it. The caller has set ``flag`` to
+    catch SIGINT, SIGTERM and SIGHUP since it opened ``output``: a signal stops the run at the end
+    of its round in progress (the first one, if it came before), publishing it as interrupted; one
+    after the last round lets the run finish, publish itself complete, and then stop."""
     work, out = output.work, output.target
     recorded = recorded or {}
     # "diverged" marks the row where a run blew up (engine/divergence.py): no earlier row has it.
@@ -444,11 +463,11 @@ def _drive(
                              late_columns=(*built.problem.late_metrics, "diverged"))
     logger = _open_log(recorded, start, work / METRICS)
     checkpointer = _Checkpointer(built, work, metrics, checkpoint_every, logger)
-    flag = _StopFlag()
     on_row = metrics.write if logger is None else _both(metrics.write, logger.log_row)
 
     def on_round(result: RunResult) -> None:
-        if flag.signum is not None:
+        # The last round's stop is the run's end: it completes (model.pt, a resumable checkpoint).
+        if flag.signum is not None and result.rounds_done < built.config.rounds:
             checkpointer.save(result)
             raise _StopRequested(flag.signum)
         if checkpointer.due(result.rounds_done):
@@ -456,9 +475,8 @@ def _drive(
 
     resume = None if start is None else resume_from(start, built.participation)
     try:
-        with _stop_on_signals(flag):
-            result = execute(built, progress=progress, on_row=on_row, resume=resume, keep_rows=False,
-                             on_round=on_round, folder=work)
+        result = execute(built, progress=progress, on_row=on_row, resume=resume, keep_rows=False,
+                         on_round=on_round, folder=work)
     except _StopRequested as stop:
         metrics.close()
         rounds = checkpointer.last_round
@@ -490,6 +508,13 @@ def _drive(
         raise
     try:
         info = _complete(built, output, result, metrics, curve=curve, recorded=recorded)
+    except KeyboardInterrupt:  # a second Ctrl-C while the last files were written
+        _close_quietly(metrics, logger)
+        if not (work / CHECKPOINT).is_file():
+            output.discard()
+            raise Interrupted("interrupted while the run wrote its last files; nothing was kept") from None
+        raise Interrupted(f"interrupted while the run wrote its last files; {out}: finish it with "
+                          f"`focusfl run --resume {out}`") from None
     except BaseException as exc:
         if not full_disk(exc):
             raise
@@ -499,7 +524,18 @@ def _drive(
             raise disk_full(out, exc) from None
         raise disk_full(out, exc, f"then finish it with `focusfl run --resume {out}`") from None
     _end_log(logger, info, result.rounds_done)
+    if result.diverged_at is None:  # a diverged run says so (exit 1), whatever came after
+        _stopped_once_complete(flag, out, result.rounds_done)
     return result
+
+
+def _stopped_once_complete(flag: _StopFlag, out: Path, rounds_done: int) -> None:
+    """Interrupted when a signal came after the last round: the run is complete and published,
+    and the command still ends as the signal asked (a sweep stops after this run)."""
+    if flag.signum is not None:
+        name = signal.Signals(flag.signum).name
+        raise Interrupted(f"{name}: arrived after the last round; the run is complete in {out} "
+                          f"({rounds_done} rounds)", _SIGNAL_CODES.get(flag.signum, 130))
 
 
 def _complete(built: BuiltRun, output: Output, result: RunResult, metrics: "_MetricsWriter", *, curve: bool,
