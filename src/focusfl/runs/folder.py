@@ -509,10 +509,12 @@ def _drive(
     try:
         info = _complete(built, output, result, metrics, curve=curve, recorded=recorded)
     except KeyboardInterrupt:  # a second Ctrl-C while the last files were written
+        # Nothing is deleted here: the publication may be half done, which the next command
+        # writing DIR completes (io.folders).
         _close_quietly(metrics, logger)
         if not (work / CHECKPOINT).is_file():
-            output.discard()
-            raise Interrupted("interrupted while the run wrote its last files; nothing was kept") from None
+            raise Interrupted(f"interrupted while the run wrote its last files, before any checkpoint; "
+                              f"run the command again to redo {out}") from None
         raise Interrupted(f"interrupted while the run wrote its last files; {out}: finish it with "
                           f"`focusfl run --resume {out}`") from None
     except BaseException as exc:
