@@ -19,6 +19,7 @@ import pytest
 
 pytest.importorskip("pyarrow")
 pytest.importorskip("transformers")
+pytest.importorskip("datasets")  # the good fixtures every case starts from are written with it (hf_fixtures)
 
 from cli_harness import assert_one_line_error, run_cli, snapshot  # noqa: E402
 from hf_bad_cases import CASES, make_fixtures  # noqa: E402

@@ -5,6 +5,7 @@ config.json through the one guarded reader (one line, exit 2, for a file too lar
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import shutil
 
 import pytest
@@ -41,11 +42,10 @@ def commands() -> dict[tuple[str, ...], tuple[tuple[str, ...], dict]]:
                           ("fedsum-sst2", reproduce_nn.FEDSUM_SST2)):
         found[("reproduce", preset)] = (reproduce_nn.RUN_OPTIONS,
                                         {"rounds": setup.rounds, "eval_every": setup.eval_every})
-    try:
-        from focusfl.flower import cli as flower_cli
-        from focusfl.flower.server_app import FEDERATION_DEFAULTS
-    except ImportError:  # no Flower: `federation` is a stub that takes no options
+    if importlib.util.find_spec("flwr") is None:  # no Flower: `federation` is a stub that takes no options
         return found
+    from focusfl.flower import cli as flower_cli
+    from focusfl.flower.server_app import FEDERATION_DEFAULTS
     for kind in ("local", "app"):
         found[("federation", kind)] = (flower_cli.RUN_OPTIONS, FEDERATION_DEFAULTS)
     return found

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from cli_harness import assert_one_line_error, popen_cli, run_cli
+from focusfl.algorithms import ALGORITHMS, make_algorithm
 from focusfl.errors import ConfigError
+from focusfl.spec import format_spec
 from focusfl.io.atomic import read_csv
 from focusfl.experiments.sweep import count_runs, expand, load_experiment, parse_experiment, run_key, run_sweep
 
@@ -104,6 +106,12 @@ BAD_FILES = [
     ("algorithms = ['focus'\n", "not valid TOML"),
     ("algorithms = ['focus']\nparticipation = [{name = 'full', lr = 'fast'}]",
      "participation[0].lr: expected a positive number"),
+    # The keys listed are the ones accepted: a SPEC's are the algorithm's own, never its class facts.
+    ("algorithms = ['focus:foo=1']", "algorithms[0].foo: unknown key (known: skip_empty)"),
+    ("algorithms = ['focus:in_paper_figure=false']", "algorithms[0].in_paper_figure: unknown key (known: skip_empty)"),
+    ("algorithms = [{name = 'focus', in_paper_figure = false}]",
+     "in_paper_figure: unknown key (known: lr, local_steps, rounds, eval_every, schedule, skip_empty)"),
+    ("algorithms = ['focus:rounds=3']", "give rounds as a key of the experiment or of an algorithm table"),
 ]
 
 
@@ -113,6 +121,30 @@ def test_bad_experiment_files_are_one_line_errors_and_write_nothing(tmp_path, te
     proc = run_cli("sweep", str(path), "--out", str(tmp_path / "out"), timeout=120)
     assert_one_line_error(proc, 2, message)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["experiment.toml"]
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_every_key_an_unknown_key_error_lists_is_accepted(name):
+    """The known keys an error lists, in a SPEC and in a table, each parse and build with the
+    algorithm's own default value."""
+    defaults = make_algorithm(name).describe()
+    for entry in (f"{name}:nope=1", {"name": name, "nope": 1}):
+        with pytest.raises(ConfigError, match="unknown key") as error:
+            parse_experiment({"algorithms": [entry], "problems": SMALL})
+        known = str(error.value).split("(known: ")[1].rstrip(")").split(", ")
+        for key in known:
+            value = defaults.get(key, {"rounds": 3, "eval_every": 1, "schedule": "constant"}.get(key))
+            if value is None:
+                continue  # a default derived at run time (period, p, ...): no value to type
+            value = tuple(value) if isinstance(value, list) else value
+            if isinstance(entry, str):
+                given = format_spec(name, {key: value})
+            else:
+                given = {"name": name, key: value}
+            experiment = parse_experiment({"algorithms": [given], "problems": SMALL, "rounds": 3})
+            for run in expand(experiment):  # lr "auto" is resolved by the run's problem: any step builds
+                lr = run.config.lr if isinstance(run.config.lr, float) else 0.01
+                make_algorithm(run.config.algorithm, lr=lr, local_steps=run.config.local_steps)
 
 
 def test_a_folder_that_is_not_a_sweep_is_refused(tmp_path):

@@ -234,3 +234,43 @@ def test_tune_reports_the_extension_and_picks_an_interior_step(tmp_path):
     assert row["reason"].startswith(("interior", "bounded")) and row["capped"] == "False"
     steps = {float(g["lr"]) for g in read_csv(out / "grid.csv")}
     assert len(steps) > 3 and max(steps) > float(row["lr"])
+    # The steps added continue the grid itself (10 ** 0.5 apart), not rounded steps times 3.16.
+    added = sorted(steps - {1e-5, 3.16228e-5, 1e-4})
+    assert added == [3.16228e-4, 1e-3, 3.16228e-3, 1e-2, 3.16228e-2, 1e-1][:len(added)]
+
+
+@pytest.mark.parametrize("grid,above,below", [
+    ([1e-5, 3.16228e-5, 1e-4], [3.16228e-4, 1e-3, 3.16228e-3, 1e-2], [3.16228e-6, 1e-6]),
+    (lr_grid(1e-5, 1e-1, 9), [0.316228, 1.0, 3.16228, 10.0], [3.16228e-6, 1e-6]),
+    # A preset's steps x 1/9 .. 3 rounded to three digits extend by 3, from the exact largest step.
+    ([0.00111, 0.00333, 0.01, 0.03], [0.09, 0.27, 0.81, 2.43], [0.00037037, 0.000123457]),
+    ([0.00556, 0.0167, 0.05, 0.15], [0.45, 1.35, 4.05, 12.15], [0.00185185, 0.000617284]),
+])
+def test_the_extension_stays_on_the_grid(grid, above, below):
+    rising = run_search(lambda lr: scored(lr, 1 / lr), grid, cap=len(above))
+    assert sorted(rising.added) == above and rising.capped
+    falling = run_search(lambda lr: scored(lr, lr), grid, cap=len(below))
+    assert sorted(falling.added, reverse=True) == below and falling.capped
+
+
+@pytest.mark.parametrize("algorithms,says", [
+    ([" "], "an empty algorithm name"),
+    ([","], "an empty algorithm name"),
+    (["focus,,fedavg"], "an empty algorithm name"),
+    (["focus:lr=0.1,fedavg"], "give lr as --lr-min and --lr-max"),
+    (["focus:lr=0.1"], "not inside the SPEC"),
+    (["fedavg:local_steps=3"], "give local_steps as --local-steps, not inside the SPEC"),
+    (["focus,fedavg", "focus"], "'focus' is listed twice"),
+    (["focus,all"], "'focus' is listed twice"),
+    (["scaffold", "scaffold:server_lr=1"], "listed twice (as 'scaffold' too)"),
+    (["nope"], "unknown algorithm 'nope'"),
+    (["focus:nope=1"], "unknown key 'nope'"),
+])
+def test_tune_refuses_a_bad_algorithm_list_before_any_trial(tmp_path, algorithms, says):
+    """Blank names, lr or local_steps inside a SPEC, one algorithm twice and unknown names: one
+    line, exit 2, and no folder (nothing ran)."""
+    options = [arg for name in algorithms for arg in ("--algorithm", name)]
+    proc = run_cli("tune", *options, "--problem", SMALL, "--rounds", "4", "--points", "2", "--out", "out",
+                   cwd=tmp_path)
+    assert_one_line_error(proc, 2, says)
+    assert list(tmp_path.iterdir()) == []

@@ -85,6 +85,14 @@ def available_algorithms() -> list[str]:
     return list(ALGORITHMS)
 
 
+def algorithm_keys(algorithm: str | type[Algorithm]) -> tuple[str, ...]:
+    """The keys an algorithm (a SPEC's name, or its class) accepts, its hyperparameters, lr and
+    local_steps included: its dataclass fields, never the class-level facts (name, summary,
+    in_paper_figure, ...)."""
+    cls = algorithm if isinstance(algorithm, type) else algorithm_class(algorithm)
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
 def make_algorithm(spec: str | dict, **overrides: Any) -> Algorithm:
     """Build an algorithm from ``"fedavg:weighting=all"`` (or a describe() dict) plus keyword
     overrides such as ``lr`` and ``local_steps`` from the command line."""
@@ -92,9 +100,10 @@ def make_algorithm(spec: str | dict, **overrides: Any) -> Algorithm:
     cls = algorithm_class(name, params.pop(SHA256, None) if is_algorithm_import(name) else None)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     params = {**params, **{k: v for k, v in overrides.items() if v is not None}}
-    unknown = sorted(set(params) - set(fields))
+    keys = algorithm_keys(cls)
+    unknown = sorted(set(params) - set(keys))
     if unknown:
-        raise ConfigError(f"algorithm {name!r}: unknown key {unknown[0]!r} (known: {', '.join(fields)})")
+        raise ConfigError(f"algorithm {name!r}: unknown key {unknown[0]!r} (known: {', '.join(keys)})")
     for key, value in params.items():
         if isinstance(value, list):
             params[key] = tuple(value)
@@ -127,6 +136,7 @@ __all__ = [
     "State",
     "StateSize",
     "algorithm_class",
+    "algorithm_keys",
     "algorithm_record",
     "algorithm_state_size",
     "check_state_size",

@@ -39,7 +39,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from tqdm import tqdm
 
-from ..algorithms import ALGORITHMS, algorithm_class
+from ..algorithms import ALGORITHMS, algorithm_class, algorithm_keys
 from ..algorithms.importing import imports_permitted, is_algorithm_import
 from ..engine.simulate import ENGINES, SCHEDULES
 from ..errors import ConfigError, FocusflError
@@ -63,6 +63,8 @@ MAX_FILE_BYTES = 1 << 20
 # Run settings that are axes (a list sweeps them) and may be overridden per algorithm.
 RUN_AXES = ("lr", "local_steps", "rounds", "eval_every")
 ALGORITHM_OVERRIDES = (*RUN_AXES, "schedule")
+# The run's own keys that an algorithm SPEC may not hold: a key of the experiment or of a table.
+SPEC_RUN_KEYS = ("lr", "local_steps")
 TOP_KEYS = ("name", "algorithms", "problems", "participation", "work", "seeds", *RUN_AXES, "dtype", "device",
             "engine", "schedule", "metric", "targets", "band", "dp")
 # The run fields' defaults (runs.config); dtype and eval_every None: each problem's own
@@ -359,12 +361,13 @@ def _algorithm_entry(item: Any, where: str) -> AlgorithmEntry:
         cls = algorithm_class(name)  # a user's own class: imported here, with the command's permission
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
-    fields = [f for f in cls.__dataclass_fields__ if f not in ("lr", "local_steps")]
+    fields = [key for key in algorithm_keys(cls) if key not in SPEC_RUN_KEYS]
     for key in params:
-        if key in ("lr", "local_steps"):
+        if key in ALGORITHM_OVERRIDES:
             raise ConfigError(f"{where}: give {key} as a key of the experiment or of an algorithm table "
                               f"({{name = \"{name}\", {key} = ...}}), not inside the SPEC")
-    _unknown_keys({**params, **table}, [*ALGORITHM_OVERRIDES, *fields], f"{where}.")
+    _unknown_keys(params, fields, f"{where}.")  # a SPEC holds the algorithm's own keys only
+    _unknown_keys(table, [*ALGORITHM_OVERRIDES, *fields], f"{where}.")
     overrides, param_axes, fixed = {}, {}, dict(params)
     for key, value in table.items():
         sub = f"{where}.{key}"

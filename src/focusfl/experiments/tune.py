@@ -43,7 +43,7 @@ from ..runs.folder import METRICS, read_config
 from ..spec import format_spec, parse_spec
 from .aggregate import Series, _Reducer, _stats
 from .layout import RUNS
-from .sweep import make_experiment, restart_note, run_sweep
+from .sweep import SPEC_RUN_KEYS, make_experiment, restart_note, run_sweep
 
 DEFAULT_TARGET = 1e-10
 DEFAULT_VALIDATION = 0.1  # the clients' share held out to tune neural networks on
@@ -175,12 +175,25 @@ def is_diverged(trial: dict) -> bool:
 
 
 def grid_ratio(grid: Sequence[float]) -> float:
-    """The factor between neighbouring steps of a log-spaced grid (the extension keeps it)."""
+    """The factor between neighbouring steps of a log-spaced grid (the extension keeps it): its
+    round value at three significant digits where that gives back every step of the grid to the
+    grid's own precision (the presets' x 1/9 .. 3, rounded to three digits, extend by 3, not
+    2.9992), else the exact one (tune's 1e-5 .. 1e-4 in three steps extends by 10 ** 0.5, not 3.16)."""
     ordered = sorted(set(grid))
     if len(ordered) < 2:
         return 1.0  # a single given step is not extended (search_steps)
-    # Three significant digits: a grid of rounded steps (the presets' x 1/9 .. 3) extends by 3, not 2.9992.
-    return float(f"{(ordered[-1] / ordered[0]) ** (1.0 / (len(ordered) - 1)):.3g}")
+    exact = (ordered[-1] / ordered[0]) ** (1.0 / (len(ordered) - 1))
+    rounded = float(f"{exact:.3g}")
+    # Within one unit of the grid's last digit (its steps and its first step each rounded once).
+    tolerance = 10.0 ** (1 - max(_digits(lr) for lr in ordered))
+    if all(abs(ordered[0] * rounded ** k - lr) <= tolerance * lr for k, lr in enumerate(ordered)):
+        return rounded
+    return exact
+
+
+def _digits(value: float) -> int:
+    """The fewest significant digits that write ``value`` exactly (0.00556 -> 3, 3.16228e-05 -> 6)."""
+    return next(d for d in range(1, 18) if float(f"{value:.{d}g}") == value)
 
 
 def _step(value: float) -> float:
@@ -211,16 +224,21 @@ def settle(trials: Sequence[dict], pick: Callable[[Sequence[dict]], dict] = choo
     return best, next(k for k, t in enumerate(ordered) if t is best), ordered
 
 
-def next_steps(trials: Sequence[dict], ratio: float, added_below: int, added_above: int, *,
+def next_steps(trials: Sequence[dict], grid: Sequence[float], ratio: float, added_below: int, added_above: int, *,
                pick: Callable[[Sequence[dict]], dict] = choose, cap: int = EXTEND_CAP) -> list[float]:
     """The steps to try next: one grid step beyond the end the best step sits at (none when it is
-    interior, when the step above it diverged, or when that end was extended ``cap`` times)."""
+    interior, when the step above it diverged, or when that end was extended ``cap`` times). The
+    k-th step beyond an end is the grid's end times ``ratio ** k``, rounded once: a step is never
+    the rounded previous step times the ratio (the drift would leave the grid: 0.00099856, not 0.001).
+    Both ends count from the grid's largest step, which a grid of rounded steps (x 1/9 .. 3) holds
+    exactly, unlike its smallest."""
     best, k, ordered = settle(trials, pick)
+    top, span = max(grid), len(set(grid)) - 1
     wanted = []
     if k == len(ordered) - 1 and added_above < cap:
-        wanted.append(_step(ordered[-1]["lr"] * ratio))
+        wanted.append(_step(top * ratio ** (added_above + 1)))
     if k == 0 and added_below < cap:
-        wanted.append(_step(ordered[0]["lr"] / ratio))
+        wanted.append(_step(top / ratio ** (span + added_below + 1)))
     return wanted
 
 
@@ -273,7 +291,8 @@ def search_steps(evaluate: Callable[[dict[str, list[float]]], dict[str, list[dic
             if len(set(grids[key])) < 2:
                 continue  # one given step is a choice, not a search: it is not extended
             below = sum(1 for lr in added[key] if lr < min(grids[key]))
-            wanted = next_steps(trials[key], ratios[key], below, len(added[key]) - below, pick=pick, cap=cap)
+            wanted = next_steps(trials[key], grids[key], ratios[key], below, len(added[key]) - below, pick=pick,
+                                cap=cap)
             if wanted:
                 added[key] += wanted
                 nxt[key] = wanted
@@ -403,27 +422,48 @@ TUNE_DEFAULTS = {"rounds": 300}
 
 def split_algorithms(text: str) -> list[str]:
     """``focus,fedavg:weighting=p,server_lr=1`` -> ["focus", "fedavg:weighting=p,server_lr=1"]: a
-    comma starts a new algorithm unless what follows is one more key=value of the previous SPEC."""
+    comma starts a new algorithm unless what follows is one more key=value of the previous SPEC.
+    A blank piece (``' '``, ``','``, ``'focus,,fedavg'``) is a ConfigError."""
     specs: list[str] = []
     for piece in text.split(","):
         piece = piece.strip()
+        if not piece:
+            raise ConfigError(f"--algorithm {text!r}: an empty algorithm name; give NAME or NAME:key=value, "
+                              "several as a comma-separated list (focus,fedavg)")
         if specs and "=" in piece and ":" not in piece.split("=")[0]:
             specs[-1] += "," + piece
-        elif piece:
+        else:
             specs.append(piece)
     return specs
 
 
+# Where tune takes the run keys that a SPEC may not hold (sweep.SPEC_RUN_KEYS).
+SPEC_RUN_OPTIONS = {"lr": "--lr-min and --lr-max (tune searches the step between them)", "local_steps": "--local-steps"}
+
+
+def _checked_spec(spec: str) -> dict:
+    """The algorithm ``spec`` builds, as its describe() dict (its identity: every hyperparameter,
+    defaults included); a ConfigError for an unknown name or key, or a run key inside the SPEC."""
+    for key in parse_spec(spec)[1]:
+        if key in SPEC_RUN_KEYS:
+            raise ConfigError(f"--algorithm {spec!r}: give {key} as {SPEC_RUN_OPTIONS[key]}, not inside the SPEC")
+    return make_algorithm(spec).describe()
+
+
 def expand_algorithms(names: Sequence[str]) -> list[str]:
     """'all' stands for every registered algorithm that is not a naming alias; each name may be
-    a comma-separated list."""
+    a comma-separated list. Every SPEC is checked before any trial runs: blank names, lr or
+    local_steps inside a SPEC, unknown names or keys, and one algorithm listed twice are refused."""
     out: list[str] = []
     for name in (spec for text in names for spec in split_algorithms(text)):
-        if name == "all":
-            out.extend(n for n, cls in ALGORITHMS.items() if cls.alias_of is None)
-        else:
-            make_algorithm(name)  # fail now on unknown names or keys, before any run
-            out.append(name)
+        out.extend((n for n, cls in ALGORITHMS.items() if cls.alias_of is None) if name == "all" else [name])
+    seen: dict[str, str] = {}
+    for spec in out:
+        identity = repr(_checked_spec(spec))
+        if identity in seen:
+            twice = f"'{spec}' is listed twice" + (f" (as '{seen[identity]}' too)" if seen[identity] != spec else "")
+            raise ConfigError(f"--algorithm: {twice}; give each algorithm once")
+        seen[identity] = spec
     return out
 
 

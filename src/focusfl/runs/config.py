@@ -222,15 +222,23 @@ def run_key(resolved: dict) -> str:
 def as_requested(info: dict, expected: dict | None) -> dict:
     """A run's record with the problem parameters asked to be chosen at run time (``"auto"`` or
     ``"measure"``: an nn problem's client_chunk and layout are chosen when the run starts, and
-    config.json records the choice) put back as ``expected`` asked for them, so that its key is
-    the one asked for (the same command gives the same key on any machine, under any timer)."""
-    if not expected or not isinstance(expected.get("problem"), dict) or not isinstance(info.get("problem"), dict):
+    config.json records the choice) put back as ``expected`` asked for them, and the algorithm's
+    hyperparameters derived from the run (None until Algorithm.prepare: a period, rates, a seed;
+    config.json records their values) put back to None, so that its key is the one asked for (the
+    same command gives the same key on any machine, under any timer, as before they were recorded)."""
+    if not expected:
         return info
-    autos = {k for k, v in expected["problem"].items() if v in ("auto", "measure")}
-    if not autos:
-        return info
-    asked = expected["problem"]
-    return {**info, "problem": {k: (asked[k] if k in autos else v) for k, v in info["problem"].items()}}
+    out = info
+    if isinstance(expected.get("problem"), dict) and isinstance(info.get("problem"), dict):
+        asked = expected["problem"]
+        autos = {k for k, v in asked.items() if v in ("auto", "measure")}
+        if autos:
+            out = {**out, "problem": {k: (asked[k] if k in autos else v) for k, v in info["problem"].items()}}
+    if isinstance(expected.get("algorithm"), dict) and isinstance(info.get("algorithm"), dict):
+        derived = {k for k, v in expected["algorithm"].items() if v is None}
+        if derived:
+            out = {**out, "algorithm": {k: (None if k in derived else v) for k, v in info["algorithm"].items()}}
+    return out
 
 
 def configuration_key(resolved: dict) -> str:

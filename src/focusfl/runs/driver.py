@@ -32,7 +32,7 @@ from ..problems import make_problem
 from ..spec import parse_spec
 from ..threads import fixed_threads
 from ..work import make_work
-from .config import DTYPES, RunConfig, as_requested, check_config, record, run_key, state_budget
+from .config import ASKED, DTYPES, RunConfig, as_requested, check_config, record, run_key, state_budget
 from .store import StateInMemory, check_state_memory, initial_state, reference_state
 
 # The parts of a run, in the order build() makes them; an error raised while making one carries
@@ -52,20 +52,26 @@ class BuiltRun:
     participation: Any
     work: Any = None  # a focusfl.work process; None: fixed (every client does local_steps)
     asked: dict | None = None  # the problem as it was asked for, before any choice deferred to run time
+    # config.json's ASKED block when the run was asked for before this build (a resumed run keeps
+    # its own, with the rounds it now runs to); None: the block of ``config`` (runs.config.asked).
+    asked_record: dict | None = None
 
     @property
     def resolved(self) -> dict[str, Any]:
-        """config.json's run keys: every part resolved (describe()), the seed and the version; an
-        nn problem's formulation once the run has chosen it (Problem.settle)."""
-        return record(self.config, algorithm=algorithm_record(self.algorithm), problem=self.problem.describe(),
+        """config.json's run keys: every part resolved (describe()), the algorithm as the run uses
+        it (Algorithm.prepare: a period, rates or seed derived from the run recorded as its value;
+        a user's class with its import target and digest), the seed and the version; an nn
+        problem's formulation once the run has chosen it (Problem.settle)."""
+        info = record(self.config, algorithm=algorithm_record(prepared_algorithm(self)), problem=self.problem.describe(),
                       participation=self.participation.describe(),
                       work=None if self.work is None else self.work.describe())
+        return info if self.asked_record is None else {**info, ASKED: self.asked_record}
 
     @property
     def requested(self) -> dict[str, Any]:
         """The resolved record with the choices deferred to run time as they were asked for
         (runs.config.as_requested): what the run is, whenever one looks."""
-        return as_requested(self.resolved, {"problem": self.asked})
+        return as_requested(self.resolved, {"problem": self.asked, "algorithm": self.algorithm.describe()})
 
     @property
     def key(self) -> str:
@@ -153,7 +159,10 @@ def build(config: RunConfig, *, problems: dict | None = None, allow_model_import
     work = _part("work", lambda: make_work(config.work, problem.num_clients, algorithm.local_steps, seed=config.seed))
     _part("work-algorithm", lambda: check_work_process(algorithm, work))
     _part("algorithm", lambda: check_privacy(config.dp, algorithm))
-    return BuiltRun(config, algorithm, problem, participation, work, asked)
+    built = BuiltRun(config, algorithm, problem, participation, work, asked)
+    # what the algorithm derives from the run (known rates, a period) is config.json's: checked now
+    _part("algorithm", lambda: prepared_algorithm(built))
+    return built
 
 
 def make_run_algorithm(config: RunConfig, problem) -> Any:

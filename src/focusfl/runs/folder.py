@@ -56,7 +56,7 @@ from .checkpoint import (
     save_model,
     take_checkpoint,
 )
-from .config import RunConfig, as_requested, config_from_json, run_key, state_budget
+from .config import ASKED, RunConfig, as_requested, asked, config_from_json, run_key, state_budget
 from .driver import BuiltRun, build, execute, reference_of
 from .inputs import CHANGED, INPUTS, check_inputs, input_digests, recorded_changes, recorded_inputs, unpinned
 from .store import TABLE, MappedClients, copy_table, table_disk_bytes
@@ -92,6 +92,11 @@ class _StopRequested(Exception):
 
 class _StopFlag:
     signum: int | None = None
+
+
+def _signals_to(flag: _StopFlag | None):
+    """:func:`_stop_on_signals` for ``flag``; nothing when None (the caller catches them)."""
+    return contextlib.nullcontext() if flag is None else _stop_on_signals(flag)
 
 
 def _stop_on_signals(flag: _StopFlag):
@@ -218,10 +223,11 @@ def run_to_folder(
     "skip": parts}``); inputs that differ are refused unless ``accept_changed_inputs``. ``extra``:
     keys config.json records beside the run (a sweep's batch size, runs.config.BATCH_RUNS).
     """
+    flag = _StopFlag()
     with new_run(config, out, restart=restart, allow_model_import=allow_model_import, tensorboard=tensorboard,
                  expected_inputs=expected_inputs, accept_changed_inputs=accept_changed_inputs,
-                 extra=extra) as opened:
-        return _drive(opened.built, opened.output, None, progress=progress, checkpoint_every=checkpoint_every,
+                 extra=extra, flag=flag) as opened:
+        return _drive(opened.built, opened.output, None, flag, progress=progress, checkpoint_every=checkpoint_every,
                       curve=curve, recorded=opened.recorded)
 
 
@@ -242,18 +248,20 @@ class OpenedRun:
 def new_run(config: RunConfig, out: str | Path, *, restart: bool = False, allow_model_import: bool = False,
             tensorboard: str | Path | None = None, expected_inputs: dict | None = None,
             accept_changed_inputs: bool = False, problems: dict | None = None,
-            extra: dict | None = None) -> Iterator[OpenedRun]:
+            extra: dict | None = None, flag: _StopFlag | None = None) -> Iterator[OpenedRun]:
     """run_to_folder's folder, checked, locked, emptied and with config.json "running", for the
     block to drive (:func:`run_to_folder`, or a batch of runs: runs/batch.py). ``problems``: the
     builder's cache of problems (a batch shares one); ``extra``: keys config.json records beside
-    the run (a batch's size)."""
+    the run (a batch's size); ``flag``: set by SIGINT, SIGTERM and SIGHUP from the moment the
+    folder is opened (None: the caller catches signals itself, as a batch does)."""
     root = _tensorboard_root(tensorboard, out)
     if expected_inputs is not None:
         config = unpinned(config)
     built = build(config, allow_model_import=allow_model_import, problems=problems)
     recorded = _inputs_record(built, expected_inputs, accept_changed_inputs, "the run replayed")
     recorded.update(extra or {})
-    with open_output(out, kind="run") as output:
+    # From here on a signal stops the run where it can publish (_drive reads ``flag``).
+    with _signals_to(flag), open_output(out, kind="run") as output:
         killed = output.found_partial and (output.work / CHECKPOINT).is_file()
         if (killed or _stopped(output.target)) and not restart:
             if not output.found_partial:
@@ -320,11 +328,13 @@ def resume_folder(
     A run that logs to TensorBoard (config.json's ``tensorboard``) goes on logging there;
     ``tensorboard`` starts a log for a run that had none (the rows so far are logged first), and
     must name the folder it logs in if it has one."""
+    flag = _StopFlag()
     with resumed_run(out, rounds=rounds, curve=curve, tensorboard=tensorboard, allow_model_import=allow_model_import,
-                     accept_changed_inputs=accept_changed_inputs, extra=extra) as opened:
+                     accept_changed_inputs=accept_changed_inputs, extra=extra, flag=flag) as opened:
         if opened.done is not None:
+            _stopped_once_complete(flag, Path(out), opened.done.rounds_done)
             return opened.done
-        return _drive(opened.built, opened.output, opened.start, progress=progress,
+        return _drive(opened.built, opened.output, opened.start, flag, progress=progress,
                       checkpoint_every=checkpoint_every, curve=curve, recorded=opened.recorded)
 
 
@@ -332,14 +342,15 @@ def resume_folder(
 def resumed_run(out: str | Path, *, rounds: int | None = None, curve: bool = True,
                 tensorboard: str | Path | None = None, allow_model_import: bool = False,
                 accept_changed_inputs: bool = False, problems: dict | None = None,
-                extra: dict | None = None) -> Iterator[OpenedRun]:
+                extra: dict | None = None, flag: _StopFlag | None = None) -> Iterator[OpenedRun]:
     """resume_folder's folder, checked, locked and set to continue from its checkpoint, for the
     block to drive (see new_run); a run whose last files only were missing is finished here
     (``done``)."""
     out = Path(out)
     _check_resumable(out)
     root = _tensorboard_root(tensorboard, out)
-    with open_output(out, kind="run", create=False) as output:
+    # From here on a signal stops the run where it can publish (_drive reads ``flag``).
+    with _signals_to(flag), open_output(out, kind="run", create=False) as output:
         # A killed run's partial folder is newer than anything published in out.
         unpublished = output.found_partial and (output.work / CHECKPOINT).is_file()
         source = output.work if unpublished else out
@@ -352,7 +363,7 @@ def resumed_run(out: str | Path, *, rounds: int | None = None, curve: bool = Tru
         log_dir = _stored_log_dir(data, out, root)
         if rounds is not None:
             config = config.replace(rounds=rounds)
-        built = build(unpinned(config), allow_model_import=allow_model_import, problems=problems)
+        built = _asked_as_before(build(unpinned(config), allow_model_import=allow_model_import, problems=problems), data)
         recorded = _inputs_record(built, expected_inputs_of(data, f"{source}/{CONFIG}"), accept_changed_inputs,
                                   f"the run in {out}", earlier=recorded_changes(data))
         recorded.update(extra or {})
@@ -386,6 +397,17 @@ def resumed_run(out: str | Path, *, rounds: int | None = None, curve: bool = Tru
             return
         write_json(work / CONFIG, {**built.resolved, "status": "running", **recorded})
         yield OpenedRun(built, output, checkpoint, recorded)
+
+
+def _asked_as_before(built: BuiltRun, data: dict) -> BuiltRun:
+    """A resumed run rebuilt from its resolved record, keeping the ASKED block its config.json had
+    (with the rounds it now runs to): its config.json is the uninterrupted run's, and its
+    configuration (runs.config.configuration_key) the same. A record without one, or with one of
+    other keys, gets the block of the record it was rebuilt from."""
+    before = data.get(ASKED)
+    if not isinstance(before, dict) or set(before) != set(asked(built.config)):
+        return built
+    return dataclasses.replace(built, asked_record={**before, "rounds": built.config.rounds})
 
 
 def _publish_finished(built: BuiltRun, output: Output, checkpoint: Checkpoint, *, curve: bool,
@@ -485,9 +507,13 @@ def _stored_log_dir(data: dict, out: Path, root: Path | None) -> Path | None:
 
 # -- the run -------------------------------------------------------------------------------------
 def _drive(
-    built: BuiltRun, output: Output, start: Checkpoint | None, *, progress: bool, checkpoint_every: int | None,
-    curve: bool = True, recorded: dict | None = None,
+    built: BuiltRun, output: Output, start: Checkpoint | None, flag: _StopFlag, *, progress: bool,
+    checkpoint_every: int | None, curve: bool = True, recorded: dict | None = None,
 ) -> RunResult:
+    """Run ``built`` in ``output``'s partial folder and publish it. The caller has set ``flag`` to
+    catch SIGINT, SIGTERM and SIGHUP since it opened ``output``: a signal stops the run at the end
+    of its round in progress (the first one, if it came before), publishing it as interrupted; one
+    after the last round lets the run finish, publish itself complete, and then stop."""
     work, out = output.work, output.target
     recorded = recorded or {}
     # "diverged" marks the row where a run blew up (engine/divergence.py): no earlier row has it.
@@ -495,11 +521,11 @@ def _drive(
                              late_columns=(*built.problem.late_metrics, "diverged"))
     logger = _open_log(recorded, start, work / METRICS)
     checkpointer = _Checkpointer(built, work, metrics, checkpoint_every, logger)
-    flag = _StopFlag()
     on_row = metrics.write if logger is None else _both(metrics.write, logger.log_row)
 
     def on_round(result: RunResult) -> None:
-        if flag.signum is not None:
+        # The last round's stop is the run's end: it completes (model.pt, a resumable checkpoint).
+        if flag.signum is not None and result.rounds_done < built.config.rounds:
             checkpointer.save(result)
             raise _StopRequested(flag.signum)
         if checkpointer.due(result.rounds_done):
@@ -507,9 +533,8 @@ def _drive(
 
     resume = None if start is None else resume_from(start, built.participation)
     try:
-        with _stop_on_signals(flag):
-            result = execute(built, progress=progress, on_row=on_row, resume=resume, keep_rows=False,
-                             on_round=on_round, folder=work)
+        result = execute(built, progress=progress, on_row=on_row, resume=resume, keep_rows=False,
+                         on_round=on_round, folder=work)
     except _StopRequested as stop:
         metrics.close()
         rounds = checkpointer.last_round
@@ -541,6 +566,15 @@ def _drive(
         raise
     try:
         info = _complete(built, output, result, metrics, curve=curve, recorded=recorded)
+    except KeyboardInterrupt:  # a second Ctrl-C while the last files were written
+        # Nothing is deleted here: the publication may be half done, which the next command
+        # writing DIR completes (io.folders).
+        _close_quietly(metrics, logger)
+        if not (work / CHECKPOINT).is_file():
+            raise Interrupted(f"interrupted while the run wrote its last files, before any checkpoint; "
+                              f"run the command again to redo {out}") from None
+        raise Interrupted(f"interrupted while the run wrote its last files; {out}: finish it with "
+                          f"`focusfl run --resume {out}`") from None
     except BaseException as exc:
         if not full_disk(exc):
             raise
@@ -550,7 +584,18 @@ def _drive(
             raise disk_full(out, exc) from None
         raise disk_full(out, exc, f"then finish it with `focusfl run --resume {out}`") from None
     _end_log(logger, info, result.rounds_done)
+    if result.diverged_at is None:  # a diverged run says so (exit 1), whatever came after
+        _stopped_once_complete(flag, out, result.rounds_done)
     return result
+
+
+def _stopped_once_complete(flag: _StopFlag, out: Path, rounds_done: int) -> None:
+    """Interrupted when a signal came after the last round: the run is complete and published,
+    and the command still ends as the signal asked (a sweep stops after this run)."""
+    if flag.signum is not None:
+        name = signal.Signals(flag.signum).name
+        raise Interrupted(f"{name}: arrived after the last round; the run is complete in {out} "
+                          f"({rounds_done} rounds)", _SIGNAL_CODES.get(flag.signum, 130))
 
 
 def _complete(built: BuiltRun, output: Output, result: RunResult, metrics: "_MetricsWriter", *, curve: bool,
