@@ -283,6 +283,7 @@ def _add_participation_import(commands) -> None:
                    "size in kbit, sent up and down (default 0)")
     p.add_argument("--local-steps", type=positive_int, metavar="TAU", help="with --capacity: the most steps a device "
                    "does (the algorithm's local_steps)")
+    p.add_argument("--plot", help="write the imported trace's availability raster to this PNG, PDF or SVG file")
     p.add_argument("--work-out", help="with --capacity: write the work trace (round,client,steps) to this new .csv; "
                    "`--work trace:path=FILE` replays it")
     p.set_defaults(handler=_cmd_participation_import)
@@ -332,6 +333,8 @@ def _cmd_participation_import(args) -> int:
             raise ConfigError(f"--work-out {args.work_out!r} exists; focusfl writes a work trace only as a new file")
         if out is not None and work_out.resolve() == out.resolve():
             raise ConfigError("--work-out and --out name the same file")
+    if args.plot:
+        _check_raster_target(args.plot)
     capacity = _capacity_options(args)
     options = ImportOptions(round_seconds=args.round_seconds, rounds=args.rounds, clients=args.clients,
                             rule=args.rule, ready=tuple(c.strip() for c in args.ready.split(",")), idle=args.idle,
@@ -349,6 +352,8 @@ def _cmd_participation_import(args) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text(path, text)
         print(f"wrote {path} (replay it with {replay})")
+    if args.plot:
+        _write_raster(trace.mask, args.plot, f"{args.format} {Path(args.path).name}")
     return 0
 
 
@@ -358,12 +363,8 @@ def _cmd_participation(args) -> int:
     from .participation.statistics import summarize
 
     process = make_participation(args.spec, args.clients, seed=args.seed)
-    if args.plot and Path(args.plot).suffix.lower() not in (".png", ".pdf", ".svg"):
-        raise ConfigError(f"--plot must end in .png, .pdf or .svg, got {args.plot!r}")
     if args.plot:
-        from .io.figures import check_figure_targets
-
-        check_figure_targets([args.plot], "--plot")  # before the work: never over a user's file
+        _check_raster_target(args.plot)  # before the work: never over a user's file
     from .limits import check_allocation
 
     # The mask (1 byte an entry) and the statistics' per-round tables (int64 delays and more).
@@ -382,15 +383,28 @@ def _cmd_participation(args) -> int:
         nom = "" if nominal is None else f"{nominal[i]:.4f}"
         print(f"{i:>6} {stats.p[i]:>14.4f} {nom:>12} {stats.q[i]:>14.4f}")
     if args.plot:
-        from .participation.plots import plot_raster
-
-        from .io.figures import figure_files
-
-        Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
-        with figure_files([args.plot], "--plot") as (scratch,):
-            plot_raster(mask, scratch, title=args.spec)
-        print(f"wrote {args.plot}")
+        _write_raster(mask, args.plot, args.spec)
     return 0
+
+
+def _check_raster_target(plot: str) -> None:
+    """Before the work: a .png/.pdf/.svg that is not a user's file (io.figures)."""
+    from .errors import ConfigError
+    from .io.figures import check_figure_targets
+
+    if Path(plot).suffix.lower() not in (".png", ".pdf", ".svg"):
+        raise ConfigError(f"--plot must end in .png, .pdf or .svg, got {plot!r}")
+    check_figure_targets([plot], "--plot")
+
+
+def _write_raster(mask, plot: str, title: str) -> None:
+    from .io.figures import figure_files
+    from .participation.plots import plot_raster
+
+    Path(plot).parent.mkdir(parents=True, exist_ok=True)
+    with figure_files([plot], "--plot") as (scratch,):
+        plot_raster(mask, scratch, title=title)
+    print(f"wrote {plot}")
 
 
 # -- work ----------------------------------------------------------------------------------------
