@@ -412,28 +412,23 @@ class Opens:
 
 def _hostile(folder) -> dict[str, tuple[str, ...]]:
     """case -> the command's arguments after `participation import`."""
-    (folder / "behave.pkl").write_bytes(pickle.dumps(BEHAVE))
-    (folder / "capacity.pkl").write_bytes(pickle.dumps(CAPACITY))
-    (folder / "code_capacity.pkl").write_bytes(pickle.dumps({1: Opens(folder / "marker")}))
-    (folder / "neg_capacity.pkl").write_bytes(pickle.dumps({1: {"computation": -1.0, "communication": 5.0}}))
-    (folder / "zero_bw.pkl").write_bytes(pickle.dumps({1: {"computation": 1.0, "communication": 0}}))
-    (folder / "str_capacity.pkl").write_bytes(pickle.dumps({1: {"computation": "fast", "communication": 5.0}}))
-    (folder / "list_capacity.pkl").write_bytes(pickle.dumps([1.0, 2.0]))
-    (folder / "ready_trunc.json").write_text('{"u": [[1, 2]')
-    (folder / "ready_reversed.json").write_text('{"u": [[5, 2]]}')
-    (folder / "ready_nan.json").write_text('{"u": [[NaN, 2]]}')
-    (folder / "ready_shape.json").write_text('{"u": [[1, 2, 3]]}')
-    (folder / "ready_list.json").write_text('[[1, 2]]')
-    (folder / "ready_good.json").write_text('{"u": [[0, 20]]}')
-    (folder / "flash.json").write_text(json.dumps({"1": {"messages": f"{_stamp(1)}\twifi\n{_stamp(9)}\t4g\n"}}))
-    (folder / "labels_ragged.csv").write_text(",a,b\nx,1,0\ny,1\n")
-    (folder / "labels_cell.csv").write_text(",a,b\nx,1,maybe\n")
-    (folder / "labels_empty.csv").write_text(",a,b\nx,1,\n")
-    (folder / "labels_header.csv").write_text(",a,b,c\nx,1,0\n")
-    (folder / "labels_two.csv").write_text(",a,b\nx,1,2\n")
-    (folder / "labels_only.csv").write_text(",a,b\n")
+    pickles = {"behave.pkl": BEHAVE, "capacity.pkl": CAPACITY, "code_capacity.pkl": {1: Opens(folder / "marker")},
+               "neg_capacity.pkl": {1: {"computation": -1.0, "communication": 5.0}},
+               "zero_bw.pkl": {1: {"computation": 1.0, "communication": 0}},
+               "str_capacity.pkl": {1: {"computation": "fast", "communication": 5.0}},
+               "list_capacity.pkl": [1.0, 2.0]}
+    texts = {"ready_trunc.json": '{"u": [[1, 2]', "ready_reversed.json": '{"u": [[5, 2]]}',
+             "ready_nan.json": '{"u": [[NaN, 2]]}', "ready_shape.json": '{"u": [[1, 2, 3]]}',
+             "ready_list.json": "[[1, 2]]", "ready_good.json": '{"u": [[0, 20]]}',
+             "flash.json": json.dumps({"1": {"messages": f"{_stamp(1)}\twifi\n{_stamp(9)}\t4g\n"}}),
+             "labels_ragged.csv": ",a,b\nx,1,0\ny,1\n", "labels_cell.csv": ",a,b\nx,1,maybe\n",
+             "labels_empty.csv": ",a,b\nx,1,\n", "labels_header.csv": ",a,b,c\nx,1,0\n",
+             "labels_two.csv": ",a,b\nx,1,2\n", "labels_only.csv": ",a,b\n", "mine.csv": "round,client,steps\n"}
+    for name, value in pickles.items():
+        (folder / name).write_bytes(pickle.dumps(value))
+    for name, text in texts.items():
+        (folder / name).write_text(text)
     np.save(folder / "m.npy", np.ones((2, 2)))
-    (folder / "mine.csv").write_text("round,client,steps\n")
     s10 = ("--round-seconds", "10")
     priced = ("--deadline", "10", "--batch-size", "4", "--local-steps", "5")
     return {
@@ -529,3 +524,11 @@ def test_new_inputs_are_size_checked_before_they_are_read(tmp_path, monkeypatch)
     monkeypatch.setattr(importing, "read_plain_pickle", spy)
     import_trace("fedscale", tmp_path / "behave.pkl", ImportOptions(round_seconds=10), capacity)
     assert any("device capacity" in what for what in calls)  # the safe, size-checked unpickler
+
+
+def test_import_help_lists_the_new_options():
+    proc = run_cli("participation", "import", "--help")
+    assert proc.returncode == 0, proc.stderr
+    for option in ("--start", "--window", "--skip-bad-devices", "--assign", "--index-column", "--capacity",
+                   "--work-out", "--plot"):
+        assert option in proc.stdout

@@ -272,7 +272,7 @@ def _add_participation_import(commands) -> None:
     p.add_argument("--skip-bad-devices", action="store_true", help="fedscale, flash, ready: skip (and name) devices "
                    "whose records are malformed instead of refusing the file")
     p.add_argument("--assign", choices=ASSIGNMENTS, default="sorted", help="fedscale: client k replays the k-th id in "
-                   "order (sorted), or FedScale's keys[(k + 1) % len] in the pickle's order (fedscale)")
+                   "order (sorted), or FedScale's keys[(k + 1) %% len] in the pickle's order (fedscale)")
     p.add_argument("--index-column", choices=INDEX_CHOICES, default="auto", help="matrix (.csv): whether the first "
                    "column names the clients (auto: a non-numeric first column, or a header that names it)")
     p.add_argument("--capacity", metavar="FILE", help="fedscale: FedScale's device capacity pickle "
@@ -720,15 +720,19 @@ def _command_texts() -> dict[str, tuple[str, str]]:
         "participation import": (
             "Convert a recorded availability trace into focusfl's participation trace (rounds x clients, 0/1; "
             "`--participation trace:path=FILE` replays it) and print its statistics: p_i, q_i and the delays "
-            "tau_max, tau_avg. Formats: fedscale (FedScale's client behaviour pickle, read without running code), "
-            "flash (FLASH's state-trace JSON: a device is ready while charging, on WiFi and idle, or the --ready "
-            "conditions) and matrix (clients x rounds, 0/1). Devices never available are dropped "
-            "(docs/participation.md).",
+            "tau_max, tau_avg. Formats: fedscale (FedScale's client behaviour pickle, read without running code; "
+            "--capacity adds its device speeds as a work trace), flash (FLASH's state-trace JSON: a device is ready "
+            "while charging, on WiFi and idle, or the --ready conditions, on FLASH's clock), ready (FLASH's ready "
+            "windows JSON) and matrix (clients x rounds, 0/1 or True/False, FedStale's layouts). Devices never "
+            "available are dropped (docs/participation.md).",
             _examples("focusfl participation import fedscale client_behave_trace --round-seconds 60 --rounds 1440 "
                       "--clients 100 --out trace.csv",
                       "focusfl participation import flash state_traces.json --round-seconds 300 --ready charging,wifi "
                       "--out flash.csv",
-                      "focusfl participation import matrix availability.csv --out trace.csv")),
+                      "focusfl participation import matrix availability.csv --out trace.csv",
+                      "focusfl participation import fedscale client_behave_trace --round-seconds 60 --assign fedscale "
+                      "--capacity client_device_capacity --deadline 60 --batch-size 20 --local-steps 10 "
+                      "--out trace.csv --work-out work.csv")),
         "work": ("Draw a work process and print each client's local steps per round: mean, min, max and the "
                  "fraction of rounds cut short (fewer than --local-steps); the last row is the mean over the "
                  "clients (docs/algorithms.md).",

@@ -81,6 +81,10 @@ MAX_JSON_BYTES = 512 << 20
 # list slot 8 against 2-9 bytes of pickle; JSON strings and dicts cost about as much per byte.
 PICKLE_BYTES_PER_BYTE = 24
 JSON_BYTES_PER_BYTE = 12
+# A ready spell "[a, b]," of 6 or more bytes parses to a list of two floats (about 130 bytes).
+READY_JSON_BYTES_PER_BYTE = 32
+# A matrix CSV line costs its string and a row array (about 170 bytes) besides its text.
+CSV_BYTES_PER_LINE = 192
 # The mask (1 byte a cell) and its statistics' per-round tables (int64 delays and more).
 MASK_BYTES_PER_CELL = 17
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
@@ -653,11 +657,11 @@ def flash_start(start: str | None, earliest: float) -> float:
         raise ConfigError(f"--start must be a time YYYY-mm-dd HH:MM:SS or {EARLIEST!r}, got {start[:40]!r}") from None
 
 
-def _read_json(path: Path, what: str) -> Any:
+def _read_json(path: Path, what: str, bytes_per_byte: int = JSON_BYTES_PER_BYTE) -> Any:
     size = path.stat().st_size
     if size > MAX_JSON_BYTES:
         raise DataError(f"{what} is {human_bytes(size)}, more than the {human_bytes(MAX_JSON_BYTES)} read as JSON")
-    check_allocation(size * JSON_BYTES_PER_BYTE, f"{what} ({human_bytes(size)} of JSON)")
+    check_allocation(size * bytes_per_byte, f"{what} ({human_bytes(size)} of JSON)")
     try:
         return json.loads(path.read_bytes())
     except OSError as exc:
@@ -733,7 +737,7 @@ def read_ready(path: Path, options: ImportOptions) -> ImportedTrace:
     no recording span): round r covers [start + r S, start + (r + 1) S), start = --start seconds
     (default 0, the file's reference time)."""
     what = f"FLASH ready windows {path.name!r}"
-    data = _read_json(path, what)
+    data = _read_json(path, what, READY_JSON_BYTES_PER_BYTE)
     if not isinstance(data, dict) or not data:
         raise DataError(f"{what} must hold a non-empty JSON object of devices (uid -> its [start, end] spells), "
                         f"got {type(data).__name__}")
@@ -852,9 +856,11 @@ def read_labelled_matrix(path: Path, index_column: str, kind: str) -> LabelledMa
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise DataError(f"{kind}: cannot read {path.name!r} ({_first_line(exc)})") from None
-    numbered = [(k, line) for k, line in enumerate(text.splitlines(), start=1)
-                if line.strip() and not line.lstrip().startswith("#")]
-    rows = ((k, cells) for (k, _), cells in zip(numbered, csv.reader(line for _, line in numbered)))
+    lines = text.count("\n") + 1  # before the lines are split: many short lines cost more than their bytes
+    check_allocation(size * CSV_BYTES_PER_BYTE + lines * CSV_BYTES_PER_LINE,
+                     f"{kind} {path.name!r} ({human_bytes(size)} of CSV, {lines:,} lines)")
+    rows = ((k, next(csv.reader([line]))) for k, line in enumerate(text.splitlines(), start=1)
+            if line.strip() and not line.lstrip().startswith("#"))
     first = next(rows, None)
     if first is None:
         raise DataError(f"{kind}: {path.name!r} must be a non-empty 2-D matrix, got no data line")
