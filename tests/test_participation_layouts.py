@@ -423,7 +423,8 @@ def _hostile(folder) -> dict[str, tuple[str, ...]]:
              "flash.json": json.dumps({"1": {"messages": f"{_stamp(1)}\twifi\n{_stamp(9)}\t4g\n"}}),
              "labels_ragged.csv": ",a,b\nx,1,0\ny,1\n", "labels_cell.csv": ",a,b\nx,1,maybe\n",
              "labels_empty.csv": ",a,b\nx,1,\n", "labels_header.csv": ",a,b,c\nx,1,0\n",
-             "labels_two.csv": ",a,b\nx,1,2\n", "labels_only.csv": ",a,b\n", "mine.csv": "round,client,steps\n"}
+             "labels_two.csv": ",a,b\nx,1,2\n", "labels_only.csv": ",a,b\n", "mine.csv": "round,client,steps\n",
+             "user.png": "a user's picture"}
     for name, value in pickles.items():
         (folder / name).write_bytes(pickle.dumps(value))
     for name, text in texts.items():
@@ -471,6 +472,8 @@ def _hostile(folder) -> dict[str, tuple[str, ...]]:
         "labels header width": ("matrix", "labels_header.csv"),
         "labels not 0/1": ("matrix", "labels_two.csv"),
         "labels no data": ("matrix", "labels_only.csv"),
+        "plot not a figure": ("matrix", "labels_two.csv", "--plot", "raster.txt"),
+        "plot over a user's file": ("fedscale", "behave.pkl", *s10, "--plot", "user.png"),
     }
 
 
@@ -479,7 +482,8 @@ TYPED = ("capacity runs code", "capacity zero bandwidth", "capacity without dead
 
 
 def _command(folder, args: tuple[str, ...]) -> list[str]:
-    resolved = [str(folder / a) if (folder / a).suffix in (".pkl", ".json", ".csv", ".npy") else a for a in args]
+    resolved = [str(folder / a) if (folder / a).suffix in (".pkl", ".json", ".csv", ".npy", ".txt", ".png") else a
+                for a in args]
     return ["participation", "import", *resolved, "--out", str(folder / "out.csv")]
 
 
@@ -499,6 +503,7 @@ def test_every_hostile_input_is_one_line_exit_2_in_process(tmp_path, capsys):
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, (case, err)
         assert not (tmp_path / "out.csv").exists() and not (tmp_path / "w.csv").exists(), case
     assert not (tmp_path / "marker").exists()
+    assert (tmp_path / "user.png").read_text() == "a user's picture" and not (tmp_path / "raster.txt").exists()
 
 
 def test_new_inputs_are_size_checked_before_they_are_read(tmp_path, monkeypatch):
