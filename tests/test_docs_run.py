@@ -100,6 +100,7 @@ def _fedscale_behaviour() -> str:
 FILES = {
     "docs/examples/experiment.toml": lambda: _small_experiment((ROOT / "docs/examples/experiment.toml").read_text()),
     "client_behave_trace": _fedscale_behaviour,
+    "docs/examples/fedstale_layout.csv": lambda: (ROOT / "docs/examples/fedstale_layout.csv").read_text(),
 }
 
 

@@ -40,6 +40,8 @@ SPECS = [
     "sine:a=0.8,period=7",
     "banded",
     "banded:width=3,top=0.9,step=0.1",
+    "separated",
+    "separated:gap=3,p=0.5",
 ]
 DETERMINISTIC = {"full", "cyclic", "cyclic:groups=3"}  # no randomness: every seed gives the same mask
 
@@ -64,7 +66,7 @@ def trace_matrix():
 def test_registry_lists_every_process():
     expected = {
         "full", "uniform", "bernoulli", "weighted", "markov", "cyclic",
-        "reshuffled_cyclic", "sine", "banded", "trace", "label",
+        "reshuffled_cyclic", "sine", "banded", "trace", "label", "separated",
     }
     assert set(available_participation()) == expected
     assert all(PARTICIPATION[name].name == name for name in expected)

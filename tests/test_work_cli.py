@@ -185,12 +185,25 @@ def test_bias_refuses_rounds_beyond_the_trace_and_takes_its_law(tmp_path):
     assert "step counts by the trace's recorded rows; mean E[tau_i] = 2.5 of tau = 4" in proc.stdout
 
 
+def _fedscale_population(folder) -> None:
+    """FedScale's two device files in their layouts (client_behave_trace, client_device_capacity:
+    pickles of plain dicts), for the page's import: every device available, and each finishing a different number of steps before the deadline."""
+    import pickle
+
+    behave = {k: {"active": [60.0 * k], "inactive": [60.0 * k + 900], "finish_time": 3600, "duration": 900,
+                  "model": "phone"} for k in range(5)}
+    speeds = {k: {"computation": 100.0 + 100 * k, "communication": 500.0 + 100 * k} for k in range(5)}
+    (folder / "client_behave_trace").write_bytes(pickle.dumps(behave))
+    (folder / "client_device_capacity").write_bytes(pickle.dumps(speeds))
+
+
 def test_every_command_of_the_work_page_runs(tmp_path):
     """docs/work.md's commands, as a user types them (bias's long averages shortened), with the
     trace they read written first."""
     from test_docs_run import ROOT, documented_commands
 
     _steps_csv(tmp_path / "steps.csv")
+    _fedscale_population(tmp_path)
     commands = documented_commands("docs/work.md")
     assert any(words[:2] == ["work", "trace:path=steps.csv"] for _, words in commands)
     assert len(commands) >= 5

@@ -268,30 +268,76 @@ class _SpecOrSubcommand(argparse._SubParsersAction):
 
 
 def _add_participation_import(commands) -> None:
-    from .participation.importing import CONDITIONS, FORMATS, IDLE, RULES
+    from .participation.importing import ASSIGNMENTS, CONDITIONS, FORMATS, IDLE, INDEX_CHOICES, RULES
 
     p = commands.add_parser("import", help="convert a FedScale, FLASH or clients x rounds availability file into "
                             "a participation trace, with its statistics")
-    p.add_argument("format", choices=list(FORMATS), help="fedscale (behaviour pickle), flash (state JSON) or "
-                   "matrix (clients x rounds 0/1, .csv or .npy)")
+    p.add_argument("format", choices=list(FORMATS), help="fedscale (behaviour pickle), flash (state JSON), ready "
+                   "(FLASH's ready windows JSON) or matrix (clients x rounds 0/1 or True/False, .csv or .npy)")
     p.add_argument("path", help="the recording")
-    p.add_argument("--round-seconds", type=float, metavar="S", help="seconds a round lasts (fedscale, flash)")
+    p.add_argument("--round-seconds", type=float, metavar="S", help="seconds a round lasts (fedscale, flash, ready)")
     p.add_argument("--out", help="write the trace to this .csv (replaced only if focusfl wrote it); "
                    "without it only the statistics are printed")
     p.add_argument("--rounds", type=positive_int, help="rounds to import (default: the recording's span)")
-    p.add_argument("--clients", type=positive_int, help="import the first N devices only (in the order of their ids)")
+    p.add_argument("--clients", type=positive_int, help="import the first N devices only (in the order of their ids); "
+                   "a recording with fewer is imported whole, and the command says so")
     p.add_argument("--rule", choices=RULES, default="start", help="a client takes part in a round if available at "
                    "its start, or throughout it (whole)")
     p.add_argument("--ready", default=",".join(CONDITIONS), help="flash: the conditions of readiness, a comma list "
                    f"of {', '.join(CONDITIONS)}")
     p.add_argument("--idle", choices=IDLE, default="locked", help="flash: idle means screen locked or screen off")
+    p.add_argument("--start", metavar="TIME", help="flash: the clock's time 0, YYYY-mm-dd HH:MM:SS (default FLASH's "
+                   "refer_time 2020-01-02 00:00:00) or 'earliest' (the file's first event); ready: seconds (default 0)")
+    p.add_argument("--window", type=float, default=0.0, metavar="W", help="flash, ready: readiness is checked W "
+                   "seconds into the round (FLASH's selection window; its default configuration uses 20)")
+    p.add_argument("--skip-bad-devices", action="store_true", help="fedscale, flash, ready: skip (and name) devices "
+                   "whose records are malformed instead of refusing the file")
+    p.add_argument("--assign", choices=ASSIGNMENTS, default="sorted", help="fedscale: client k replays the k-th id in "
+                   "order (sorted), or FedScale's keys[(k + 1) %% len] in the pickle's order (fedscale)")
+    p.add_argument("--index-column", choices=INDEX_CHOICES, default="auto", help="matrix (.csv): whether the first "
+                   "column names the clients (auto: a non-numeric first column, or a header that names it)")
+    p.add_argument("--capacity", metavar="FILE", help="fedscale: FedScale's device capacity pickle "
+                   "(client_device_capacity); each device's local steps per round then come from its speeds")
+    p.add_argument("--deadline", type=float, metavar="D", help="with --capacity: a round's deadline in seconds")
+    p.add_argument("--batch-size", type=positive_int, metavar="B", help="with --capacity: samples per local step")
+    p.add_argument("--model-kbits", type=float, default=0.0, metavar="M", help="with --capacity: the model update's "
+                   "size in kbit, sent up and down (default 0)")
+    p.add_argument("--local-steps", type=positive_int, metavar="TAU", help="with --capacity: the most steps a device "
+                   "does (the algorithm's local_steps)")
+    p.add_argument("--plot", help="write the imported trace's availability raster to this PNG, PDF or SVG file")
+    p.add_argument("--work-out", help="with --capacity: write the work trace (round,client,steps) to this new .csv; "
+                   "`--work trace:path=FILE` replays it")
     p.set_defaults(handler=_cmd_participation_import)
+
+
+def _capacity_options(args):
+    """The capacity file's options, or None; one line for an option given without --capacity."""
+    from .errors import ConfigError
+    from .participation.importing import CapacityOptions
+
+    priced = {"--deadline": args.deadline, "--batch-size": args.batch_size, "--local-steps": args.local_steps,
+              "--work-out": args.work_out}
+    if args.capacity is None:
+        given = [name for name, value in priced.items() if value is not None] + (["--model-kbits"] if args.model_kbits
+                                                                                 else [])
+        if given:
+            raise ConfigError(f"{given[0]} applies with --capacity FILE (FedScale's device capacity)")
+        return None
+    missing = [name for name, value in priced.items() if value is None and name != "--work-out"]
+    if missing:
+        raise ConfigError(f"--capacity needs {', '.join(missing)} (the round it prices)")
+    from .work.capacity import check_round_prices
+
+    check_round_prices(args.deadline, args.batch_size, args.model_kbits, args.local_steps)
+    return CapacityOptions(Path(args.capacity).expanduser(), args.deadline, args.batch_size, args.model_kbits,
+                           args.local_steps)
 
 
 def _cmd_participation_import(args) -> int:
     from .errors import ConfigError
     from .io.atomic import write_text
-    from .participation.importing import ImportOptions, check_trace_size, import_trace, statistics_lines, trace_text
+    from .participation.importing import (ImportOptions, check_trace_size, import_trace, statistics_lines, trace_text,
+                                          work_trace_text)
     from .participation.trace import is_focusfl_trace
 
     out = Path(args.out) if args.out else None
@@ -300,15 +346,35 @@ def _cmd_participation_import(args) -> int:
             raise ConfigError(f"--out must end in .csv, got {args.out!r}")
         if out.is_dir() or ((out.exists() or out.is_symlink()) and not is_focusfl_trace(out)):
             raise ConfigError(f"--out {args.out!r} exists and is not a trace focusfl wrote; choose another name")
+    work_out = Path(args.work_out) if args.work_out else None
+    if work_out is not None:  # a work trace carries no mark of its own: focusfl writes only a new file
+        if work_out.suffix.lower() != ".csv":
+            raise ConfigError(f"--work-out must end in .csv, got {args.work_out!r}")
+        if work_out.exists() or work_out.is_symlink():
+            raise ConfigError(f"--work-out {args.work_out!r} exists; focusfl writes a work trace only as a new file")
+        if out is not None and work_out.resolve() == out.resolve():
+            raise ConfigError("--work-out and --out name the same file")
+    if args.plot:
+        _check_raster_target(args.plot)
+    capacity = _capacity_options(args)
     options = ImportOptions(round_seconds=args.round_seconds, rounds=args.rounds, clients=args.clients,
-                            rule=args.rule, ready=tuple(c.strip() for c in args.ready.split(",")), idle=args.idle)
-    trace = import_trace(args.format, args.path, options)
+                            rule=args.rule, ready=tuple(c.strip() for c in args.ready.split(",")), idle=args.idle,
+                            start=args.start, window=args.window, skip_bad_devices=args.skip_bad_devices,
+                            assign=args.assign, index_column=args.index_column)
+    trace = import_trace(args.format, args.path, options, capacity)
     print("\n".join(statistics_lines(trace)))
+    texts = []
     if out is not None:
         check_trace_size(trace)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        write_text(out, trace_text(trace))
-        print(f"wrote {out} (replay it with --participation trace:path={out})")
+        texts.append((out, trace_text(trace), f"--participation trace:path={out}"))
+    if work_out is not None:
+        texts.append((work_out, work_trace_text(trace), f"--work trace:path={work_out}"))
+    for path, text, replay in texts:  # every check passed before anything is written
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text(path, text)
+        print(f"wrote {path} (replay it with {replay})")
+    if args.plot:
+        _write_raster(trace.mask, args.plot, f"{args.format} {Path(args.path).name}")
     return 0
 
 
@@ -318,12 +384,8 @@ def _cmd_participation(args) -> int:
     from .participation.statistics import summarize
 
     process = make_participation(args.spec, args.clients, seed=args.seed)
-    if args.plot and Path(args.plot).suffix.lower() not in (".png", ".pdf", ".svg"):
-        raise ConfigError(f"--plot must end in .png, .pdf or .svg, got {args.plot!r}")
     if args.plot:
-        from .io.figures import check_figure_targets
-
-        check_figure_targets([args.plot], "--plot")  # before the work: never over a user's file
+        _check_raster_target(args.plot)  # before the work: never over a user's file
     from .limits import check_allocation
 
     # The mask (1 byte an entry) and the statistics' per-round tables (int64 delays and more).
@@ -342,15 +404,28 @@ def _cmd_participation(args) -> int:
         nom = "" if nominal is None else f"{nominal[i]:.4f}"
         print(f"{i:>6} {stats.p[i]:>14.4f} {nom:>12} {stats.q[i]:>14.4f}")
     if args.plot:
-        from .participation.plots import plot_raster
-
-        from .io.figures import figure_files
-
-        Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
-        with figure_files([args.plot], "--plot") as (scratch,):
-            plot_raster(mask, scratch, title=args.spec)
-        print(f"wrote {args.plot}")
+        _write_raster(mask, args.plot, args.spec)
     return 0
+
+
+def _check_raster_target(plot: str) -> None:
+    """Before the work: a .png/.pdf/.svg that is not a user's file (io.figures)."""
+    from .errors import ConfigError
+    from .io.figures import check_figure_targets
+
+    if Path(plot).suffix.lower() not in (".png", ".pdf", ".svg"):
+        raise ConfigError(f"--plot must end in .png, .pdf or .svg, got {plot!r}")
+    check_figure_targets([plot], "--plot")
+
+
+def _write_raster(mask, plot: str, title: str) -> None:
+    from .io.figures import figure_files
+    from .participation.plots import plot_raster
+
+    Path(plot).parent.mkdir(parents=True, exist_ok=True)
+    with figure_files([plot], "--plot") as (scratch,):
+        plot_raster(mask, scratch, title=title)
+    print(f"wrote {plot}")
 
 
 # -- work ----------------------------------------------------------------------------------------
@@ -710,15 +785,19 @@ def _command_texts() -> dict[str, tuple[str, str]]:
         "participation import": (
             "Convert a recorded availability trace into focusfl's participation trace (rounds x clients, 0/1; "
             "`--participation trace:path=FILE` replays it) and print its statistics: p_i, q_i and the delays "
-            "tau_max, tau_avg. Formats: fedscale (FedScale's client behaviour pickle, read without running code), "
-            "flash (FLASH's state-trace JSON: a device is ready while charging, on WiFi and idle, or the --ready "
-            "conditions) and matrix (clients x rounds, 0/1). Devices never available are dropped "
-            "(docs/participation.md).",
+            "tau_max, tau_avg. Formats: fedscale (FedScale's client behaviour pickle, read without running code; "
+            "--capacity adds its device speeds as a work trace), flash (FLASH's state-trace JSON: a device is ready "
+            "while charging, on WiFi and idle, or the --ready conditions, on FLASH's clock), ready (FLASH's ready "
+            "windows JSON) and matrix (clients x rounds, 0/1 or True/False, FedStale's layouts). Devices never "
+            "available are dropped (docs/participation.md).",
             _examples("focusfl participation import fedscale client_behave_trace --round-seconds 60 --rounds 1440 "
                       "--clients 100 --out trace.csv",
                       "focusfl participation import flash state_traces.json --round-seconds 300 --ready charging,wifi "
                       "--out flash.csv",
-                      "focusfl participation import matrix availability.csv --out trace.csv")),
+                      "focusfl participation import matrix availability.csv --out trace.csv",
+                      "focusfl participation import fedscale client_behave_trace --round-seconds 60 --assign fedscale "
+                      "--capacity client_device_capacity --deadline 60 --batch-size 20 --local-steps 10 "
+                      "--out trace.csv --work-out work.csv")),
         "work": ("Draw a work process and print each client's local steps per round: mean, min, max and the "
                  "fraction of rounds cut short (fewer than --local-steps); the last row is the mean over the "
                  "clients (docs/algorithms.md).",

@@ -16,6 +16,7 @@ from .cyclic import CyclicParticipation, ReshuffledCyclicParticipation
 from .full import FullParticipation, UniformParticipation
 from .label import LabelParticipation
 from .markov import MarkovParticipation
+from .separated import SeparatedParticipation
 from .plots import plot_raster  # matplotlib is imported when a raster is drawn
 from .statistics import ParticipationStats, delays, empirical_p, empirical_q, summarize
 from .trace import TraceParticipation, load_trace
@@ -33,6 +34,7 @@ PARTICIPATION: dict[str, type[ParticipationProcess]] = {
         ReshuffledCyclicParticipation,
         SineParticipation,
         BandedParticipation,
+        SeparatedParticipation,
         TraceParticipation,
         LabelParticipation,
     )
