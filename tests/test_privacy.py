@@ -364,6 +364,48 @@ def test_the_privacy_study_section_judges_its_claim_from_its_runs():
     assert [c.where for c in section.claims] == ["local DP"]
     assert section.claims[0].verdict.name == EXACT_UNDER_DP.name
     assert "| local | markov | 8 |" in section.text[1] and "| none | bernoulli | ∞ |" in section.text[1]
+    assert "MNIST half of the study was skipped" in section.text[-1]
+
+
+def test_the_mnist_half_of_the_study_runs_end_to_end_on_digits(monkeypatch):
+    """The quick MNIST study on the test digits: its runs, its table of test accuracies and its
+    claim, judged by its own criterion from those runs (the ridge half is stubbed here: the test
+    above runs it)."""
+    from pathlib import Path
+
+    from focusfl.experiments import privacy_study
+    from focusfl.experiments.privacy_study import (EXACT_UNDER_DP_ACCURACY, MNIST_ALGORITHMS, claim_values,
+                                                   mnist_sizes, study_rows)
+
+    digits = Path(__file__).resolve().parent / "fixtures" / "mnist1500.npz"
+    sizes = mnist_sizes(str(digits), quick=True)
+    rows = study_rows(sizes)
+    assert {r["algorithm"] for r in rows} == set(MNIST_ALGORITHMS)
+    assert {(r["mode"], r["budget"]) for r in rows} == {("none", math.inf), ("local", 8.0)}
+    assert all(0 <= r["final"] <= 1 for r in rows)  # test accuracies
+    private = [r for r in rows if r["mode"] == "local"]
+    assert all(r["epsilon_max"] <= 8.0 * 1.001 for r in private)  # the budget is spent, not exceeded
+    assert max(r["epsilon_max"] for r in private) > 8.0 * 0.95
+    monkeypatch.setattr(privacy_study, "study_rows", lambda s: rows if s == sizes else _ridge_stub(s))
+    section = privacy_study.privacy_section(quick=True, data=str(digits))
+    mnist = [c for c in section.claims if c.where.endswith("MNIST")]
+    assert [c.where for c in mnist] == ["local DP, MNIST"]
+    verdict = mnist[0].verdict
+    assert verdict.name == EXACT_UNDER_DP_ACCURACY.name
+    assert verdict == EXACT_UNDER_DP_ACCURACY.judge(claim_values(rows, "local", sizes=sizes), quick=True)
+    assert "mnist1500.npz" in mnist[0].ran and "| local | markov | 8 |" in section.text[-1]
+    assert "| mode | participation | epsilon | sg_focus | scaffold | fedavg | fedau |" in section.text[-1]
+
+
+def _ridge_stub(sizes):
+    """Rows of a ridge study where every run ended at error 1 (the ridge half's shape, no runs)."""
+    from focusfl.experiments.privacy_study import PROCESSES
+
+    return [{"mode": mode, "participation": p, "budget": budget, "algorithm": a, "seed": 0, "sigma": None,
+             "clip": None, "final": 1.0, "epsilon_max": math.inf}
+            for p in PROCESSES for mode, budget in (("none", math.inf), *((m, b) for m in sizes.modes
+                                                                            for b in sizes.budgets))
+            for a in sizes.algorithms]
 
 
 def test_the_worked_example_of_the_docs_runs_as_written(tmp_path):
