@@ -66,6 +66,7 @@ class PrivacySizes:
     higher_is_better: bool = False
     steps: Any = None  # {algorithm: lr} or None
     local_steps: int | None = None  # None: each algorithm's default
+    claim_budgets: tuple = (CLAIM_BUDGET,)  # the budgets the claim is judged at (one claim per mode and budget)
 
 
 FULL_PRIVACY = PrivacySizes()
@@ -86,15 +87,22 @@ def mnist_problem(data: str, clients: int) -> dict:
             "partition": "dirichlet", "alpha": 0.3, "batch": 32, "test_fraction": 0.2}
 
 
+# Budgets of the MNIST half: the claim's 8, and two far weaker ones that show where the methods
+# part. With 20 clients and 7,850 parameters, 8 (and 2) leave every method at chance: the noise
+# multiplier is about 5 there, and about 0.3 at 1,024. The claim is judged at 8 and at 64.
+MNIST_BUDGETS = (8.0, 64.0, 1024.0)
+
+
 def mnist_sizes(data: str, quick: bool) -> PrivacySizes:
-    """The MNIST half's sizes: 20 clients, 100 rounds, 3 seeds, budgets 2 and 8, both modes
+    """The MNIST half's sizes: 20 clients, 100 rounds, 3 seeds, MNIST_BUDGETS, both modes
     (quick: 6 clients, 6 rounds, 1 seed, local mode at 8)."""
     mnist = dict(batch=None, algorithms=MNIST_ALGORITHMS, exact=("sg_focus", "scaffold"), metric="test_accuracy",
                  higher_is_better=True, steps=MNIST_STEPS, local_steps=5)
     if quick:
         return PrivacySizes(problem=mnist_problem(data, 6), rounds=6, budgets=(8.0,), seeds=1, modes=("local",),
                             pilot_rounds=3, quick=True, **mnist)
-    return PrivacySizes(problem=mnist_problem(data, 20), **mnist)
+    return PrivacySizes(problem=mnist_problem(data, 20), budgets=MNIST_BUDGETS, claim_budgets=MNIST_BUDGETS[:2],
+                        **mnist)
 
 
 class _NormRecorder:
@@ -159,8 +167,9 @@ def calibrated_sigma(counts: np.ndarray, rounds: int, budget: float, delta: floa
 
 
 def study_rows(sizes: PrivacySizes) -> list[dict]:
-    """One row per (mode, process, budget, algorithm, seed): the final relative error, sigma, C
-    and the largest per-client epsilon the run reported; budget inf: the run without DP."""
+    """One row per (mode, process, budget, algorithm, seed): the final value of ``sizes.metric``
+    (ridge: the relative error; MNIST: the test accuracy), sigma, C and the largest per-client
+    epsilon the run reported; budget inf: the run without DP."""
     rows = []
     made = {a: make_algorithm(a) for a in sizes.algorithms}  # what each sends, and whether central DP covers it
     for participation in PROCESSES:
@@ -234,7 +243,7 @@ def _exact_more_accurate(values) -> "bool | None":
 EXACT_UNDER_DP_ACCURACY = Criterion(
     "privacy-exact-ahead-accuracy",
     "under each process, the best exact method's final test accuracy lies above FedAvg's over every seed "
-    f"(spreads separate) at epsilon = {CLAIM_BUDGET:g}",
+    "(spreads separate) at the claim's epsilon",
     tuple(f"{side}_{p}" for p in PROCESSES for side in ("exact", "fedavg")),
     _exact_more_accurate,
     reasons={"not reproduced": "FedAvg is the more accurate under DP at this budget",
@@ -309,14 +318,16 @@ def privacy_section(quick: bool, data: str | None = None) -> Section:
 
 
 def _claims(rows: list[dict], sizes: PrivacySizes, ran: str, where: str, measure: str) -> list[Claim]:
-    """One claim per mode of ``sizes``: the exact methods keep their advantage at CLAIM_BUDGET."""
+    """One claim per mode and claim budget of ``sizes``: the exact methods keep their advantage."""
     criterion = EXACT_UNDER_DP_ACCURACY if sizes.higher_is_better else EXACT_UNDER_DP
     claims = []
     for mode in sizes.modes:
-        values = claim_values(rows, mode, sizes=sizes)
-        number = "; ".join(f"{p}: best exact {np.mean(values[f'exact_{p}']):.3g} vs FedAvg "
-                           f"{np.mean(values[f'fedavg_{p}']):.3g} ({measure})" for p in PROCESSES)
-        claims.append(Claim(ISSUE_PRIVACY, f"{mode} DP{where}", f"the exact methods keep their advantage over FedAvg "
-                            f"under {mode} DP at epsilon = {CLAIM_BUDGET:g}", ran, number,
-                            criterion.judge(values, quick=sizes.quick)))
+        for budget in sizes.claim_budgets:
+            values = claim_values(rows, mode, budget, sizes=sizes)
+            number = "; ".join(f"{p}: best exact {np.mean(values[f'exact_{p}']):.3g} vs FedAvg "
+                               f"{np.mean(values[f'fedavg_{p}']):.3g} ({measure})" for p in PROCESSES)
+            at = "" if sizes.claim_budgets == (CLAIM_BUDGET,) else f", epsilon = {budget:g}"
+            claims.append(Claim(ISSUE_PRIVACY, f"{mode} DP{where}{at}", "the exact methods keep their advantage "
+                                f"over FedAvg under {mode} DP at epsilon = {budget:g}", ran, number,
+                                criterion.judge(values, quick=sizes.quick)))
     return claims
