@@ -16,7 +16,7 @@ from focusfl.algorithms import ALGORITHMS, make_algorithm  # noqa: E402
 from focusfl.engine import simulate  # noqa: E402
 from focusfl.engine.reference import reference_round  # noqa: E402
 from focusfl.flower.client_app import make_client_app  # noqa: E402
-from focusfl.flower.codec import Malformed, decode_tree, encode_tree  # noqa: E402
+from focusfl.flower.codec import CTX, MESSAGE, Malformed, decode_tree, encode_tree, unpack  # noqa: E402
 from focusfl.flower.strategy import REASONS, AlgorithmStrategy  # noqa: E402
 from focusfl.flower.testing import FAULTS, FakeGrid, Faults  # noqa: E402
 from focusfl.participation import make_participation  # noqa: E402
@@ -444,3 +444,101 @@ def test_arrays_too_large_to_pack_travel_as_array_records_and_the_run_is_the_sam
     strategy, grid, result, problem = federate("scaffold", rounds=6, participation="full")
     assert sum(result.counts.values()) == 0
     assert_same(result.server, replay(strategy.algorithm, problem, result.mask).server)
+
+
+
+# -- local differential privacy: the nodes noise before they send ---------------------------------
+LOCAL_DP = "clip=0.5,noise=0.7,mode=local,delta=1e-5"
+
+
+def _private_federation(name, dp, *, rounds=10, faults=None, grid=None):
+    from focusfl.privacy import run_privacy
+
+    problem = make_problem(PROBLEM)
+    algorithm = make_algorithm(name, local_steps=2, lr=0.01)
+    privacy = run_privacy(dp, algorithm, problem, None, seed=0, end_round=rounds, federated=True)
+    strategy = AlgorithmStrategy(algorithm, problem, rounds=rounds, seed=0, privacy=privacy,
+                                 participation=make_participation("bernoulli", problem.num_clients, seed=0))
+    grid = grid or FakeGrid(make_client_app(), range(problem.num_clients), faults=faults or Faults())
+    return strategy, grid, strategy.start(grid), problem
+
+
+@pytest.mark.parametrize("name", ["focus", "scaffold", "fedau"])
+def test_local_dp_federation_equals_the_simulation_under_faults(name, tmp_path):
+    """The nodes add the simulation's keyed noise to their own rows, so the federation's model
+    and rows (epsilons included) are the reference engine's on the realised trace, bit for bit
+    (fedau: an algorithm central mode refuses)."""
+    from focusfl.privacy import run_privacy
+
+    strategy, grid, result, problem = _private_federation(name, LOCAL_DP, faults=Faults({"drop_reply": 0.2}, seed=4))
+    assert 0 < result.mask.sum() < result.mask.size
+    path = tmp_path / "trace.csv"
+    np.savetxt(path, result.mask.astype(int), fmt="%d", delimiter=",")
+    process = make_participation(f"trace:path={path}", problem.num_clients)
+    algorithm = make_algorithm(strategy.algorithm.describe())
+    privacy = run_privacy(LOCAL_DP, algorithm, problem, process, seed=0, end_round=len(result.mask))
+    simulated = simulate(algorithm, problem, process, len(result.mask), engine="reference", privacy=privacy)
+    assert_same(result.server, simulated.state.server)
+    assert len(result.rows) == len(simulated.rows)
+    for federated, row in zip(result.rows, simulated.rows):
+        for key in ("loss", "rel_error", "epsilon_max", "epsilon_median", "epsilon_client"):
+            assert federated[key] == row[key], key
+
+
+class _Listening(FakeGrid):
+    """A FakeGrid that keeps every train reply's message as the server receives it."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.heard: list[tuple[int, int, dict]] = []  # (round, client, fields)
+
+    def _deliver(self, message):
+        replies = super()._deliver(message)
+        for reply in replies:
+            if message.metadata.message_type == "train" and not reply.has_error():
+                records = unpack(reply.content)
+                fields = {key: torch.as_tensor(records[MESSAGE][key].numpy()) for key in records[MESSAGE].keys()}
+                self.heard.append((int(records[CTX]["round"]), int(records[CTX]["client"]), fields))
+        return replies
+
+
+@pytest.mark.parametrize("dp", ["clip=0.05,noise=0,mode=local", "clip=0.05,noise=0.7,mode=local",
+                                "clip=0.05,noise=0.7,mode=central"])
+def test_the_server_receives_local_dp_messages_clipped_and_noised(dp):
+    """Local mode: every vector a node sends is clipped to C and carries the keyed noise sigma C
+    before it leaves (what the server receives, minus that noise, is within C; with the noise it
+    is not). Central mode: the nodes send their messages bare (the server noises)."""
+    from focusfl.privacy import parse_dp
+    from focusfl.privacy.mechanism import keyed_gaussian
+
+    config = parse_dp(dp)
+    problem = make_problem(PROBLEM)
+    grid = _Listening(make_client_app(), range(problem.num_clients))
+    strategy, _, result, _ = _private_federation("scaffold", dp, grid=grid)
+    template = strategy.message_template
+    assert grid.heard and len(grid.heard) == int(result.mask.sum())
+    norms = []
+    for round_, client, fields in grid.heard:
+        for k, name in enumerate(template._fields):
+            sent = fields[name].flatten()
+            norms.append(float(sent.norm()))
+            if config.mode == "local":
+                noise = keyed_gaussian(0, round_, torch.tensor([client]), k, sent.numel())[0] * config.noise * config.clip
+                assert float((sent - noise).norm()) <= config.clip * (1 + 1e-12)
+    if config.mode == "local" and not config.noise:
+        assert max(norms) <= config.clip * (1 + 1e-12)
+    else:  # noised on the node (local), or sent bare and clipped by the server (central)
+        assert max(norms) > 2 * config.clip
+
+
+def test_a_node_refuses_a_run_record_with_a_bad_or_central_dp():
+    from focusfl.flower.codec import RunSpec, decode_run, encode_run
+
+    run = RunSpec({"name": "focus"}, {"name": "ridge"}, 0, "float64", "t", dp={"clip": 1.0, "noise": 1.0,
+                                                                               "mode": "local"})
+    assert decode_run(encode_run(run)) == run
+    for dp, reason in (({"clip": 0, "noise": 1.0, "mode": "local"}, "clip must be"),
+                       ({"clip": 1.0, "noise": 1.0, "mode": "central"}, "only in local mode"),
+                       ({"clip": 1.0}, "noise is required"), ([1], "must be 'none'")):
+        with pytest.raises(Malformed, match=reason):
+            decode_run(encode_run(run._replace(dp=dp)))

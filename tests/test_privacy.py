@@ -174,11 +174,11 @@ def test_bad_dp_options_on_the_command_line(tmp_path):
     commands.append(("sweep", str(experiment), "--out", str(tmp_path / "sweep")))
     commands.append(("sweep", str(experiment), "--dp", "clip=1,noise=1,mode=secret", "--out", str(tmp_path / "sweep")))
     federation = ("federation", "local", "--nodes", "2", "--problem", "ridge:clients=2,dim=3", "--rounds", "2")
-    commands.append((*federation, "--algorithm", "focus", "--dp", "clip=1,noise=1,mode=local", "--out",
+    commands.append((*federation, "--algorithm", "focus", "--dp", "clip=0,noise=1,mode=local", "--out",
                      str(tmp_path / "fed")))
     commands.append((*federation, "--algorithm", "fedau", "--dp", "clip=1,noise=1", "--out", str(tmp_path / "fed")))
     expected = [*BAD_DP.values(), "use mode=local", "clip must be", "noise is required", "mode must be",
-                "client app does not do yet", "use mode=local"]
+                "clip must be", "use mode=local"]
     for proc, contains in zip(run_cli_together(commands), expected, strict=True):
         assert_one_line_error(proc, 2, contains)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.toml"]
@@ -308,12 +308,25 @@ def test_target_epsilon_stops_the_run_before_a_client_exceeds_it(tmp_path):
 def test_dp_on_sweep_and_a_federation(tmp_path):
     experiment = tmp_path / "e.toml"
     experiment.write_text('algorithms = ["focus", "fedavg"]\nproblems = ["ridge:clients=4,dim=3"]\nrounds = 3\n')
-    sweep, federation = run_cli_together([
+    # Local mode: the nodes noise their own messages, with the simulation's keyed noise, so the
+    # federation's rows are those of `focusfl run` with the same options (every request answered).
+    local = ("--algorithm", "scaffold", "--problem", "ridge:clients=3,dim=3", "--rounds", "4", "--participation",
+             "bernoulli", "--dp", "clip=0.5,noise=0.8,mode=local,delta=1e-5")
+    sweep, federation, local_federation, local_run = run_cli_together([
         ("sweep", str(experiment), "--out", str(tmp_path / "sw"), "--dp", "clip=1,noise=0.5,delta=1e-5"),
         ("federation", "local", "--nodes", "3", "--algorithm", "focus", "--problem", "ridge:clients=3,dim=3",
          "--rounds", "3",
          "--dp", "clip=1,noise=0.5,delta=1e-5", "--out", str(tmp_path / "fed")),
+        ("federation", "local", "--nodes", "3", *local, "--out", str(tmp_path / "fed-local")),
+        ("run", *local, "--out", str(tmp_path / "run-local")),
     ], timeout=600)
+    assert local_federation.returncode == 0 and local_run.returncode == 0, local_federation.stderr + local_run.stderr
+    assert json.loads((tmp_path / "fed-local" / "config.json").read_text())["dp"]["mode"] == "local"
+    assert json.loads((tmp_path / "fed-local" / "federation.json").read_text())["rejections"] == {}
+    federated, simulated = _rows(tmp_path / "fed-local"), _rows(tmp_path / "run-local")
+    assert len(federated) == len(simulated) == 5
+    for key in ("round", "loss", "rel_error", "epsilon_max", "epsilon_median", "epsilon_client"):
+        assert [r[key] for r in federated] == [r[key] for r in simulated], key
     assert sweep.returncode == 0, sweep.stderr
     configs = [json.loads(p.read_text()) for p in (tmp_path / "sw").rglob("config.json")]
     assert configs and all(c["dp"]["noise"] == 0.5 for c in configs)
@@ -351,6 +364,48 @@ def test_the_privacy_study_section_judges_its_claim_from_its_runs():
     assert [c.where for c in section.claims] == ["local DP"]
     assert section.claims[0].verdict.name == EXACT_UNDER_DP.name
     assert "| local | markov | 8 |" in section.text[1] and "| none | bernoulli | ∞ |" in section.text[1]
+    assert "MNIST half of the study was skipped" in section.text[-1]
+
+
+def test_the_mnist_half_of_the_study_runs_end_to_end_on_digits(monkeypatch):
+    """The quick MNIST study on the test digits: its runs, its table of test accuracies and its
+    claim, judged by its own criterion from those runs (the ridge half is stubbed here: the test
+    above runs it)."""
+    from pathlib import Path
+
+    from focusfl.experiments import privacy_study
+    from focusfl.experiments.privacy_study import (EXACT_UNDER_DP_ACCURACY, MNIST_ALGORITHMS, claim_values,
+                                                   mnist_sizes, study_rows)
+
+    digits = Path(__file__).resolve().parent / "fixtures" / "mnist1500.npz"
+    sizes = mnist_sizes(str(digits), quick=True)
+    rows = study_rows(sizes)
+    assert {r["algorithm"] for r in rows} == set(MNIST_ALGORITHMS)
+    assert {(r["mode"], r["budget"]) for r in rows} == {("none", math.inf), ("local", 8.0)}
+    assert all(0 <= r["final"] <= 1 for r in rows)  # test accuracies
+    private = [r for r in rows if r["mode"] == "local"]
+    assert all(r["epsilon_max"] <= 8.0 * 1.001 for r in private)  # the budget is spent, not exceeded
+    assert max(r["epsilon_max"] for r in private) > 8.0 * 0.95
+    monkeypatch.setattr(privacy_study, "study_rows", lambda s: rows if s == sizes else _ridge_stub(s))
+    section = privacy_study.privacy_section(quick=True, data=str(digits))
+    mnist = [c for c in section.claims if c.where.endswith("MNIST")]
+    assert [c.where for c in mnist] == ["local DP, MNIST"]
+    verdict = mnist[0].verdict
+    assert verdict.name == EXACT_UNDER_DP_ACCURACY.name
+    assert verdict == EXACT_UNDER_DP_ACCURACY.judge(claim_values(rows, "local", sizes=sizes), quick=True)
+    assert "mnist1500.npz" in mnist[0].ran and "| local | markov | 8 |" in section.text[-1]
+    assert "| mode | participation | epsilon | sg_focus | scaffold | fedavg | fedau |" in section.text[-1]
+
+
+def _ridge_stub(sizes):
+    """Rows of a ridge study where every run ended at error 1 (the ridge half's shape, no runs)."""
+    from focusfl.experiments.privacy_study import PROCESSES
+
+    return [{"mode": mode, "participation": p, "budget": budget, "algorithm": a, "seed": 0, "sigma": None,
+             "clip": None, "final": 1.0, "epsilon_max": math.inf}
+            for p in PROCESSES for mode, budget in (("none", math.inf), *((m, b) for m in sizes.modes
+                                                                            for b in sizes.budgets))
+            for a in sizes.algorithms]
 
 
 def test_the_worked_example_of_the_docs_runs_as_written(tmp_path):

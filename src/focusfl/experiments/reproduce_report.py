@@ -930,7 +930,8 @@ NN_TITLE_START = "SG-FOCUS against FedAvg"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="runs/report", help="output folder (default runs/report)")
     parser.add_argument("--data", default=None,
-                        help="an .npz of MNIST digits for the neural-network part (skipped, with a note, without it)")
+                        help="an .npz of MNIST digits for the neural-network parts, the nn study and the privacy "
+                             "study's MNIST half (skipped, with a note, without it)")
     parser.add_argument("--quick", action="store_true", help="toy sizes (a smoke test; not the report's numbers)")
     parser.add_argument("--workers", type=int, default=1,
                         help="neural-network runs at a time (one thread each; the numbers do not depend on it)")
@@ -974,7 +975,7 @@ def run(args: ReportOptions) -> int:
                      lambda: bias_section(sizes), lambda: fedsum_section(sizes, images),
                      lambda: studies_section(sizes, images), lambda: work_section(sizes, images),
                      lambda: suite_section(sizes, images),
-                     lambda: baselines_section(sizes), lambda: privacy_section(sizes.quick),
+                     lambda: baselines_section(sizes), lambda: privacy_section(sizes.quick, args.data),
                      lambda: nn_section(args.data, QUICK_STUDY if args.quick else FULL_STUDY, images,
                                         study_folder, args.workers)):
             start = time.perf_counter()

@@ -8,7 +8,8 @@ Message types (all carry the run's RunSpec, so a node needs nothing but its part
 - ``train``: one client round. The node applies the server's acknowledgement (node.py),
   runs ``algorithm.client_round`` on its row with the problem's oracle bound to its index,
   (exactly the reference engine's call for one client, with the step count the server asks
-  for, if any), keeps the new rows as pending and answers with the message, the number
+  for, if any), keeps the new rows as pending and answers with the message (under local DP,
+  ``--dp mode=local``, clipped and noised on the node first), the number
   of local steps it took and the minibatch losses of those steps (nn problems): fewer than asked when its ``deadline`` (node config, seconds)
   cut the round short (deadline.py).
 - ``train.finish``: ``client_finish`` on the pending rows, with the new server state
@@ -25,6 +26,7 @@ from flwr.app import ConfigRecord, Context, Error, Message
 from flwr.clientapp import ClientApp
 
 from ..algorithms.base import Algorithm
+from ..privacy.mechanism import privatize
 from ..threads import fixed_threads
 from .codec import (
     CTX,
@@ -38,6 +40,7 @@ from .codec import (
     decode_run,
     decode_tree,
     encode_tree,
+    node_dp,
     pack,
     round_context,
     unpack,
@@ -127,6 +130,7 @@ def _train(message, records, context, run, built, ctx, memory: Memory | None) ->
     server = decode_tree(records.get(SERVER), built.initial.server, _fields(records))
     one = round_context(ctx)
     rows, out, steps, losses = local_work(algorithm, problem, server, memory.committed, one, run.seed, deadline)
+    out = _noised(run, one, out)
     finished = not has_finish(algorithm)
     memory = memory._replace(pending_round=ctx.round, pending=_own(rows), pending_finished=finished)
     # Stored (and written to disk) before the reply leaves: a node killed after answering
@@ -139,6 +143,15 @@ def _train(message, records, context, run, built, ctx, memory: Memory | None) ->
         reply["deadline"] = deadline
     content = pack({MESSAGE: encode_tree(out), CTX: ConfigRecord(reply)})
     return Message(content, reply_to=message)
+
+
+def _noised(run, one, message):
+    """Local DP: the message clipped and noised here, before it leaves the node, so the server
+    never holds it bare. The noise is the simulation's for this client's row (keyed by seed,
+    round, client, field and coordinate, mechanism.py), so the federation computes what
+    ``focusfl run`` does. The node's own rows (its state) stay exact, as in a simulation."""
+    dp = node_dp(run)
+    return message if dp is None else privatize(dp, message, one.active, one.round, run.seed)
 
 
 def _finish(message, records, context, run, built, ctx, memory: Memory | None) -> Message:

@@ -26,13 +26,15 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 from flwr.common.constant import FLWR_PRIVATE_MAX_ARRAY_CHUNK_SIZE
 
 from ..algorithms.base import RoundContext
+from ..errors import ConfigError
+from ..privacy.config import DPConfig, parse_dp
 
 # Keys of the records in a message's RecordDict.
 SERVER = "focusfl.server"  # ArrayRecord: the server state fields a node needs
 MESSAGE = "focusfl.message"  # ArrayRecord: a client's message (rows [1, ...])
 ROWS = "focusfl.rows"  # ArrayRecord: a client's committed rows (audit only)
 CTX = "focusfl.ctx"  # ConfigRecord: round, client, protocol fields
-RUN = "focusfl.run"  # ConfigRecord: algorithm, problem, seed, dtype, run token (JSON)
+RUN = "focusfl.run"  # ConfigRecord: algorithm, problem, seed, dtype, run token, local DP (JSON)
 STATUS = "focusfl.status"  # ConfigRecord: a node's answer to the handshake
 PACKED = "focusfl"  # ConfigRecord: the records above, packed (pack/unpack)
 INDEX = "index"  # the packed record's entry naming its records (JSON)
@@ -220,13 +222,16 @@ def round_context(ctx: WireContext, device: torch.device | str = "cpu") -> Round
 
 
 class RunSpec(NamedTuple):
-    """What a node needs to build its client: resolved algorithm and problem, seed, dtype."""
+    """What a node needs to build its client: resolved algorithm and problem, seed, dtype, and
+    the local-DP record its messages are clipped and noised by before they leave (None: none;
+    central DP is the server's alone and never travels)."""
 
     algorithm: dict
     problem: dict
     seed: int
     dtype: str
     token: str  # identifies one federation run (durable node state is keyed by it)
+    dp: dict | None = None
 
     def key(self) -> str:
         return json.dumps(self._asdict(), sort_keys=True)
@@ -235,14 +240,30 @@ class RunSpec(NamedTuple):
 def encode_run(run: RunSpec) -> ConfigRecord:
     return ConfigRecord({"algorithm": json.dumps(run.algorithm, sort_keys=True),
                          "problem": json.dumps(run.problem, sort_keys=True),
-                         "seed": run.seed, "dtype": run.dtype, "token": run.token})
+                         "seed": run.seed, "dtype": run.dtype, "token": run.token,
+                         "dp": json.dumps(run.dp, sort_keys=True)})
 
 
 def decode_run(record: Any) -> RunSpec:
     if not isinstance(record, ConfigRecord):
         raise Malformed("malformed", "missing run record")
     try:
-        return RunSpec(algorithm=json.loads(record["algorithm"]), problem=json.loads(record["problem"]),
-                       seed=int(record["seed"]), dtype=str(record["dtype"]), token=str(record["token"]))
+        run = RunSpec(algorithm=json.loads(record["algorithm"]), problem=json.loads(record["problem"]),
+                      seed=int(record["seed"]), dtype=str(record["dtype"]), token=str(record["token"]),
+                      dp=json.loads(record["dp"]))
     except (KeyError, TypeError, ValueError) as exc:
         raise Malformed("malformed", f"bad run record ({exc})") from None
+    node_dp(run)  # a record the node cannot noise by is refused before any work
+    return run
+
+
+def node_dp(run: RunSpec) -> DPConfig | None:
+    """The local-DP record a node clips and noises its messages by (None: it sends them as they
+    are); Malformed for a record that is not one (central mode is the server's, never a node's)."""
+    try:
+        dp = parse_dp(run.dp) if run.dp is not None else None
+    except ConfigError as exc:
+        raise Malformed("malformed", f"bad dp record ({exc})") from None
+    if dp is not None and dp.mode != "local":
+        raise Malformed("malformed", f"a node noises only in local mode, the run record says mode={dp.mode}")
+    return dp

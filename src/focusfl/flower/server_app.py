@@ -45,7 +45,7 @@ from ..io.atomic import write_csv, write_json
 from ..io.folders import open_output
 from ..runs.checkpoint import MODEL, save_model
 from ..runs.config import RunConfig, WithRun, record
-from ..privacy import parse_dp, run_privacy
+from ..privacy import run_privacy
 from ..runs.driver import build, policy_of
 from ..runs.folder import BUDGET_EXHAUSTED, COMPLETE, DIVERGED, INTERRUPTED, write_finished
 from ..signals import handled
@@ -89,11 +89,6 @@ class FederationConfig(WithRun):
             raise ConfigError(f"a federation takes its run or its run's fields, not both ({sorted(run_fields)[0]!r})")
         if not isinstance(allow_algorithm_import, bool):
             raise ConfigError(f"allow_algorithm_import must be true or false, got {allow_algorithm_import!r}")
-        dp = parse_dp(run.dp)
-        if dp is not None and dp.mode == "local":
-            raise ConfigError("--dp mode=local in a federation: the nodes would have to noise their own messages, "
-                              "which focusfl's client app does not do yet; use mode=central (the server clips and "
-                              "noises)")
         for name, value in (("run", run), ("timeout", timeout), ("out", out), ("token", token), ("audit", audit),
                             ("allow_algorithm_import", allow_algorithm_import)):
             object.__setattr__(self, name, value)
@@ -142,7 +137,9 @@ def build_strategy(config: FederationConfig, log=print) -> tuple[AlgorithmStrate
     participation = None if anyone else built.participation
     # No amplification by sampling in a federation: who arrives depends on the nodes' failures too,
     # not on the process's coins alone (and the replay on the realized trace accounts alike).
-    privacy = run_privacy(run.dp, built.algorithm, built.problem, None, seed=run.seed, end_round=run.rounds)
+    # Local mode: the nodes clip and noise before sending (client_app.py); central: the server.
+    privacy = run_privacy(run.dp, built.algorithm, built.problem, None, seed=run.seed, end_round=run.rounds,
+                          federated=True)
     strategy = AlgorithmStrategy(built.algorithm, built.problem, rounds=run.rounds,
                                  participation=participation, work=built.work,
                                  seed=run.seed, dtype=built.config.dtype, schedule=run.schedule,

@@ -162,7 +162,10 @@ class AlgorithmStrategy(Strategy):
         self.deadlines: dict[int, float] = {}
         self.initial: State = self.algorithm.init(problem.initial_point(), n)
         self.server = self.initial.server
-        self.run = RunSpec(algorithm_record(self.algorithm), problem.describe(), seed, dtype, token or uuid.uuid4().hex)
+        # Local DP travels to the nodes, which noise before sending; central DP stays here.
+        noised_by_nodes = privacy is not None and privacy.noised_by_clients
+        self.run = RunSpec(algorithm_record(self.algorithm), problem.describe(), seed, dtype, token or uuid.uuid4().hex,
+                           dp=privacy.dp.describe() if noised_by_nodes else None)
         self.tracked = has_memory(self.initial.clients)
         self.finishes = has_finish(self.algorithm)
         self.train_fields, self.finish_fields, self.message_template = self._probe()
@@ -177,8 +180,9 @@ class AlgorithmStrategy(Strategy):
         self.refusals: dict[int, str] = {}  # refused node -> why (the audit reports them)
         self.told: set[tuple[int, str]] = set()  # (node, reason) of handshake failures logged
         self.data = data_fingerprint(problem)  # nn: every node must hold the same client data
-        # Client-level DP (focusfl.privacy.RunPrivacy): the round loop clips and noises the accepted
-        # messages before the server step, exactly where a simulation does.
+        # Client-level DP (focusfl.privacy.RunPrivacy): central mode, the round loop clips and
+        # noises the accepted messages before the server step, exactly where a simulation does;
+        # local mode (noised_by_clients), they arrive noised by the nodes and are only counted.
         self.privacy = privacy
 
     # -- set-up ----------------------------------------------------------------------------

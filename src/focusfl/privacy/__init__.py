@@ -26,11 +26,15 @@ __all__ = ["NONE", "DPConfig", "RunPrivacy", "central_covers", "check_privacy", 
 
 class RunPrivacy:
     """One run's DP: the mechanism's record ``dp``, the run's ``seed`` (the noise's key), each
-    client's participation count (int64 [N] on the run's device) and the accountant."""
+    client's participation count (int64 [N] on the run's device) and the accountant.
+    ``noised_by_clients``: the messages arrive clipped and noised already (a federation's nodes
+    under local mode, flower/client_app.py), so the server only counts and accounts."""
 
     def __init__(self, dp: DPConfig, *, seed: int, num_clients: int, vectors: int, participation: Any,
-                 end_round: int, device: torch.device | str = "cpu") -> None:
-        self.dp, self.seed, self.vectors = dp, seed, vectors
+                 end_round: int, device: torch.device | str = "cpu", noised_by_clients: bool = False) -> None:
+        if noised_by_clients and dp.mode != "local":
+            raise ValueError("only local-mode messages are noised by the clients")
+        self.dp, self.seed, self.vectors, self.noised_by_clients = dp, seed, vectors, noised_by_clients
         self.counts = torch.zeros(num_clients, dtype=torch.int64, device=device)
         self.rounds = 0
         self.amp: Amplification = amplification(participation, dp.mode)
@@ -73,8 +77,8 @@ class RunPrivacy:
         self.rounds = round_ + 1
         if active.numel():
             self.counts.index_add_(0, active, torch.ones_like(active))
-        if message is None:
-            return None
+        if message is None or self.noised_by_clients:
+            return message
         return privatize(self.dp, message, active, round_, self.seed)
 
     def epsilons(self) -> np.ndarray | None:
@@ -100,13 +104,15 @@ def message_vectors(algorithm: Any) -> int:
 
 
 def run_privacy(spec: Any, algorithm: Any, problem: Any, participation: Any, *, seed: int, end_round: int,
-                start_round: int = 0) -> RunPrivacy | None:
-    """The run's :class:`RunPrivacy` from its ``dp`` record (None without DP)."""
+                start_round: int = 0, federated: bool = False) -> RunPrivacy | None:
+    """The run's :class:`RunPrivacy` from its ``dp`` record (None without DP); ``federated``: the
+    messages come from a federation's nodes, which noise their own under local mode."""
     dp = parse_dp(spec)
     if dp is None:
         return None
     privacy = RunPrivacy(dp, seed=seed, num_clients=problem.num_clients, vectors=message_vectors(algorithm),
-                         participation=participation, end_round=end_round, device=problem.device)
+                         participation=participation, end_round=end_round, device=problem.device,
+                         noised_by_clients=federated and dp.mode == "local")
     if start_round and participation is not None:
         privacy.resume(participation, start_round)
     return privacy
