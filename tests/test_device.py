@@ -217,3 +217,84 @@ def test_active_sets_go_to_the_device_a_chunk_of_rounds_at_a_time(monkeypatch):
     assert len(copies) == 1 and [r for r, _ in drawn] == list(range(50))
     expected = participation.active_sets(0, 50)
     assert all(torch.equal(active, torch.as_tensor(want)) for (_, active), want in zip(drawn, expected))
+
+
+# What reads a tensor's values on the host. Tensor.numpy() is not among them: it refuses a CUDA
+# tensor, so it runs on CPU paths alone (rng.hash_bits mixes CPU coordinates in NumPy).
+HOST_READS = ("item", "tolist", "cpu", "__int__", "__float__", "__bool__", "__index__")
+
+
+def count_host_reads(monkeypatch) -> list[str]:
+    """Every read of a tensor's values on the host (int(t), t.item(), bool(t), t.tolist(), ...),
+    from now on, as the line of focusfl that made it: on CUDA each waits for every kernel queued."""
+    import traceback
+
+    reads: list[str] = []
+    for name in HOST_READS:
+        real = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _real=real, _name=name, **kwargs):
+            caller = next((f"{f.filename.rsplit('/src/', 1)[-1]}:{f.lineno} {_name}"
+                           for f in reversed(traceback.extract_stack()[:-1]) if "/focusfl/" in f.filename), _name)
+            reads.append(caller)
+            return _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    return reads
+
+
+@pytest.mark.parametrize("engine,chunk", [("vectorized", 0), ("vectorized", 2), ("reference", 0), ("batch", 0)])
+def test_the_nn_round_loop_reads_nothing_back_from_the_device(monkeypatch, engine, chunk):
+    """Issue 44: the round loop, the engine and the nn oracle read no tensor on the host a round
+    (the most samples an active client holds, which shapes the minibatch draw, comes from the host
+    copy of the active set: device.host_values). Counted on a CPU; without rows (eval_every=None),
+    a run's rounds are the hot path alone."""
+    from nn_formulation_cases import _dataset
+
+    from focusfl.algorithms import make_algorithm
+    from focusfl.engine import simulate
+    from focusfl.participation import make_participation
+    from focusfl.problems.nn import NeuralNetwork
+
+    problem = NeuralNetwork(dataset=_dataset(), clients=8, batch=32, alpha=0.5, model="mlp", client_chunk=chunk)
+    sizes = problem.client_data.host_sizes
+    assert sizes.min() < 32 <= sizes.max()  # calls of small clients only, and calls with a full batch
+    participation = make_participation("bernoulli:p=0.5", problem.num_clients, seed=1)
+    algorithm = make_algorithm("sg_focus", lr=0.05, local_steps=2)
+    reads = count_host_reads(monkeypatch)
+    if engine == "batch":  # two runs stepped together (engine/batched.py), each its own active sets
+        from focusfl.engine.batched import BatchMember, run_batch
+
+        run_batch(problem, [BatchMember(algorithm, participation, 6, seed=seed, eval_every=None) for seed in (7, 8)])
+    else:
+        simulate(algorithm, problem, participation, 6, seed=7, engine=engine, eval_every=None)
+    assert reads == [], sorted(set(reads))
+
+
+def test_host_values_read_views_of_a_mirrored_copy_on_the_host():
+    import gc
+
+    import numpy as np
+
+    from focusfl import device
+    from focusfl.device import host_values, mirrored_copy
+
+    values = np.array([3, 1, 4, 1, 5, 9, 2, 6], dtype=np.int64)
+    flat = mirrored_copy(values, "cpu")
+    for view in (flat, flat[2:5], flat[1::3], flat[5:6], flat[4:4], *flat.split([3, 0, 5])):
+        host = host_values(view)
+        assert host is not None and np.array_equal(host, view.numpy())
+    # tensors the host did not copy, or a 2-D view, are read on their device
+    assert host_values(flat.clone()) is None and host_values(flat.view(2, 4)) is None
+    assert host_values(flat.index_select(0, torch.tensor([0, 1]))) is None
+    # the host array is kept while the copy or a view of it lives, and no longer
+    kept = len(device._mirrors)
+    views = list(flat.split([3, 5]))
+    del view
+    del flat
+    gc.collect()
+    assert np.array_equal(host_values(views[1]), values[3:]) and len(device._mirrors) == kept
+    del views
+    gc.collect()
+    assert len(device._mirrors) == kept - 1
+    assert mirrored_copy(np.zeros(0, dtype=np.int64), "cpu").numel() == 0

@@ -216,6 +216,9 @@ LAZY_MODULES = {
     "limits.py": {"resource"},  # Unix only
     "experiments/executors.py": {"ctypes"},  # prctl, Linux only
     "runs/tensorboard.py": {"torch.utils.tensorboard"},  # needs the tensorboard extra
+    # focusfl.work imports torch; a trace imported without --capacity never needs it, and
+    # `focusfl participation import` then starts without torch (test_participation_import).
+    "participation/importing.py": {"..work.trace", "..work.capacity"},
 }
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cli_harness import assert_one_line_error, run_cli, run_cli_together
+from cli_harness import assert_one_line_error, cli_env, run_cli, run_cli_together
 from focusfl.cli import main
 from focusfl.errors import DataError
 from focusfl.participation import make_participation, summarize
@@ -315,3 +315,27 @@ def test_a_round_that_crosses_the_end_of_the_recording_continues_at_its_start():
     # A round longer than the recording is whole only if the device is always available.
     always = importing.Availability(np.array([0.0]), np.array([100.0]), origin=0.0, span=100.0)
     assert importing.availability_mask([device, always], 250.0, 2, "whole").tolist() == [[False, True]] * 2
+
+
+def imported_modules(stderr: str) -> set[str]:
+    """The modules a process imported, from what PYTHONPROFILEIMPORTTIME (python -X importtime)
+    printed: ``import time: SELF | CUMULATIVE | NAME`` (indented by depth)."""
+    return {line.rsplit("|", 1)[1].strip() for line in stderr.splitlines() if line.startswith("import time:")}
+
+
+def test_import_starts_without_torch(files):
+    """`participation import` reads and writes traces with numpy alone: the command typed builds
+    its own parser only (cli.build_parser), and focusfl.work (torch) is reached with --capacity
+    only. Imports are read from the process itself, through the entry point as a user types it."""
+    env = cli_env(PYTHONPROFILEIMPORTTIME="1")  # python -X importtime
+    for argv in (["participation", "import", "--help"],
+                 ["participation", "import", "matrix", "matrix.csv", "--out", "trace.csv"]):
+        proc = run_cli(*argv, cwd=files, env=env)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        modules = imported_modules(proc.stderr)
+        assert "focusfl.participation.importing" in modules, argv
+        assert "torch" not in modules and "focusfl.work" not in modules, argv
+    assert np.array_equal(load_trace(files / "trace.csv"), MATRIX[MATRIX.any(axis=1)].T.astype(bool))
+    # the control: a command that needs torch is seen importing it
+    proc = run_cli("algorithms", cwd=files, env=env)
+    assert proc.returncode == 0 and "torch" in imported_modules(proc.stderr)

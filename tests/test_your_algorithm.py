@@ -8,6 +8,7 @@ file leaves none, and every command says so in one line naming the flag (exit 2)
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shlex
@@ -269,7 +270,7 @@ def test_import_targets_parse_and_format_as_specs():
 
 def test_make_algorithm_imports_only_within_the_permission(tmp_path):
     from focusfl.algorithms import algorithm_record, make_algorithm
-    from focusfl.algorithms.importing import algorithm_imports
+    from focusfl.algorithms.importing import ChangedCode, algorithm_imports, planned_code, recorded_code
     from focusfl.errors import ConfigError
 
     path = write_algorithm(tmp_path, "perm.py", algorithm_source() + MARKER_SOURCE)
@@ -284,6 +285,14 @@ def test_make_algorithm_imports_only_within_the_permission(tmp_path):
         assert make_algorithm(record) == algorithm
         with pytest.raises(ConfigError, match="has changed since it was recorded"):
             make_algorithm({**record, "sha256": "0" * 64})
+        # a sweep's worker builds only the code its runs were planned with (planned_code)
+        assert recorded_code(record) == {target: record["sha256"]} and recorded_code("fedavg") == {}
+        with planned_code(recorded_code(record)):
+            assert make_algorithm(f"{target}:mu=0.3", lr=0.01) == algorithm
+            path.write_text(path.read_text() + "\n# an edit\n")
+            with pytest.raises(ChangedCode, match="has changed since its runs were planned"):
+                make_algorithm(f"{target}:mu=0.3", lr=0.01)
+        make_algorithm(f"{target}:mu=0.3", lr=0.01)  # planned no more: the new code is built
     assert (tmp_path / "perm.imported").exists()
     with pytest.raises(ConfigError, match="pass --allow-algorithm-import"):
         make_algorithm(record)  # the permission ended with the block
@@ -303,3 +312,48 @@ def test_federation_app_carries_the_permission_and_an_absolute_path(tmp_path):
     config = FederationConfig.from_json(json.loads(text.split("=", 1)[1]))
     assert config.allow_algorithm_import is True
     assert config.algorithm == f"{tmp_path / 'my_prox.py'}:MyProx:mu=0.2"
+
+
+# -- code that changes between planning and running ------------------------------------------------------
+# The class edits its own source in its first round (a sweep's planning builds runs, never steps
+# them): the sweep's first run runs the planned code, and every later run would build the edited one.
+EDITING_SOURCE = '''
+
+from pathlib import Path as _Path
+
+
+@dataclass(frozen=True)
+class Editing(MyProx):
+    name = "editing"
+
+    def client_round(self, server, clients, oracle, ctx):
+        path, edit = _Path(__file__), "# " + "edited"  # not a line of the file until it is edited
+        if edit not in path.read_text().splitlines():
+            path.write_text(path.read_text() + "\\n" + edit + "\\n")
+        return super().client_round(server, clients, oracle, ctx)
+'''
+
+
+@pytest.mark.parametrize("argv", [
+    ["sweep", "exp.toml", "--out", "runs/s"],
+    ["sweep", "exp.toml", "--out", "runs/s", "--workers", "2"],  # the planned digest travels to the workers
+    ["tune", "--algorithm", "editing.py:Editing", "--rounds", "2", "--points", "3", "--out", "runs/s"],
+])
+def test_code_edited_between_planning_and_running_is_refused(tmp_path, argv):
+    """The runs are keyed (and their folders named) by the digest of the code the sweep planned them
+    with: a run that would build other code stops the sweep in one line (exit 2) instead of writing
+    results of other code under the planned key; the runs finished before it stay, valid."""
+    path = write_algorithm(tmp_path, "editing.py", algorithm_source() + EDITING_SOURCE)
+    planned = hashlib.sha256(path.read_bytes()).hexdigest()
+    (tmp_path / "exp.toml").write_text('algorithms = ["editing.py:Editing"]\nseeds = [0, 1, 2]\nrounds = 2\n')
+    proc = run_cli(*argv, FLAG, "--batch-runs", "1", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    line = proc.stderr.strip()
+    assert len(line.splitlines()) == 1 and "algorithm code" in line and "since its runs were planned" in line, line
+    assert "# edited" in path.read_text().splitlines()
+    assert not (tmp_path / "runs/s/results.csv").exists()
+    runs = [folder for folder in (tmp_path / "runs/s/runs").iterdir() if (folder / "config.json").is_file()]
+    assert 1 <= len(runs) < 3  # the first run (or one per worker) ran the planned code
+    for folder in runs:  # a run stopped when the sweep stopped is interrupted, with the planned code too
+        record = json.loads((folder / "config.json").read_text())
+        assert record["algorithm"]["sha256"] == planned and record["status"] in ("complete", "interrupted"), folder

@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any, Callable
 
 from . import __version__
 from .argtypes import BATCH_RUNS_HELP, batch_runs_value, non_negative_int, positive_int
@@ -741,13 +742,22 @@ def _examples(*lines: str) -> str:
     return "examples:\n" + "\n".join(f"  {line}" for line in lines)
 
 
-def _command_texts() -> dict[str, tuple[str, str]]:
-    """(description, epilog) of each command without its own."""
+def _registry_names() -> str:
+    """The problems and participation processes, as the commands that take them list them (the
+    problems' registry imports torch: read only where a command built needs it)."""
     from .participation import available_participation
     from .problems import available_problems
 
-    names = (f"Problems: {', '.join(available_problems())}. "
-             f"Participation processes: {', '.join(available_participation())}.")
+    return (f"Problems: {', '.join(available_problems())}. "
+            f"Participation processes: {', '.join(available_participation())}.")
+
+
+def _command_texts(command: str | None = None) -> dict[str, tuple[str, str]]:
+    """(description, epilog) of each command without its own; ``command``: the one command
+    built (build_parser), None: all."""
+    from .participation import available_participation
+
+    names = _registry_names() if command in (None, "tune", "bias") else ""
     return {
         "reproduce": ("Reproduce a figure or table of the papers; each preset writes its figures and a "
                       "summary.csv into --out, and a rerun after a crash skips the runs already finished.",
@@ -866,7 +876,17 @@ def _finish_help(parser: argparse.ArgumentParser, name: str, texts: dict) -> Non
             action.help = _COMMON_HELP.get(action.dest)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _commands() -> dict[str, Callable[[Any], None]]:
+    """Each command's name and the function that adds its parser, in the order --help lists them."""
+    return {"run": _add_run, "reproduce": _add_reproduce, "participation": _add_participation, "work": _add_work,
+            "algorithms": _add_algorithms, "check": _add_check, "tune": _add_tune, "sweep": _add_sweep,
+            "plot": _add_plot, "bias": _add_bias, "matrices": _add_matrices, "federation": _add_federation}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or of ``command`` alone: a command imports what its options
+    need (the run options torch and every registry), and one command typed need not import the
+    others' (`focusfl participation import` reads a trace without torch)."""
     parser = _Parser(
         prog="focusfl", description="Federated optimization under arbitrary client participation.",
         epilog=_examples("focusfl run --algorithm focus --participation bernoulli --out runs/focus",
@@ -874,20 +894,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"focusfl {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    _add_run(sub)
-    _add_reproduce(sub)
-    _add_participation(sub)
-    _add_work(sub)
-    _add_algorithms(sub)
-    _add_check(sub)
-    _add_tune(sub)
-    _add_sweep(sub)
-    _add_plot(sub)
-    _add_bias(sub)
-    _add_matrices(sub)
-    _add_federation(sub)
-    _finish_help(parser, "", _command_texts())
+    for name, add in _commands().items():
+        if command in (None, name):
+            add(sub)
+    _finish_help(parser, "", _command_texts(command))
     return parser
+
+
+def _command_of(argv: list[str] | None) -> str | None:
+    """The command ``argv`` names first, when it is one (else None: the parser of every command
+    says what is wrong, or prints the top-level help)."""
+    words = sys.argv[1:] if argv is None else argv
+    return words[0] if words and words[0] in _commands() else None
 
 
 def _add_federation(sub) -> None:
@@ -916,13 +934,15 @@ def main(argv: list[str] | None = None) -> int:
     2 for bad input or an environment problem, 1 for a diverged run, 128+N for signal N."""
     try:
         with _interrupts_deferred():
-            parser = build_parser()  # imports torch, numpy and every command's modules
+            parser = build_parser(_command_of(argv))  # the command's modules (most import torch)
         args = parser.parse_args(argv)
+        if not getattr(args, "allow_algorithm_import", False):
+            return args.handler(args)  # no permission given: the process's own (none) holds
         from .algorithms.importing import algorithm_imports
 
         # --allow-algorithm-import: the command's permission to import the user's algorithm code,
         # wherever the command resolves an algorithm SPEC (algorithms/importing.py).
-        with algorithm_imports(getattr(args, "allow_algorithm_import", False)):
+        with algorithm_imports(True):
             return args.handler(args)
     except DivergenceError as exc:
         return _fail(f"focusfl: {exc}", 1)

@@ -12,6 +12,9 @@ computes, chosen here from the type and applied before CUDA starts.
 - **Clients per grouped call** for ``client_chunk=auto``: the activation budget (elements of
   the forward pass kept for the backward pass) one call may hold.
 - **Evaluation batch** for ``eval_batch=auto``.
+- **Host copies of index tensors** (:func:`mirrored_copy`, :func:`host_values`): what the host
+  copied to the device it can read back without waiting for the device (issue 44: no per-round
+  host-device synchronisation).
 
 Every rule is a function of the device type, so each one is unit-testable on a CPU by naming
 the type (``device_policy("cuda")``) without CUDA.
@@ -19,10 +22,12 @@ the type (``device_policy("cuda")``) without CUDA.
 from __future__ import annotations
 
 import os
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
+import numpy as np
 import torch
 
 from .errors import ConfigError
@@ -117,3 +122,51 @@ def policy_applied(policy: DevicePolicy) -> Iterator[DevicePolicy]:
         yield policy
     finally:
         _set(before)
+
+
+# -- host copies of index tensors ----------------------------------------------------------------
+# Reading a CUDA tensor on the host (int(t), t.item(), t.tolist()) waits for every kernel queued
+# before it: once a round, that stops the host while the GPU drains, and the next round's kernels
+# start late. The round loop copies the active clients to the device a chunk of rounds at a time
+# (engine/loop.py round_actives) from host arrays; keeping those arrays lets whoever holds a view
+# of the copy (a round's set, a chunk of it, one client) read its values on the host, where they
+# were all along. An array is kept exactly as long as its copy lives: a view holds its base
+# tensor, and the entry goes when the base does (then its memory may become another tensor's).
+_mirrors: dict[int, tuple[weakref.ref, np.ndarray]] = {}
+
+
+def mirrored_copy(values: np.ndarray, device: torch.device | str) -> torch.Tensor:
+    """``values`` (1-D) as a tensor on ``device``, the host array kept for :func:`host_values`
+    while the tensor or a view of it lives. The tensor is an index set, read-only by contract:
+    the host keeps the values it copied."""
+    values = np.ascontiguousarray(values)
+    tensor = torch.as_tensor(values, device=device)
+    if tensor.dim() == 1 and tensor.numel():
+        address = tensor.untyped_storage().data_ptr()
+        kept = weakref.ref(tensor)
+        _mirrors[address] = (kept, values)
+        weakref.finalize(tensor, _forget, address, kept)
+    return tensor
+
+
+def _forget(address: int, kept: weakref.ref) -> None:
+    if _mirrors.get(address, (None,))[0] is kept:
+        del _mirrors[address]
+
+
+def host_values(tensor: torch.Tensor) -> np.ndarray | None:
+    """The values of ``tensor`` read on the host without the device: ``tensor`` a 1-D view of a
+    live :func:`mirrored_copy` (a slice, a split). None for any other tensor (read it on its device)."""
+    if tensor.dim() != 1:
+        return None
+    kept = _mirrors.get(tensor.untyped_storage().data_ptr())
+    copy = kept[0]() if kept is not None else None
+    if copy is None:
+        return None
+    values = kept[1]
+    start, stride, count = tensor.storage_offset(), tensor.stride(0), tensor.numel()
+    if copy.device != tensor.device or copy.dtype != tensor.dtype or stride < 1:
+        return None
+    if start + stride * (count - 1) >= len(values):
+        return None
+    return values[start:start + stride * count:stride] if count else values[:0]

@@ -13,7 +13,10 @@ A run records the class by its import target and the SHA-256 of its source file
 (:func:`algorithm_record`: ``{"name": "prox.py:MyProx", "sha256": ..., **hyperparameters}``):
 the digest is part of the run's identity, and a record whose digest differs from the file's
 now is refused when it is built (runs/inputs.py compares it first for a resume or a replay,
-where ``--accept-changed-inputs`` goes on with the new code).
+where ``--accept-changed-inputs`` goes on with the new code). A sweep plans its runs (their keys,
+their folders) with the digest of the code it imported then; its workers build each run within
+:func:`planned_code`, so a file edited in between stops the run (:class:`ChangedCode`) instead of
+running other code under the planned key.
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ import importlib.util
 import inspect
 import sys
 from pathlib import Path
-from typing import Any, Iterator, NamedTuple
+from typing import Any, Iterator, Mapping, NamedTuple
 
 from ..errors import ConfigError, FocusflError
 from ..io.digest import file_digest
@@ -45,6 +48,14 @@ SHA256 = "sha256"  # the record's key for the digest of the class's source file
 # resolved (run, sweep, tune, the presets, the report, a federation), set at the edge that
 # holds the user's word for it and nowhere else.
 _permitted = False
+
+
+class ChangedCode(ConfigError):
+    """The source file of a user's algorithm is not the one a run was recorded or planned with."""
+
+
+# The digests a sweep planned its runs with, by import target (planned_code); empty: none pinned.
+_planned: dict[str, str] = {}
 
 
 class Imported(NamedTuple):
@@ -70,6 +81,31 @@ def algorithm_imports(allowed: bool) -> Iterator[None]:
         _permitted = before
 
 
+@contextlib.contextmanager
+def planned_code(digests: Mapping[str, str]) -> Iterator[None]:
+    """Within the block, an import target of ``digests`` (:func:`recorded_code`) whose source file's
+    SHA-256 differs from its digest there is refused (ChangedCode): a sweep's worker builds the
+    code its runs were planned and keyed with, or none."""
+    global _planned
+    before, _planned = _planned, dict(digests)
+    try:
+        yield
+    finally:
+        _planned = before
+
+
+def recorded_code(record: Any) -> dict[str, str]:
+    """``{import target: SHA-256}`` of an algorithm record (algorithm_record) of a user's class;
+    {} for a registered algorithm or a SPEC without a digest."""
+    try:
+        name, params = parse_spec(record)
+    except ConfigError:
+        return {}
+    if not is_algorithm_import(name) or not isinstance(params.get(SHA256), str):
+        return {}
+    return {name: params[SHA256]}
+
+
 def imports_permitted() -> bool:
     """Whether this process may import algorithm code now (what a sweep passes on to its workers)."""
     return _permitted
@@ -93,7 +129,8 @@ def refuse_unpermitted(spec: Any) -> None:
 
 def load_algorithm_class(target: str, *, sha256: Any = None) -> type[Algorithm]:
     """The Algorithm subclass ``target`` names, imported only with the process's permission.
-    ``sha256``: the digest a record carries; a source file that differs is refused."""
+    ``sha256``: the digest a record carries; a source file that differs is refused, as is one
+    that differs from the digest its runs were planned with (planned_code)."""
     refuse_unpermitted(target)
     where, _, attribute = target.rpartition(":")
     module, path = _import(target, where)
@@ -101,8 +138,12 @@ def load_algorithm_class(target: str, *, sha256: Any = None) -> type[Algorithm]:
     _check_class(target, cls)
     digest = file_digest(path)
     if sha256 is not None and str(sha256) != digest:
-        raise ConfigError(f"algorithm code {path} has changed since it was recorded (SHA-256 {digest[:12]}..., "
+        raise ChangedCode(f"algorithm code {path} has changed since it was recorded (SHA-256 {digest[:12]}..., "
                           f"recorded {str(sha256)[:12]}...)")
+    planned = _planned.get(target)
+    if planned is not None and planned != digest:
+        raise ChangedCode(f"algorithm code {path} has changed since its runs were planned (SHA-256 {digest[:12]}..., "
+                          f"planned {planned[:12]}...); run the command again to run the new code")
     _SOURCES[cls] = Imported(target, str(path), digest)
     return cls
 

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from ..algorithms.base import Algorithm, RoundContext, State, check_work_process
+from ..device import mirrored_copy
 from ..errors import ConfigError
 from ..problems.base import PendingLosses, Problem
 from .divergence import BlowUpDetector
@@ -160,8 +161,11 @@ class Resume(NamedTuple):
 
 
 def active_sets(mask: np.ndarray, device: torch.device) -> list[torch.Tensor]:
-    """Per-round sorted int64 index tensors of the active clients."""
-    return [torch.as_tensor(np.flatnonzero(row), dtype=torch.int64, device=device) for row in mask]
+    """Per-round sorted int64 index tensors of the active clients: views of one copy to the
+    device, which the host keeps (as round_actives' are: a problem reads them on the host)."""
+    sets = [np.flatnonzero(row).astype(np.int64) for row in mask]
+    flat = mirrored_copy(np.concatenate(sets) if sets else np.zeros(0, dtype=np.int64), device)
+    return list(flat.split([len(s) for s in sets]))
 
 
 def _rounds_per_chunk(participation) -> int:
@@ -191,8 +195,9 @@ def round_actives(participation, start: int, end: int, device: torch.device) -> 
         sets = participation.active_sets(lo, min(end, lo + step))
         # One copy to the device a chunk of rounds, not one a round: a blocking copy to a GPU
         # waits for the work queued before it, so a copy a round stopped the host every round.
-        flat = torch.as_tensor(np.concatenate([np.asarray(a, dtype=np.int64).reshape(-1) for a in sets])
-                               if sets else np.zeros(0, dtype=np.int64), device=device)
+        # The host keeps what it copied: a problem reads a round's clients there (device.host_values).
+        flat = mirrored_copy(np.concatenate([np.asarray(a, dtype=np.int64).reshape(-1) for a in sets])
+                             if sets else np.zeros(0, dtype=np.int64), device)
         for offset, active in enumerate(flat.split([len(a) for a in sets])):
             yield lo + offset, active
 

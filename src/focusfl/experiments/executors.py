@@ -34,7 +34,7 @@ import torch
 import focusfl
 
 from .. import __version__
-from ..algorithms.importing import algorithm_imports
+from ..algorithms.importing import ChangedCode, algorithm_imports, planned_code
 from ..errors import ConfigError, DataError, DiskFullError, FocusflError
 from ..io.atomic import disk_full, full_disk
 from ..io.folders import MARKER, open_output
@@ -63,14 +63,18 @@ class RunTask:
     # The sweep command's permission to import the user's algorithm code (--allow-algorithm-import,
     # algorithms/importing.py), passed on to the worker that builds the run; never read from a file.
     allow_algorithm_import: bool = False
+    # {import target: SHA-256} of the user's algorithm code the run was planned (and keyed) with
+    # (algorithms/importing.py recorded_code): the worker refuses to build other code.
+    algorithm_code: dict | None = None
     # The size of the batches the sweep asked for (runs/batch.py), recorded in the run's config.json
     # (None: not recorded; a Ray task).
     batch_runs: int | None = None
 
 
 def run_task(task: RunTask) -> dict:
-    """Execute one run (:func:`_run_task`) with the permission to import algorithm code its task carries."""
-    with algorithm_imports(task.allow_algorithm_import):
+    """Execute one run (:func:`_run_task`) with the permission to import algorithm code its task
+    carries, and only the code it was planned with."""
+    with algorithm_imports(task.allow_algorithm_import), planned_code(task.algorithm_code or {}):
         return _run_task(task)
 
 
@@ -108,6 +112,7 @@ def _run_task(task: RunTask) -> dict:
                 "exit_code": exc.exit_code}
     except FocusflError as exc:
         _stop_on_full_disk(exc, task)
+        _stop_on_changed_code(exc)
         return {"status": "failed", "error": str(exc), "seconds": time.perf_counter() - started}
     except MemoryError:
         return {"status": "failed", "error": "out of memory", "seconds": time.perf_counter() - started}
@@ -129,8 +134,10 @@ class BatchTask:
 def run_batch_task(batch: BatchTask) -> list[dict]:
     """Execute a batch of runs; an outcome per run, as run_task gives it (a fault of the batch
     itself fails each of its runs; a full disk ends the sweep). The batch's runs come from one
-    command, so its first task carries their permission to import algorithm code."""
-    with algorithm_imports(batch.tasks[0].allow_algorithm_import):
+    command, so its first task carries their permission to import algorithm code; each run
+    builds only the code it was planned with."""
+    planned = {target: sha for task in batch.tasks for target, sha in (task.algorithm_code or {}).items()}
+    with algorithm_imports(batch.tasks[0].allow_algorithm_import), planned_code(planned):
         return _run_batch_task(batch)
 
 
@@ -149,8 +156,11 @@ def _run_batch_task(batch: BatchTask) -> list[dict]:
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise
         _stop_on_full_disk(exc, first)
+        _stop_on_changed_code(exc)
         error = "out of memory" if isinstance(exc, MemoryError) else _error_text(exc)
         return [{"status": "failed", "error": error, "seconds": time.perf_counter() - started}] * len(batch.tasks)
+    for outcome in outcomes:  # the batch's other runs are published: they ran the planned code
+        _stop_on_changed_code(outcome.error)
     return [_batch_outcome(outcome, started) for outcome in outcomes]
 
 
@@ -186,6 +196,13 @@ def _stop_on_full_disk(exc: BaseException, task: RunTask) -> None:
         raise exc
     if full_disk(exc):
         raise disk_full(task.out, exc) from None
+
+
+def _stop_on_changed_code(exc: BaseException | None) -> None:
+    """Algorithm code edited since the runs were planned ends the sweep, in one line: their keys
+    and folders name the planned code, and no run may publish results of other code under them."""
+    if isinstance(exc, ChangedCode):
+        raise exc
 
 
 def _outcome(result, started: float, **extra) -> dict:

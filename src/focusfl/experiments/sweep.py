@@ -40,7 +40,7 @@ from typing import Any, Iterable, Iterator, Sequence
 from tqdm import tqdm
 
 from ..algorithms import ALGORITHMS, algorithm_class, algorithm_keys
-from ..algorithms.importing import imports_permitted, is_algorithm_import
+from ..algorithms.importing import imports_permitted, is_algorithm_import, planned_code, recorded_code
 from ..engine.simulate import ENGINES, SCHEDULES
 from ..errors import ConfigError, FocusflError
 from ..privacy.config import parse_dp
@@ -602,7 +602,8 @@ def run_sweep(
                                  out=str(folder / run.key),
                                  resume=state == "resume", checkpoint_every=checkpoint_every,
                                  allow_model_import=allow_model_import,
-                                 allow_algorithm_import=imports_permitted()))
+                                 allow_algorithm_import=imports_permitted(),
+                                 algorithm_code=recorded_code(run.resolved["algorithm"])))
         report.resumed = sum(task.resume for task in tasks)
         if progress:
             print(f"sweep {experiment.name!r}: {len(runs)} runs; {report.skipped} finished earlier, "
@@ -652,7 +653,9 @@ def compute_runs(runs: Sequence[SweepRun], batch_runs: int | str = "auto") -> di
     (runs.batch.group_batches), by run key: what a preset that keeps its runs in a result cache
     rather than in run folders computes (each result the one the run alone gives)."""
     problems: dict = {}
-    built = [build(run.config, problems=problems) for run in runs]
+    planned = {target: sha for run in runs for target, sha in recorded_code(run.resolved["algorithm"]).items()}
+    with planned_code(planned):  # the code the runs were keyed with, or none
+        built = [build(run.config, problems=problems) for run in runs]
     keys = {id(b): run.key for b, run in zip(built, runs)}
     results = {}
     for group in group_batches(built, lambda b: b.config, run_bytes, batch_runs):

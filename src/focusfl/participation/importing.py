@@ -63,9 +63,6 @@ import numpy as np
 
 from ..errors import ConfigError, DataError
 from ..limits import check_allocation, human_bytes
-from ..work.capacity import deadline_steps
-from ..work.trace import MAX_CSV_BYTES as WORK_MAX_CSV_BYTES
-from ..work.trace import trace_text as rows_text
 from .statistics import ParticipationStats, summarize
 from .trace import CSV_BYTES_PER_BYTE, MAX_CSV_BYTES, TAG, read_matrix
 from .trace import MAX_CSV_BYTES as MAX_MATRIX_CSV_BYTES  # what is read; MAX_CSV_BYTES: what is written
@@ -277,6 +274,10 @@ def work_trace_text(trace: ImportedTrace) -> str:
     """The work trace (work/trace.py: ``round,client,steps``) of a trace imported with its devices'
     speeds: one row per active client of every imported round, each client its steps; ConfigError
     when it would be more CSV than a work trace may hold."""
+    # focusfl.work imports torch: only a trace imported with --capacity reaches it
+    from ..work.trace import MAX_CSV_BYTES as WORK_MAX_CSV_BYTES
+    from ..work.trace import trace_text as rows_text
+
     if trace.steps is None:
         raise ConfigError("--work-out needs the devices' speeds: give --capacity FILE")
     rounds, clients = np.nonzero(trace.mask)
@@ -503,6 +504,8 @@ def with_capacity(trace: ImportedTrace, clients: list[tuple[int, Any]], capacity
     """The trace with each column's local steps per round from FedScale's device capacity file
     (work/capacity.py); devices that cannot finish one step before the deadline never report
     (FedScale drops such stragglers), so their columns are emptied and they are named."""
+    from ..work.capacity import deadline_steps  # focusfl.work imports torch: only --capacity needs it
+
     speeds = read_capacity(capacity.path)
     # FedScale looks a client's speed up by key, (c % len) under its own assignment
     # (aggregator.py client_register_handler), with {1.0, 1.0} for a key it lacks.

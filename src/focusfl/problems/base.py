@@ -242,16 +242,17 @@ class RunsOracle:
     def _call(part: Any, z: torch.Tensor, step: int, live: torch.Tensor | None) -> torch.Tensor:
         return part(z, step) if live is None else masked_gradients(part, z, step, live)
 
-    def losses(self, steps: Sequence[torch.Tensor | None]) -> list[list[float]]:
-        """Per run, the minibatch losses of its rows at the steps they took (live_losses);
-        ``steps``: each run's step counts (None: all)."""
+    def losses(self, steps: Sequence[torch.Tensor | None]) -> list[list[PendingLosses | None]]:
+        """Per run, the minibatch losses of its rows at the steps they took (pending_losses: still
+        on the device, read when the run writes a row, as a run alone does); ``steps``: each
+        run's step counts (None: all)."""
         if len(self.parts) == len(self.sizes):
-            return [live_losses(part, run_steps) for part, run_steps in zip(self.parts, steps)]
+            return [[pending_losses(part, run_steps)] for part, run_steps in zip(self.parts, steps)]
         calls, result, offset = getattr(self.parts[0], "calls", None) or [], [], 0
         for size, run_steps in zip(self.sizes, steps):
             mine = SimpleNamespace(calls=[(step, values[offset:offset + size],
                                            None if live is None else live[offset:offset + size])
                                           for step, values, live in calls])
-            result.append(live_losses(mine, run_steps))
+            result.append([pending_losses(mine, run_steps)])
             offset += size
         return result

@@ -29,7 +29,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..algorithms.importing import SHA256, algorithm_source, is_algorithm_import, without_digest
+from ..algorithms.importing import algorithm_source, recorded_code, without_digest
 from ..errors import ConfigError
 from ..io.digest import file_digest
 from ..spec import parse_spec
@@ -109,13 +109,9 @@ def recorded_inputs(data: dict, where: str) -> dict[str, dict[str, str]]:
 
 def _pinned_code(algorithm: Any) -> dict[str, str] | None:
     """The SHA-256 an imported algorithm's record carries (algorithms/importing.py), as an input."""
-    try:
-        name, params = parse_spec(algorithm) if algorithm is not None else (None, {})
-    except ConfigError:
-        return None
-    if not is_algorithm_import(name) or not isinstance(params.get(SHA256), str):
-        return None
-    return {"path": name.rpartition(":")[0], "sha256": params[SHA256]}
+    for name, sha256 in recorded_code(algorithm).items():
+        return {"path": name.rpartition(":")[0], "sha256": sha256}
+    return None
 
 
 def _pinned_trace(work: Any) -> dict[str, str] | None:

@@ -20,6 +20,7 @@ import torch
 
 from ...data import Dataset, ImageData
 from ...data.partition import ClientRows, check_client_tables, client_rows
+from ...device import host_values
 from ...errors import ConfigError
 from ...rng import hash_bits, uniform
 
@@ -67,6 +68,7 @@ class ClientData:
         self.client_order = torch.as_tensor(table.rows, device=dev)
         self.client_starts = torch.as_tensor(table.starts[:-1], device=dev)
         self.sizes = torch.as_tensor(sizes, device=dev)
+        self.host_sizes = np.asarray(sizes)  # the same, read on the host (largest_size)
         # Per-sample weight 1/(N m_i) of F = (1/N) sum_i mean_{s in i} loss_s (0 if unowned).
         weights = np.zeros(len(train.labels))
         weights[table.rows] = 1.0 / (self.num_clients * np.repeat(sizes, sizes))
@@ -84,6 +86,15 @@ class ClientData:
             shift = self.shift.movedim(0, -1).expand(h, w, -1).contiguous()
             return (images.movedim(-3, -1).to(self.dtype) * scale + shift).movedim(-1, -3)
         return images.to(self.dtype) * self.scale + self.shift
+
+    def largest_size(self, clients: torch.Tensor, sizes: torch.Tensor) -> int:
+        """The most samples any of ``clients`` (not empty) holds; ``sizes``: theirs, on the device.
+        Read on the host where the clients are a copy the host kept (the round loop's active sets,
+        device.host_values): reading the device would wait for every kernel queued, once a round."""
+        chosen = host_values(clients)
+        if chosen is not None:
+            return int(self.host_sizes[chosen].max())
+        return int(sizes.max())  # a set made on the device (a batch of runs' clients): read there
 
     def sample_ids(self, clients: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """The training samples at ``positions`` [..., n, k] of the clients' own index sets; a

@@ -247,7 +247,7 @@ class GroupedFormulation:
         # Clients smaller than the batch fill its last slots with weight-0 padding; when every
         # client of the call is that small, those slots are dropped instead of computed (13% of
         # the client rounds of the CIFAR-10 preset hold 15-54 samples). Same minibatches.
-        largest = int(sizes.max()) if clients.numel() else self.batch
+        largest = data.largest_size(clients, sizes) if clients.numel() else self.batch
         width = min(self.batch, largest)
         step_bytes = max(clients.numel() * width * data.train_images[0].nbytes, 1)
         ahead = max(1, DRAW_AHEAD_BYTES // step_bytes)
