@@ -254,8 +254,8 @@ class RowSteps:
         if derive is None and hasattr(self, "_column"):
             return self._column
         values = self.values if derive is None else [derive(v) for v in self.values]
-        counts = torch.tensor(self.sizes, device=self.device)
-        return torch.tensor(values, dtype=self.dtype, device=self.device).repeat_interleave(counts).unsqueeze(1)
+        rows = [value for value, size in zip(values, self.sizes) for _ in range(size)]
+        return torch.tensor(rows, dtype=self.dtype, device=self.device).unsqueeze(1)
 
 
 # A client round's step size: a Python float for one run, an [n, 1] column in a batch of runs.
