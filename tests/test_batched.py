@@ -61,6 +61,17 @@ def test_a_batch_of_runs_equals_each_run_alone(spec, name):
         assert rows == _alone(problem, run)
 
 
+@pytest.mark.parametrize("spec", ["ridge:clients=8,dim=6,samples=5,hetero=0.5", "logistic:clients=8,dim=5,samples=7"])
+@pytest.mark.parametrize("name", ["focus", "scaffold", "fedavg"])
+def test_runs_that_all_ask_every_client_equal_each_run_alone(spec, name):
+    """Full participation in every run: exact gradients served run by run from the client tables
+    as they are (no stacked copy), each row as alone."""
+    problem = make_problem(spec, dtype=torch.float64, device="cpu")
+    runs = [dict(run, participation="full", work="fixed") for run in _runs(name)]
+    for rows, run in zip(_batched(problem, runs), runs):
+        assert rows == _alone(problem, run)
+
+
 def test_stacked_runs_share_one_client_round(monkeypatch):
     """The runs of one algorithm up to its step size are collected in ONE client round (the batch
     is not a loop over runs in disguise), whatever their step sizes and schedules."""
