@@ -246,14 +246,14 @@ class RowSteps:
 
     def __init__(self, values: Sequence[float], sizes: Sequence[int], dtype: torch.dtype, device: torch.device) -> None:
         self.values, self.sizes, self.dtype, self.device = list(values), list(sizes), dtype, device
-        self._column = self.column(None)
+        self.steps = self._rows(self.values)  # the column of the steps themselves, made once
 
     def column(self, derive: Callable[[float], float] | None) -> torch.Tensor:
         """[n, 1]: each row its run's step size, or ``derive`` of it computed in Python for each
         run (a scalar derived from the step size is rounded once, as alone, not per operation)."""
-        if derive is None and hasattr(self, "_column"):
-            return self._column
-        values = self.values if derive is None else [derive(v) for v in self.values]
+        return self.steps if derive is None else self._rows([derive(value) for value in self.values])
+
+    def _rows(self, values: list[float]) -> torch.Tensor:
         rows = [value for value, size in zip(values, self.sizes) for _ in range(size)]
         return torch.tensor(rows, dtype=self.dtype, device=self.device).unsqueeze(1)
 
