@@ -22,27 +22,30 @@ CLIENTS, ROUNDS, STEPS = 8, 12, 3
 
 
 def _runs(name: str):
-    """Four runs of ``name`` that differ in seed, lr, participation, work and a hyperparameter
-    (server_lr where the algorithm has one) and evaluation cadence; the first three share their
-    algorithm object (and so one stacked client round)."""
+    """Five runs of ``name`` that differ in seed, lr, step-size schedule, participation, work and a
+    hyperparameter (server_lr where the algorithm has one) and evaluation cadence; the first four
+    share their client round (the third and fourth with step sizes of their own)."""
     base = make_algorithm(name, lr=0.01, local_steps=STEPS)
     other = {"server_lr": 0.5} if "server_lr" in base.hyperparameters() else {"lr": 0.02}
-    algorithms = [base, base, base, make_algorithm(name, **{"lr": 0.01, "local_steps": STEPS, **other})]
-    participation = ["full", "bernoulli:p=0.5", "cyclic", "bernoulli:p=0.3"]
+    algorithms = [base, base, make_algorithm(name, lr=0.013, local_steps=STEPS),
+                  make_algorithm(name, lr=0.007, local_steps=STEPS),
+                  make_algorithm(name, **{"lr": 0.01, "local_steps": STEPS, **other})]
+    participation = ["full", "bernoulli:p=0.5", "cyclic", "full", "bernoulli:p=0.3"]
+    schedules = ["constant", "constant", "constant", "sqrt", "constant"]
     work = "uniform" if ALGORITHMS[name].partial_work else "fixed"
-    return [dict(algorithm=a, participation=q, seed=seed, eval_every=1 + seed % 3, work=work)
-            for seed, (a, q) in enumerate(zip(algorithms, participation))]
+    return [dict(algorithm=a, participation=q, seed=seed, eval_every=1 + seed % 3, work=work, schedule=schedule)
+            for seed, (a, q, schedule) in enumerate(zip(algorithms, participation, schedules))]
 
 
 def _alone(problem, run: dict, rounds: int = ROUNDS) -> list[dict]:
     return simulate(run["algorithm"], problem, make_participation(run["participation"], CLIENTS, seed=run["seed"]),
-                    rounds, seed=run["seed"], eval_every=run["eval_every"],
+                    rounds, seed=run["seed"], eval_every=run["eval_every"], schedule=run["schedule"],
                     work=make_work(run["work"], CLIENTS, STEPS, seed=run["seed"])).rows
 
 
 def _batched(problem, runs: list[dict], rounds: int = ROUNDS) -> list[list[dict]]:
     members = [BatchMember(run["algorithm"], make_participation(run["participation"], CLIENTS, seed=run["seed"]),
-                           rounds, seed=run["seed"], eval_every=run["eval_every"],
+                           rounds, seed=run["seed"], eval_every=run["eval_every"], schedule=run["schedule"],
                            work=make_work(run["work"], CLIENTS, STEPS, seed=run["seed"])) for run in runs]
     return [result.rows for result in RunBatch(problem, members).run()]
 
@@ -58,9 +61,20 @@ def test_a_batch_of_runs_equals_each_run_alone(spec, name):
         assert rows == _alone(problem, run)
 
 
+@pytest.mark.parametrize("spec", ["ridge:clients=8,dim=6,samples=5,hetero=0.5", "logistic:clients=8,dim=5,samples=7"])
+@pytest.mark.parametrize("name", ["focus", "scaffold", "fedavg"])
+def test_runs_that_all_ask_every_client_equal_each_run_alone(spec, name):
+    """Full participation in every run: exact gradients served run by run from the client tables
+    as they are (no stacked copy), each row as alone."""
+    problem = make_problem(spec, dtype=torch.float64, device="cpu")
+    runs = [dict(run, participation="full", work="fixed") for run in _runs(name)]
+    for rows, run in zip(_batched(problem, runs), runs):
+        assert rows == _alone(problem, run)
+
+
 def test_stacked_runs_share_one_client_round(monkeypatch):
-    """The runs of one algorithm object are collected in ONE client round (the batch is not a
-    loop over runs in disguise); a run with its own step size is collected alone."""
+    """The runs of one algorithm up to its step size are collected in ONE client round (the batch
+    is not a loop over runs in disguise), whatever their step sizes and schedules."""
     import focusfl.engine.batched as batched
 
     calls = []
@@ -69,7 +83,7 @@ def test_stacked_runs_share_one_client_round(monkeypatch):
                         or original(problem, opened))
     problem = make_problem("ridge:clients=8,dim=6,samples=5", dtype=torch.float64, device="cpu")
     _batched(problem, _runs("focus"))
-    assert calls == [3] * ROUNDS and "focus" in STACKED
+    assert calls == [5] * ROUNDS and "focus" in STACKED  # focus's fifth run differs in lr only
 
 
 def test_an_mlp_in_float64_batched_equals_each_run_alone(tmp_path):

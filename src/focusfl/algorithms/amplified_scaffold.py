@@ -47,7 +47,8 @@ from typing import NamedTuple
 import torch
 
 from ..errors import ConfigError
-from .base import Algorithm, Communication, RoundContext, State, StateSize, broadcast, live_mask, max_steps, per_row
+from .base import (Algorithm, Communication, RoundContext, State, StateSize, broadcast, live_mask, max_steps, per_row,
+                   step_size)
 
 
 class AmplifiedServer(NamedTuple):
@@ -113,7 +114,7 @@ class AmplifiedScaffold(Algorithm):
         c_i, acc, count = _roll_over(clients, period)
         before = torch.where(_rows(count > 0, acc), acc / per_row(count.clamp(min=1), acc), c_i)
         counts = ctx.steps if ctx.steps is not None else torch.full_like(clients.period, self.local_steps)
-        lr = self.lr * ctx.lr_scale
+        lr = step_size(self, ctx)
         correction = server.c - c_i  # [n, d]: c - c_i
         z = broadcast(server.x, ctx.active.numel())
         for step in range(max_steps(counts)):

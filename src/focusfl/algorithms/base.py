@@ -21,7 +21,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, Callable, ClassVar, NamedTuple, Sequence
 
 import torch
 
@@ -51,6 +51,10 @@ class RoundContext(NamedTuple):
     # by a work process (focusfl.work). None: every client does the algorithm's local_steps,
     # which is the classical setting and today's runs byte for byte.
     steps: torch.Tensor | None = None
+    # A batch of runs' step sizes, one per row (engine/batched.py), when runs with different step
+    # sizes share this client round; None: the algorithm's own lr * lr_scale. Read through
+    # :func:`step_size`, never directly.
+    row_lr: "RowSteps | None" = None
 
 
 class Tracking(NamedTuple):
@@ -233,6 +237,57 @@ def max_steps(steps: torch.Tensor) -> int:
 def per_row(counts: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """The step counts as ``[n, 1, ...]`` in ``like``'s dtype: what a per-client mean divides by."""
     return counts.to(like.dtype).view(-1, *([1] * (like.dim() - 1)))
+
+
+class RowSteps:
+    """The step sizes of a batch of runs that share one client round (engine/batched.py): each
+    run's lr * lr_scale as the run alone computes it (a Python float), and the number of rows
+    (active clients) it has, in the order the rows are stacked."""
+
+    def __init__(self, values: Sequence[float], sizes: Sequence[int], dtype: torch.dtype, device: torch.device) -> None:
+        self.values, self.sizes, self.dtype, self.device = list(values), list(sizes), dtype, device
+        self.steps = self._rows(self.values)  # the column of the steps themselves, made once
+
+    def column(self, derive: Callable[[float], float] | None) -> torch.Tensor:
+        """[n, 1]: each row its run's step size, or ``derive`` of it computed in Python for each
+        run (a scalar derived from the step size is rounded once, as alone, not per operation)."""
+        return self.steps if derive is None else self._rows([derive(value) for value in self.values])
+
+    def _rows(self, values: list[float]) -> torch.Tensor:
+        rows = [value for value, size in zip(values, self.sizes) for _ in range(size)]
+        return torch.tensor(rows, dtype=self.dtype, device=self.device).unsqueeze(1)
+
+
+# A client round's step size: a Python float for one run, an [n, 1] column in a batch of runs.
+Step = float | torch.Tensor
+
+
+def step_size(algorithm: Algorithm, ctx: RoundContext, derive: Callable[[float], float] | None = None) -> Step:
+    """The local step size of this round's client round, lr * lr_scale (or ``derive`` of it,
+    e.g. ``lambda lr: p / lr``): a Python float, or in a batch of runs with several step sizes
+    (``ctx.row_lr``) an [n, 1] column of each row's own value. Every operation that combines a
+    step with an [n, d] tensor gives each row the bits its run alone gets with the float: a
+    product or quotient elementwise (``lr * g``, ``g / lr``), an ``alpha=`` step through
+    :func:`descend` / :func:`descend_` (tests/test_batched.py holds every stacked algorithm to it)."""
+    if ctx.row_lr is None:
+        lr = algorithm.lr * ctx.lr_scale
+        return lr if derive is None else derive(lr)
+    return ctx.row_lr.column(derive)
+
+
+def descend(z: torch.Tensor, u: torch.Tensor, lr: Step) -> torch.Tensor:
+    """z - lr * u, a new tensor: ``torch.add(z, u, alpha=-lr)``, or with a column of step sizes
+    the fused ``addcmul`` (the same rounding: one multiply-add per element)."""
+    if isinstance(lr, torch.Tensor):
+        return torch.addcmul(z, lr.neg(), u)
+    return torch.add(z, u, alpha=-lr)
+
+
+def descend_(z: torch.Tensor, u: torch.Tensor, lr: Step) -> torch.Tensor:
+    """z -= lr * u in place (``z.sub_(u, alpha=lr)``; with a column, ``addcmul_``)."""
+    if isinstance(lr, torch.Tensor):
+        return z.addcmul_(lr.neg(), u)
+    return z.sub_(u, alpha=lr)
 
 
 def broadcast(vector: torch.Tensor, n: int) -> torch.Tensor:

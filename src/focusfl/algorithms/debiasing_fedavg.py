@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 import torch
 
-from .base import Algorithm, Communication, RoundContext, State, StateSize
+from .base import Algorithm, Communication, RoundContext, State, StateSize, step_size
 from .fedau import active_mask
 from .fedavg import ModelDelta, local_sgd, no_client_state
 
@@ -64,7 +64,7 @@ class DebiasingFedAvg(Algorithm):
         return State(DebiasServer(x=x0.clone(), taken_part=x0.new_zeros(num_clients)), no_client_state(x0, num_clients))
 
     def client_round(self, server: DebiasServer, clients, oracle, ctx: RoundContext):
-        z = local_sgd(server.x, ctx.active.numel(), oracle, self.lr * ctx.lr_scale, self.local_steps, ctx.steps)
+        z = local_sgd(server.x, ctx.active.numel(), oracle, step_size(self, ctx), self.local_steps, ctx.steps)
         return clients, ModelDelta(delta=z - server.x)
 
     def server_round(self, server: DebiasServer, message: ModelDelta, ctx: RoundContext) -> DebiasServer:

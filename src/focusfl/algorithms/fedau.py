@@ -29,7 +29,7 @@ from typing import NamedTuple
 import torch
 
 from ..errors import ConfigError
-from .base import Algorithm, Communication, RoundContext, State, StateSize
+from .base import Algorithm, Communication, RoundContext, State, StateSize, step_size
 from .fedavg import ModelDelta, local_sgd, no_client_state
 
 
@@ -92,7 +92,7 @@ class FedAU(Algorithm):
         return State(server, no_client_state(x0, num_clients))
 
     def client_round(self, server: FedAUServer, clients, oracle, ctx: RoundContext):
-        z = local_sgd(server.x, ctx.active.numel(), oracle, self.lr * ctx.lr_scale, self.local_steps, ctx.steps)
+        z = local_sgd(server.x, ctx.active.numel(), oracle, step_size(self, ctx), self.local_steps, ctx.steps)
         return clients, ModelDelta(delta=z - server.x)
 
     def weights(self, server: FedAUServer) -> torch.Tensor:

@@ -26,7 +26,8 @@ from typing import NamedTuple
 import torch
 
 from ..errors import ConfigError
-from .base import Algorithm, Communication, RoundContext, State, StateSize, broadcast, live_mask, max_steps
+from .base import (Algorithm, Communication, RoundContext, State, StateSize, Step, broadcast, descend, descend_,
+                   live_mask, max_steps, step_size)
 
 WEIGHTINGS = ("active", "all", "known_p")
 
@@ -46,7 +47,7 @@ class ModelDelta(NamedTuple):
 
 
 def local_sgd(
-    x: torch.Tensor, n: int, oracle, lr: float, steps: int, counts: torch.Tensor | None = None
+    x: torch.Tensor, n: int, oracle, lr: Step, steps: int, counts: torch.Tensor | None = None
 ) -> torch.Tensor:
     """tau plain local gradient steps from x for n clients at once: returns z [n, d].
 
@@ -56,11 +57,11 @@ def local_sgd(
     z = broadcast(x, n)
     if counts is not None:
         for step in range(max_steps(counts)):
-            z = torch.where(live_mask(counts, step, z), torch.add(z, oracle(z, step), alpha=-lr), z)
+            z = torch.where(live_mask(counts, step, z), descend(z, oracle(z, step), lr), z)
         return z
     for step in range(steps):
         # In place once z is this round's own tensor (one pass over [n, d] instead of three).
-        z = torch.add(z, oracle(z, step), alpha=-lr) if step == 0 else z.sub_(oracle(z, step), alpha=lr)
+        z = descend(z, oracle(z, step), lr) if step == 0 else descend_(z, oracle(z, step), lr)
     return z
 
 
@@ -123,7 +124,7 @@ class FedAvg(Algorithm):
         return State(ModelServer(x=x0.clone()), no_client_state(x0, num_clients))
 
     def client_round(self, server, clients, oracle, ctx):
-        z = local_sgd(server.x, ctx.active.numel(), oracle, self.lr * ctx.lr_scale, self.local_steps, ctx.steps)
+        z = local_sgd(server.x, ctx.active.numel(), oracle, step_size(self, ctx), self.local_steps, ctx.steps)
         return clients, ModelDelta(delta=z - server.x)
 
     def _weights(self, ctx: RoundContext, like: torch.Tensor) -> torch.Tensor:

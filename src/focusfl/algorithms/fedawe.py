@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import torch
 
-from .base import Algorithm, Communication, RoundContext, State, StateSize, live_mask, max_steps
+from .base import Algorithm, Communication, RoundContext, State, StateSize, live_mask, max_steps, step_size
 from .fedavg import ModelServer
 
 
@@ -68,7 +68,7 @@ class FedAWE(Algorithm):
         return 1.0 / (8 * self.local_steps * smoothness)
 
     def client_round(self, server: ModelServer, clients: FedAWEClients, oracle, ctx: RoundContext):
-        lr = self.lr * ctx.lr_scale
+        lr = step_size(self, ctx)
         z = clients.x
         if ctx.steps is None:
             for step in range(self.local_steps):

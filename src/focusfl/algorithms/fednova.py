@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 import torch
 
-from .base import Communication, RoundContext, State
+from .base import Communication, RoundContext, State, step_size
 from .fedavg import FedAvg, ModelServer, local_sgd, no_client_state
 
 
@@ -54,7 +54,7 @@ class FedNova(FedAvg):
 
     def client_round(self, server, clients, oracle, ctx: RoundContext):
         n = ctx.active.numel()
-        z = local_sgd(server.x, n, oracle, self.lr * ctx.lr_scale, self.local_steps, ctx.steps)
+        z = local_sgd(server.x, n, oracle, step_size(self, ctx), self.local_steps, ctx.steps)
         if ctx.steps is None:
             tau = server.x.new_full((n,), float(self.local_steps))
         else:

@@ -47,7 +47,7 @@ from typing import NamedTuple
 import torch
 
 from ..problems.base import masked_gradients
-from .base import Algorithm, Communication, RoundContext, State, StateSize, live_mask, max_steps
+from .base import Algorithm, Communication, RoundContext, State, StateSize, live_mask, max_steps, step_size
 from .fedavg import ModelServer
 
 
@@ -93,7 +93,7 @@ class FedPBC(Algorithm):
     def client_round(self, server: ModelServer, clients: PBCClients, oracle, ctx: RoundContext):
         counts = ctx.steps if ctx.steps is not None else torch.full_like(clients.last_round, self.local_steps)
         rounds = ctx.round - clients.last_round  # catch-up rounds + this one, >= 1
-        lr = self.lr * ctx.lr_scale
+        lr = step_size(self, ctx)
         x = clients.x
         # Blocks are aligned at the END: block b is the round b rounds before this one (b = 0: this
         # round), so every client's block b draws the same step indices whoever it is batched with.

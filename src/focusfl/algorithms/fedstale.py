@@ -39,7 +39,7 @@ from typing import NamedTuple
 import torch
 
 from ..errors import ConfigError
-from .base import Algorithm, Communication, RoundContext, State, StateSize
+from .base import Algorithm, Communication, RoundContext, State, StateSize, step_size
 from .fedau import count_intervals, interval_weights
 from .fedavg import ModelDelta, checked_rates, known_rates, local_sgd, no_client_state
 
@@ -97,7 +97,7 @@ class FedStale(Algorithm):
         return State(server, no_client_state(x0, num_clients))
 
     def client_round(self, server: StaleServer, clients, oracle, ctx: RoundContext):
-        z = local_sgd(server.x, ctx.active.numel(), oracle, self.lr * ctx.lr_scale, self.local_steps, ctx.steps)
+        z = local_sgd(server.x, ctx.active.numel(), oracle, step_size(self, ctx), self.local_steps, ctx.steps)
         return clients, ModelDelta(delta=z - server.x)
 
     def weights(self, server: StaleServer, ctx: RoundContext) -> torch.Tensor:

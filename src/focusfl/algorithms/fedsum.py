@@ -28,12 +28,12 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import Communication, RoundContext, broadcast, live_mask, max_steps, per_row
+from .base import Communication, RoundContext, Step, broadcast, live_mask, max_steps, per_row, step_size
 from .fedsum_b import FedSumB, SumClients, SumMessage, SumServer
 
 
 def corrected_local_steps(
-    x: torch.Tensor, correction: torch.Tensor, oracle, lr: float, steps: int, counts: torch.Tensor | None = None
+    x: torch.Tensor, correction: torch.Tensor, oracle, lr: Step, steps: int, counts: torch.Tensor | None = None
 ) -> torch.Tensor:
     """K local steps z -= lr * (g + correction) from x; returns the mean gradient [n, d].
 
@@ -69,7 +69,7 @@ class FedSum(FedSumB):
     def client_round(self, server: SumServer, clients: SumClients, oracle, ctx: RoundContext):
         direction = server.v / ctx.num_clients  # v_r / N, sent down with x_r
         correction = direction - clients.c
-        c_new = corrected_local_steps(server.x, correction, oracle, self.lr * ctx.lr_scale, self.local_steps, ctx.steps)
+        c_new = corrected_local_steps(server.x, correction, oracle, step_size(self, ctx), self.local_steps, ctx.steps)
         return SumClients(c=c_new), SumMessage(delta=c_new - clients.c)
 
     def communication(self) -> Communication:

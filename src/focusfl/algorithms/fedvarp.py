@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import torch
 
-from .base import Algorithm, Communication, RoundContext, State, StateSize
+from .base import Algorithm, Communication, RoundContext, State, StateSize, step_size
 from .fedavg import ModelDelta, local_sgd, no_client_state
 
 
@@ -54,7 +54,7 @@ class FedVarp(Algorithm):
         return State(VarpServer(x=x0.clone(), table=table), no_client_state(x0, num_clients))
 
     def client_round(self, server: VarpServer, clients, oracle, ctx: RoundContext):
-        z = local_sgd(server.x, ctx.active.numel(), oracle, self.lr * ctx.lr_scale, self.local_steps, ctx.steps)
+        z = local_sgd(server.x, ctx.active.numel(), oracle, step_size(self, ctx), self.local_steps, ctx.steps)
         return clients, ModelDelta(delta=z - server.x)
 
     def server_round(self, server: VarpServer, message: ModelDelta, ctx: RoundContext) -> VarpServer:

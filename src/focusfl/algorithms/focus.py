@@ -31,7 +31,8 @@ from typing import NamedTuple
 
 import torch
 
-from .base import Algorithm, Communication, RoundContext, State, StateSize, Tracking, broadcast, live_mask, max_steps
+from .base import (Algorithm, Communication, RoundContext, State, StateSize, Step, Tracking, broadcast, descend,
+                   descend_, live_mask, max_steps, step_size)
 
 
 class FocusServer(NamedTuple):
@@ -73,7 +74,7 @@ class Focus(Algorithm):
         n = ctx.active.numel()
         z = broadcast(server.x, n)
         g_prev = clients.g_prev
-        lr = self.lr * ctx.lr_scale
+        lr = step_size(self, ctx)
         if ctx.steps is not None:
             return self._short_client_round(server, g_prev, oracle, ctx.steps, lr)
         # u and z are this round's own [n, d] tensors after their first step, so they are updated
@@ -85,11 +86,11 @@ class Focus(Algorithm):
             u = grad - g_prev if step == 0 else u.add_(grad).sub_(g_prev)
             g_prev = grad
             if step < self.local_steps - 1:
-                z = torch.add(server.x, u, alpha=-lr) if step == 0 else z.sub_(u, alpha=lr)
+                z = descend(server.x, u, lr) if step == 0 else descend_(z, u, lr)
         return FocusClients(g_prev=g_prev), FocusMessage(u=u)
 
     def _short_client_round(self, server: FocusServer, g_prev: torch.Tensor, oracle, counts: torch.Tensor,
-                            lr: float):
+                            lr: Step):
         """The loop above with client k stopping after counts[k] steps: one batched loop of
         max(counts) steps; a finished client's u, g_prev and z rows are kept as they are."""
         z = broadcast(server.x, counts.numel())
@@ -99,7 +100,7 @@ class Focus(Algorithm):
             live = live_mask(counts, step, grad)
             u = torch.where(live, u + grad - g_prev, u)
             g_prev = torch.where(live, grad, g_prev)
-            z = torch.where(live, torch.add(z, u, alpha=-lr), z)
+            z = torch.where(live, descend(z, u, lr), z)
         return FocusClients(g_prev=g_prev), FocusMessage(u=u)
 
     def server_round(self, server: FocusServer, message: FocusMessage, ctx: RoundContext):

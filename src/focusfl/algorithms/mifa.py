@@ -38,7 +38,7 @@ from typing import NamedTuple
 import torch
 
 from ..errors import ConfigError
-from .base import Algorithm, Communication, RoundContext, State, StateSize
+from .base import Algorithm, Communication, RoundContext, State, StateSize, step_size
 from .fedavg import local_sgd, no_client_state
 
 
@@ -82,7 +82,7 @@ class Mifa(Algorithm):
         return State(MifaServer(x=x0.clone(), table=table), clients)
 
     def client_round(self, server: MifaServer, clients, oracle, ctx: RoundContext):
-        lr = self.lr * ctx.lr_scale
+        lr = step_size(self, ctx)
         z = local_sgd(server.x, ctx.active.numel(), oracle, lr, self.local_steps, ctx.steps)
         if self.notebook:
             return MifaClients(z_prev=z), MifaMessage(update=(clients.z_prev - z) / lr)

@@ -65,7 +65,7 @@ import torch
 
 from ..errors import ConfigError
 from ..rng import uniform
-from .base import Algorithm, Communication, RoundContext, State, StateSize, live_mask, max_steps
+from .base import Algorithm, Communication, RoundContext, State, StateSize, live_mask, max_steps, step_size
 from .fedavg import ModelServer
 
 # Third coordinate of the coin's hash: keeps the coin apart from every other keyed draw.
@@ -153,10 +153,10 @@ class ProxSkip(Algorithm):
         return State(ModelServer(x=x0.clone()), clients)
 
     def client_round(self, server: ModelServer, clients: ProxClients, oracle, ctx: RoundContext):
-        lr = self.lr * ctx.lr_scale
+        lr = step_size(self, ctx)
         h = clients.h
         if self.partial == "deferred":  # last participation's control update, against x_r
-            h = h + (self.p / lr) * (server.x - clients.x)
+            h = h + step_size(self, ctx, lambda lr: self.p / lr) * (server.x - clients.x)
         z = server.x.expand_as(clients.x) if self.pull or self.partial == "deferred" else clients.x
         if ctx.steps is None:
             for step in range(self.steps_this_round(ctx.round)):
@@ -164,7 +164,7 @@ class ProxSkip(Algorithm):
         else:  # client k stops after ctx.steps[k] iterations: one batched loop, finished rows kept
             for step in range(max_steps(ctx.steps)):
                 z = torch.where(live_mask(ctx.steps, step, z), z - lr * (oracle(z, step) - h), z)
-        upload = z - (lr / self.p) * h if self.partial == "shifted" else z
+        upload = z - step_size(self, ctx, lambda lr: lr / self.p) * h if self.partial == "shifted" else z
         # Rows hold xh_i until client_finish, which needs it for the h update.
         return ProxClients(x=z, h=h), ProxMessage(upload=upload)
 

@@ -45,7 +45,7 @@ from typing import ClassVar, NamedTuple
 import torch
 
 from ..errors import ConfigError
-from .base import Algorithm, Communication, RoundContext, State, StateSize, live_mask, max_steps
+from .base import Algorithm, Communication, RoundContext, State, StateSize, live_mask, max_steps, step_size
 
 
 class PushSumServer(NamedTuple):
@@ -114,7 +114,7 @@ class PushSum(PullPushShares):
         share = pull_share(self.pull, ctx)
         z = clients.z + share * server.z
         w = clients.w + share * server.w
-        lr = self.lr * ctx.lr_scale
+        lr = step_size(self, ctx)
         if ctx.steps is None:
             for step in range(self.local_steps):
                 z = z - lr * oracle(z / w[:, None], step)

@@ -40,7 +40,7 @@ from typing import NamedTuple
 
 import torch
 
-from .base import Communication, RoundContext, State, StateSize, live_mask, max_steps
+from .base import Communication, RoundContext, State, StateSize, Step, live_mask, max_steps, step_size
 from .pushsum import PullPushShares, pull_share, server_keep
 
 
@@ -83,12 +83,12 @@ class PushSumTracking(PullPushShares):
         )
         return State(server, clients)
 
-    def _stepped_server_mass(self, server: TrackingServer, lr: float) -> torch.Tensor:
+    def _stepped_server_mass(self, server: TrackingServer, lr: Step) -> torch.Tensor:
         """u_0 after the server's step at the pull (what it shares out and keeps)."""
         return server.u - lr * server.y
 
     def client_round(self, server: TrackingServer, clients: TrackingClients, oracle, ctx: RoundContext):
-        lr = self.lr * ctx.lr_scale
+        lr = step_size(self, ctx)
         share = pull_share(self.pull, ctx)
         u = clients.u + share * self._stepped_server_mass(server, lr)
         w = clients.w + share * server.w

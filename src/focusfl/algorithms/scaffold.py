@@ -25,7 +25,8 @@ from typing import NamedTuple
 
 import torch
 
-from .base import Algorithm, Communication, RoundContext, State, StateSize, broadcast, live_mask, max_steps
+from .base import (Algorithm, Communication, RoundContext, State, StateSize, broadcast, descend, descend_, live_mask,
+                   max_steps, step_size)
 
 
 class ScaffoldServer(NamedTuple):
@@ -65,13 +66,13 @@ class Scaffold(Algorithm):
         return State(ScaffoldServer(x=x0.clone(), c=zeros), clients)
 
     def client_round(self, server: ScaffoldServer, clients: ScaffoldClients, oracle, ctx: RoundContext):
-        lr = self.lr * ctx.lr_scale
+        lr = step_size(self, ctx)
         correction = server.c - clients.c  # [n, d]: c - c_i
         z = broadcast(server.x, ctx.active.numel())
         if ctx.steps is not None:
             counts = ctx.steps
             for step in range(max_steps(counts)):
-                stepped = torch.add(z, oracle(z, step), alpha=-lr).sub_(correction, alpha=lr)
+                stepped = descend_(descend(z, oracle(z, step), lr), correction, lr)
                 z = torch.where(live_mask(counts, step, z), stepped, z)
             tau = counts.to(z.dtype).view(-1, *([1] * (z.dim() - 1)))
             c_new = clients.c - server.c + (server.x - z) / (tau * lr)
@@ -80,9 +81,9 @@ class Scaffold(Algorithm):
         for step in range(self.local_steps):
             grad = oracle(z, step)
             # In place once z is this round's own tensor (the oracle's gradient is not written).
-            z = torch.add(z, grad, alpha=-lr) if step == 0 else z.sub_(grad, alpha=lr)
-            z.sub_(correction, alpha=lr)
-        c_new = clients.c - server.c + (server.x - z) / (self.local_steps * lr)
+            z = descend(z, grad, lr) if step == 0 else descend_(z, grad, lr)
+            descend_(z, correction, lr)
+        c_new = clients.c - server.c + (server.x - z) / step_size(self, ctx, lambda lr: self.local_steps * lr)
         message = ScaffoldMessage(delta_x=z - server.x, delta_c=c_new - clients.c)
         return ScaffoldClients(c=c_new), message
 

@@ -6,14 +6,17 @@ work process, or evaluation cadence are the same computation with more rows. A
 from its own seed, its server round, its rows, its blow-up rule, its checkpoints through
 ``on_round``) one round at a time, all runs together, and collects their clients' work together:
 
-- the runs whose client round is the same function this round (an equal algorithm object, so
-  the same step size and hyperparameters; the same round, schedule factor and kind of step
-  counts) run ONE client round on their stacked active rows: every run's rows gathered from its
-  own table, each row given its own run's server state (a [rows, ...] stack of the runs'
-  server fields, which ``algorithms.base.broadcast`` passes through), and one oracle for all
-  rows (``Problem.runs_oracle``: exact gradients in one call, minibatches per run from its seed);
-- a run alone in its group (a step size no other run has) collects on its own, as it would
-  alone; so do algorithms not known to take per-row server state (``STACKED``).
+- the runs whose client round is the same function this round up to its step size (one
+  algorithm with equal hyperparameters but ``lr``; the same round and kind of step counts) run
+  ONE client round on their stacked active rows: every run's rows gathered from its own table,
+  each row given its own run's server state (a [rows, ...] stack of the runs' server fields,
+  which ``algorithms.base.broadcast`` passes through) and its own run's step size lr * lr_scale
+  (``RoundContext.row_lr``, read through ``algorithms.base.step_size``: a column where the runs'
+  steps differ, the float itself where they agree), and one oracle for all rows
+  (``Problem.runs_oracle``: exact gradients in one call, minibatches per run from its seed);
+- a run alone in its group (a hyperparameter no other run has) collects on its own, as it
+  would alone; so do algorithms not known to take per-row server state and step sizes
+  (``STACKED``).
 
 The server round, the commit and the evaluation stay per run (a loop over R: the server step is
 a few vector operations, and every run writes its own rows). Every row of a stacked client round
@@ -32,7 +35,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..algorithms.base import Algorithm, RoundContext
+from ..algorithms.base import Algorithm, RoundContext, RowSteps
 from ..problems.base import Problem
 from .loop import EngineExchange, Resume, RunLoop, RunResult
 from .round import Collected
@@ -41,9 +44,10 @@ from .tree import concat_rows, gather_rows
 from .vectorized import ChunkRows
 
 # Algorithms whose client round reads the server state only through ``broadcast`` and
-# elementwise operations, so that a stack of per-row server states runs several runs' clients
-# at once (tests/test_batched.py checks each against its runs alone). Others are collected run
-# by run: a batch of them is still correct, only less stacked.
+# elementwise operations, and its step size only through ``step_size``, so that a stack of
+# per-row server states and step sizes runs several runs' clients at once (tests/test_batched.py
+# checks each against its runs alone). Others are collected run by run: a batch of them is still
+# correct, only less stacked.
 STACKED = frozenset({
     "focus", "sg_focus", "fedavg", "fedavg_all", "fedavg_known_p", "fednova", "fedsum_b", "fedsum", "scaffold",
     "amplified_scaffold", "mifa", "fedvarp", "fedstale", "fedau", "fedawe", "fedpbc", "debiasing_fedavg",
@@ -77,6 +81,7 @@ class RunBatch:
         self.problem, self.engine = problem, ENGINES[engine]
         self.stacks = engine == "vectorized"
         self.loops = [self._loop(member) for member in members]
+        self.kinds = {id(loop): self._kind(loop) for loop in self.loops}
 
     def _loop(self, member: BatchMember) -> RunLoop:
         start = 0 if member.resume is None else member.resume.start_round
@@ -98,15 +103,13 @@ class RunBatch:
 
     def collect(self, opened: list[tuple[RunLoop, RoundContext]]) -> list[Collected]:
         """Each opened run's clients' work this round, runs of one client round stacked."""
-        groups: list[list[int]] = []
+        groups: dict[tuple, list[int]] = {}
         for k, (loop, ctx) in enumerate(opened):
-            home = next((g for g in groups if self._same_round(opened[g[0]], (loop, ctx))), None)
-            if home is None:
-                groups.append([k])
-            else:
-                home.append(k)
+            kind = self.kinds[id(loop)]
+            key = (k,) if kind is None else (kind, ctx.round, ctx.steps is None)
+            groups.setdefault(key, []).append(k)
         collected: list[Collected | None] = [None] * len(opened)
-        for group in groups:
+        for group in groups.values():
             if len(group) == 1:
                 loop, ctx = opened[group[0]]
                 collected[group[0]] = loop.exchange.collect(loop.result.state, ctx)
@@ -115,12 +118,14 @@ class RunBatch:
                 collected[k] = work
         return collected
 
-    def _same_round(self, first: tuple[RunLoop, RoundContext], other: tuple[RunLoop, RoundContext]) -> bool:
-        """Whether two runs' client rounds this round are one function (and may be stacked)."""
-        (a, ctx_a), (b, ctx_b) = first, other
-        return (self.stacks and a.algorithm.name in STACKED and a.algorithm == b.algorithm
-                and ctx_a.round == ctx_b.round and ctx_a.lr_scale == ctx_b.lr_scale
-                and (ctx_a.steps is None) == (ctx_b.steps is None))
+    def _kind(self, loop: RunLoop) -> str | None:
+        """What runs whose client rounds may be stacked share: the algorithm (its class and its
+        hyperparameters but ``lr``, as prepared for the run); None for a run collected alone."""
+        algorithm = loop.algorithm
+        if not (self.stacks and algorithm.name in STACKED):
+            return None
+        others = {key: value for key, value in algorithm.hyperparameters().items() if key != "lr"}
+        return repr((type(algorithm).__module__, type(algorithm).__qualname__, algorithm.name, sorted(others.items())))
 
 
 def run_batch(problem: Problem, members: Sequence[BatchMember], *, engine: str = "vectorized") -> list[RunResult]:
@@ -134,7 +139,8 @@ def stacked_collect(problem: Problem, opened: Sequence[tuple[RunLoop, RoundConte
     contexts = [ctx for _, ctx in opened]
     sizes = [int(ctx.active.numel()) for ctx in contexts]
     steps = None if contexts[0].steps is None else torch.cat([ctx.steps for ctx in contexts])
-    ctx = contexts[0]._replace(active=torch.cat([c.active for c in contexts]), steps=steps)
+    ctx = contexts[0]._replace(active=torch.cat([c.active for c in contexts]), steps=steps,
+                               row_lr=row_steps(opened, sizes, problem))
     server = per_row_server([loop.result.state.server for loop, _ in opened], sizes)
     rows = concat_rows([gather_rows(loop.result.state.clients, c.active) for loop, c in opened])
     oracle = problem.runs_oracle([(c.active, loop.seed) for loop, c in opened], round=ctx.round,
@@ -144,6 +150,16 @@ def stacked_collect(problem: Problem, opened: Sequence[tuple[RunLoop, RoundConte
     return [Collected(c.active, [ChunkRows(c.active, c.steps, part_rows)], part_message, c.steps, part_losses)
             for c, part_rows, part_message, part_losses
             in zip(contexts, split_rows(new_rows, sizes), split_rows(message, sizes), losses)]
+
+
+def row_steps(opened: Sequence[tuple[RunLoop, RoundContext]], sizes: Sequence[int], problem: Problem
+              ) -> RowSteps | None:
+    """The runs' step sizes this round, each lr * lr_scale as the run alone computes it, one per
+    row (None when they all agree: the first run's lr and schedule factor then serve every row)."""
+    values = [loop.algorithm.lr * ctx.lr_scale for loop, ctx in opened]
+    if all(value == values[0] for value in values):
+        return None
+    return RowSteps(values, sizes, problem.dtype, problem.device)
 
 
 def per_row_server(servers: Sequence[Any], sizes: Sequence[int]) -> Any:
