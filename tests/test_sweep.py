@@ -485,3 +485,38 @@ def test_a_worker_that_ignores_sigterm_is_killed_after_the_grace():
     assert ready.wait(120)
     _stop_workers([deaf], grace=0.5)
     assert not deaf.is_alive() and deaf.exitcode == -9
+
+
+@pytest.mark.parametrize("cause", ["changed code", "full disk"])
+def test_what_ends_a_sweep_ends_it_also_from_a_ray_task(cause):
+    """Ray hands a task's error back wrapped (RayTaskError, the original as ``cause``): a changed
+    algorithm file or a full disk must still end the sweep in one line, not fail one run."""
+    from types import SimpleNamespace
+
+    from focusfl.algorithms.importing import ChangedCode
+    from focusfl.errors import DiskFullError
+    from focusfl.experiments.executors import RayExecutor
+
+    raised = ChangedCode("algorithm code a.py has changed") if cause == "changed code" else DiskFullError("disk full")
+
+    class Wrapped(RuntimeError):  # what ray.get raises: the task's error as its cause
+        def __init__(self):
+            super().__init__("RayTaskError: ...")
+            self.cause = raised
+
+    def get(ref):
+        raise Wrapped()
+
+    executor = RayExecutor.__new__(RayExecutor)
+    with pytest.raises(type(raised)) as caught:
+        executor._receive(SimpleNamespace(get=get), ref=None, task=None)
+    assert caught.value is raised
+
+    class Crashed(RuntimeError):  # a worker that died: one failed run, the sweep goes on
+        cause = None
+
+    def crash(ref):
+        raise Crashed("worker died")
+
+    outcome = executor._receive(SimpleNamespace(get=crash), ref=None, task=None)
+    assert outcome["status"] == "failed" and "worker died" in outcome["error"]

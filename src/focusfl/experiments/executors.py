@@ -112,7 +112,7 @@ def _run_task(task: RunTask) -> dict:
                 "exit_code": exc.exit_code}
     except FocusflError as exc:
         _stop_on_full_disk(exc, task)
-        _stop_on_changed_code(exc)
+        _stop_on_sweep_error(exc)
         return {"status": "failed", "error": str(exc), "seconds": time.perf_counter() - started}
     except MemoryError:
         return {"status": "failed", "error": "out of memory", "seconds": time.perf_counter() - started}
@@ -156,11 +156,11 @@ def _run_batch_task(batch: BatchTask) -> list[dict]:
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise
         _stop_on_full_disk(exc, first)
-        _stop_on_changed_code(exc)
+        _stop_on_sweep_error(exc)
         error = "out of memory" if isinstance(exc, MemoryError) else _error_text(exc)
         return [{"status": "failed", "error": error, "seconds": time.perf_counter() - started}] * len(batch.tasks)
     for outcome in outcomes:  # the batch's other runs are published: they ran the planned code
-        _stop_on_changed_code(outcome.error)
+        _stop_on_sweep_error(outcome.error)
     return [_batch_outcome(outcome, started) for outcome in outcomes]
 
 
@@ -198,11 +198,13 @@ def _stop_on_full_disk(exc: BaseException, task: RunTask) -> None:
         raise disk_full(task.out, exc) from None
 
 
-def _stop_on_changed_code(exc: BaseException | None) -> None:
-    """Algorithm code edited since the runs were planned ends the sweep, in one line: their keys
-    and folders name the planned code, and no run may publish results of other code under them."""
-    if isinstance(exc, ChangedCode):
-        raise exc
+def _stop_on_sweep_error(cause: BaseException | None) -> None:
+    """What a run raises to end the whole sweep, in one line, raised again here: a full disk, or
+    algorithm code edited since the runs were planned (their keys and folders name the planned
+    code, and no run may publish results of other code under them); also when it comes wrapped
+    from another process (a Ray task's error carries it as ``cause``)."""
+    if isinstance(cause, (DiskFullError, ChangedCode)):
+        raise cause from None
 
 
 def _outcome(result, started: float, **extra) -> dict:
@@ -414,6 +416,7 @@ class RayExecutor:
         try:
             outcome = ray.get(ref)
         except Exception as exc:  # the task or its worker died
+            _stop_on_sweep_error(getattr(exc, "cause", None))  # Ray wraps what the task raised
             text = str(exc).strip().splitlines()
             return {"status": "failed", "error": f"Ray: {type(exc).__name__}: {text[-1] if text else ''}"}
         if outcome.get("version", __version__) != __version__:
