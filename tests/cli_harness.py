@@ -6,11 +6,14 @@ much fails as it would on a small machine, instead of swapping this one.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import resource
 import signal
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 GIB = 1 << 30
@@ -110,6 +113,50 @@ def run_cli_together(commands: list[tuple[str, ...]], *, limit_gib: float | None
         stdout, stderr = proc.communicate(timeout=timeout)
         results.append(subprocess.CompletedProcess([*focusfl_command(), *args], proc.returncode, stdout, stderr))
     return results
+
+
+def _warning_to_stderr(message, category, filename, lineno, file=None, line=None) -> None:
+    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
+def run_main(*args: str, cwd: str | Path | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """``focusfl ARGS`` run by ``focusfl.cli.main`` in this process, judged as ``run_cli``'s result.
+
+    For a command whose console script another test already runs (this module's ``run_cli``):
+    it costs no interpreter and no torch import (1-3 s a launch). What a user would see on the
+    terminal is captured: stdout, stderr with argparse's exits, and the warnings an interpreter
+    shows by default (as text on stderr, where a one-line check sees them); no memory limit."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.ExitStack() as stack:
+        if cwd is not None:
+            stack.enter_context(contextlib.chdir(cwd))
+        stack.enter_context(contextlib.redirect_stdout(out))
+        stack.enter_context(contextlib.redirect_stderr(err))
+        stack.enter_context(warnings.catch_warnings())
+        warnings.resetwarnings()  # the interpreter's defaults, not the test runner's filters
+        for quiet in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+            warnings.simplefilter("ignore", quiet)
+        warnings.showwarning = _warning_to_stderr
+        if stdin is not None:
+            stack.enter_context(_stdin_from(stdin))
+        from focusfl.cli import main
+
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse: a bad option (2) or --help (0); as the interpreter exits
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            if not isinstance(exc.code, (int, type(None))):
+                print(exc.code, file=sys.stderr)
+    return subprocess.CompletedProcess(["focusfl", *args], code, out.getvalue(), err.getvalue())
+
+
+@contextlib.contextmanager
+def _stdin_from(text: str):
+    before, sys.stdin = sys.stdin, io.StringIO(text)
+    try:
+        yield
+    finally:
+        sys.stdin = before
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess, code: int = 2, contains: str = "") -> str:
