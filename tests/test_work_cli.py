@@ -82,7 +82,7 @@ def test_sweep_and_tune_refuse_bad_work_in_one_line_and_write_nothing(tmp_path):
     (tmp_path / "e.toml").write_text(f'algorithms = ["focus"]\nproblems = ["{SMALL}"]\nrounds = 2\n')
     for bad, says in BAD_SPECS[:3]:
         assert_one_line_error(run_main("sweep", str(tmp_path / "e.toml"), "--work", bad, "--out",
-                                      str(tmp_path / "bad")), contains=says)
+                                       str(tmp_path / "bad")), contains=says)
     (tmp_path / "list.toml").write_text(f'algorithms = ["focus"]\nproblems = ["{SMALL}"]\nwork = ["uniform", 3]\n')
     assert_one_line_error(run_main("sweep", str(tmp_path / "list.toml"), "--out", str(tmp_path / "bad")),
                           contains="work[1]")
