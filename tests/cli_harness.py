@@ -6,11 +6,15 @@ much fails as it would on a small machine, instead of swapping this one.
 """
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
 import resource
 import signal
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 GIB = 1 << 30
@@ -110,6 +114,123 @@ def run_cli_together(commands: list[tuple[str, ...]], *, limit_gib: float | None
         stdout, stderr = proc.communicate(timeout=timeout)
         results.append(subprocess.CompletedProcess([*focusfl_command(), *args], proc.returncode, stdout, stderr))
     return results
+
+
+def _warning_to_stderr(message, category, filename, lineno, file=None, line=None) -> None:
+    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
+def run_main(*args: str, cwd: str | Path | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """``focusfl ARGS`` run by ``focusfl.cli.main`` in this process, judged as ``run_cli``'s result.
+
+    For a command whose console script another test already runs (this module's ``run_cli``):
+    it costs no interpreter and no torch import (1-3 s a launch). What a user would see on the
+    terminal is captured: stdout, stderr with argparse's exits, and the warnings an interpreter
+    shows by default (as text on stderr, where a one-line check sees them); no memory limit."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.ExitStack() as stack:
+        if cwd is not None:
+            stack.enter_context(contextlib.chdir(cwd))
+        stack.enter_context(contextlib.redirect_stdout(out))
+        stack.enter_context(contextlib.redirect_stderr(err))
+        stack.enter_context(warnings.catch_warnings())
+        warnings.resetwarnings()  # the interpreter's defaults, not the test runner's filters
+        for quiet in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+            warnings.simplefilter("ignore", quiet)
+        warnings.showwarning = _warning_to_stderr
+        if stdin is not None:
+            stack.enter_context(_stdin_from(stdin))
+        from focusfl.cli import main
+
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse: a bad option (2) or --help (0); as the interpreter exits
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            if not isinstance(exc.code, (int, type(None))):
+                print(exc.code, file=sys.stderr)
+    return subprocess.CompletedProcess(["focusfl", *args], code, out.getvalue(), err.getvalue())
+
+
+@contextlib.contextmanager
+def _stdin_from(text: str):
+    before, sys.stdin = sys.stdin, io.StringIO(text)
+    try:
+        yield
+    finally:
+        sys.stdin = before
+
+
+# A child that runs ``focusfl.cli.main`` on each command of the JSON file ARGV[1] in turn, as
+# the console script would (its own stdout and stderr, caught at the file descriptors so that
+# what a library writes there counts too; the warnings shown afresh; an escaping exception a
+# traceback and exit 1), and writes to ARGV[2] each command's exit status, output, CPU seconds
+# and the snapshots of the folders it names after it ran.
+_BATCH = """
+import json, os, resource, sys, tempfile, traceback, warnings
+from cli_harness import snapshot
+from focusfl.cli import main
+
+
+def cpu():
+    usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    return sum(u.ru_utime + u.ru_stime for u in usage)
+
+
+def run(argv):
+    files = [tempfile.TemporaryFile(), tempfile.TemporaryFile()]
+    sys.stdout.flush(), sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    for fd, file in zip((1, 2), files):
+        os.dup2(file.fileno(), fd)
+    try:
+        with warnings.catch_warnings():  # what a fresh interpreter shows once, shown again
+            try:
+                code = main(argv)
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+    finally:
+        sys.stdout.flush(), sys.stderr.flush()
+        for fd, old in zip((1, 2), saved):
+            os.dup2(old, fd)
+            os.close(old)
+    out, err = (file.seek(0) or file.read().decode(errors="replace") for file in files)
+    return code, out, err
+
+
+results = []
+for argv, watched in json.load(open(sys.argv[1])):
+    start = cpu()
+    code, out, err = run(argv)
+    results.append({"code": code, "stdout": out, "stderr": err, "cpu": cpu() - start,
+                    "after": [snapshot(folder) for folder in watched]})
+with open(sys.argv[2], "w") as handle:
+    json.dump(results, handle)
+"""
+
+
+def run_in_one_process(commands: list[tuple[list[str], list[Path]]], scratch: Path, *, limit_gib: float = 4,
+                       timeout: float = 1800) -> list[dict]:
+    """``focusfl ARGV`` for each ``(ARGV, folders)`` of ``commands``, one after the other in ONE
+    child process under run_cli's memory limit: its interpreter and imports (torch's,
+    transformers') are paid once, not once a command. Each result: ``code``, ``stdout``,
+    ``stderr`` as the console script would give them, ``cpu`` (the command's CPU seconds) and
+    ``after``, the snapshot of each of its folders once it ran. For many refusals of one input
+    surface whose console script another test runs (a command's state could outlive it here: the
+    commands must not depend on each other)."""
+    plan, results = scratch / "commands.json", scratch / "results.json"
+    plan.write_text(json.dumps([[list(argv), [str(folder) for folder in folders]] for argv, folders in commands]))
+    env = cli_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parent), env["PYTHONPATH"]])
+    proc = subprocess.run([sys.executable, "-c", _BATCH, str(plan), str(results)], env=env, capture_output=True,
+                          text=True, timeout=timeout, preexec_fn=_limit_memory(int(limit_gib * GIB)))
+    assert proc.returncode == 0 and results.is_file(), proc.stderr[-3000:]
+    answers = json.loads(results.read_text())
+    for answer in answers:
+        answer["after"] = [{name: tuple(seen) for name, seen in after.items()} for after in answer["after"]]
+    return answers
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess, code: int = 2, contains: str = "") -> str:

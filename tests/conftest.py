@@ -1,7 +1,16 @@
 import os
+import sys
+from pathlib import Path
 
-import pytest
-import torch
+# This checkout's sources, not an installed copy, in this process and in every process it starts
+# (a sweep's workers, Ray's): the console script's subprocesses get them from cli_harness.cli_env,
+# and the tests that call focusfl.cli.main in this process must test the same code.
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+sys.path.insert(0, SRC)
+os.environ["PYTHONPATH"] = os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 # Equivalence tests compare float64 runs to 1e-12; keep torch single-threaded so that
 # reductions are not split differently between the engines' differently shaped calls.

@@ -5,6 +5,12 @@ dimensions, a zlib bomb in a .mat file, ...) and given to ``focusfl`` as a user 
 subprocess under a 4 GiB address-space limit (tests/cli_harness.py): a file claiming gigabytes
 must be refused from its header, before the memory is asked for. The library-level tests below
 cover focusfl.limits and the data checks directly.
+
+The refused runs of bad files and sizes (REFUSED) run one after another in one child process
+under that limit (cli_harness.run_in_one_process: each as the console script would run it, its
+output caught at the file descriptors), which pays the interpreter's and torch's import once
+instead of some thirty times; the console script itself reads a bad trace below
+(test_participation_command_reports_a_bad_trace_in_one_line) and a user's model module.
 """
 from __future__ import annotations
 
@@ -25,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_harness import GIB, assert_one_line_error, cli_env, run_cli, snapshot
+from cli_harness import GIB, assert_one_line_error, cli_env, run_cli, run_in_one_process, snapshot
 
 from focusfl import limits
 from focusfl.io.atomic import read_csv
@@ -130,6 +136,10 @@ def mat_bomb(path: Path, declared: int, expands_to: int) -> None:
 
 
 # -- running focusfl --------------------------------------------------------------------------------
+# The tests of REFUSED: on one worker, which runs them all once (the ``refusals`` fixture).
+REFUSAL = pytest.mark.xdist_group("bad_input_refusals")
+
+
 def run_refused(tmp_path: Path, *args: str, contains: str, env=None) -> str:
     """``focusfl run ... --out OUT``: exit 2, one line, no traceback, nothing written anywhere
     under tmp_path (no OUT, no scratch folder beside it)."""
@@ -143,19 +153,20 @@ def run_refused(tmp_path: Path, *args: str, contains: str, env=None) -> str:
 
 
 # -- problems: sizes from options -------------------------------------------------------------------
-@pytest.mark.parametrize(
-    "problem,contains",
-    [
-        ("ridge:samples=100000000,dim=50", "ridge problem: 16 clients x 100,000,000 samples x 50 features would need"),
-        ("ridge:dim=100000", "16 Hessians of 100,000 x 100,000"),
-        ("logistic:clients=1000000,samples=1000,dim=1000", "logistic problem: 1,000,000 clients"),
-        (f"nn:data={MNIST1500},test_fraction=0.2,clients=4,batch=100000000000,model=logreg",
-         "minibatch of 100,000,000,000 images would need"),
-    ],
-    ids=["ridge-samples", "ridge-hessians", "logistic", "nn-batch"],
-)
-def test_sizes_from_options_are_checked_before_allocating(tmp_path, problem, contains):
-    line = run_refused(tmp_path, "--problem", problem, contains=contains)
+SIZE_CASES = {
+    "ridge-samples": ("ridge:samples=100000000,dim=50",
+                      "ridge problem: 16 clients x 100,000,000 samples x 50 features would need"),
+    "ridge-hessians": ("ridge:dim=100000", "16 Hessians of 100,000 x 100,000"),
+    "logistic": ("logistic:clients=1000000,samples=1000,dim=1000", "logistic problem: 1,000,000 clients"),
+    "nn-batch": (f"nn:data={MNIST1500},test_fraction=0.2,clients=4,batch=100000000000,model=logreg",
+                 "minibatch of 100,000,000,000 images would need"),
+}
+
+
+@REFUSAL
+@pytest.mark.parametrize("case", SIZE_CASES)
+def test_sizes_from_options_are_checked_before_allocating(refusals, case):
+    line = refused(refusals, "size", case)
     assert "more than the" in line and "available" in line
 
 
@@ -213,11 +224,10 @@ TRACE_CASES = {
 }
 
 
+@REFUSAL
 @pytest.mark.parametrize("case", TRACE_CASES)
-def test_bad_trace_files(tmp_path, case):
-    path = _trace(tmp_path, case)
-    run_refused(tmp_path, "--problem", "ridge:dim=5,samples=10", "--participation", f"trace:path={path}",
-                contains=TRACE_CASES[case])
+def test_bad_trace_files(refusals, case):
+    refused(refusals, "trace", case)
 
 
 def test_participation_command_reports_a_bad_trace_in_one_line(tmp_path):
@@ -273,11 +283,10 @@ NPZ_CASES = {
 }
 
 
+@REFUSAL
 @pytest.mark.parametrize("case", NPZ_CASES)
-def test_bad_npz_datasets(tmp_path, case):
-    path = _npz(tmp_path, case)
-    spec = NN.replace("test_fraction=0.25", "test_fraction=0") if case == "test-label-outside" else NN
-    run_refused(tmp_path, "--problem", f"{spec},data={path}", contains=NPZ_CASES[case])
+def test_bad_npz_datasets(refusals, case):
+    refused(refusals, "npz", case)
 
 
 # -- dataset files: IDX, .mat, downloads ------------------------------------------------------------
@@ -290,38 +299,112 @@ IDX_CASES = {
 }
 
 
+@REFUSAL
 @pytest.mark.parametrize("case", IDX_CASES)
-def test_bad_idx_files(tmp_path, case):
-    dims, data, compress, contains = IDX_CASES[case]
-    root = mnist_folder(tmp_path / "data", train_images=(dims, data), compress=compress)
-    run_refused(tmp_path, "--problem", f"{NN},data=mnist,data_dir={root}", contains=contains)
+def test_bad_idx_files(refusals, case):
+    refused(refusals, "idx", case)
 
 
-@pytest.mark.parametrize(
-    "declared,expands_to,contains",
-    [(48, 64 << 20, "decompresses to more than the 56 B it declares"), (0xFFFF_FF00, 1 << 20, "would need 4 GiB")],
-    ids=["bomb", "tag-claims-gigabytes"],
-)
-def test_zlib_bomb_in_a_mat_file(tmp_path, declared, expands_to, contains):
+MAT_CASES = {"bomb": (48, 64 << 20, "decompresses to more than the 56 B it declares"),
+             "tag-claims-gigabytes": (0xFFFF_FF00, 1 << 20, "would need 4 GiB")}
+
+
+def _mat(tmp_path: Path, case: str) -> Path:
+    declared, expands_to, _ = MAT_CASES[case]
     root = tmp_path / "data"
     (root / "svhn").mkdir(parents=True)
     for split in ("train", "test"):
         mat_bomb(root / "svhn" / f"{split}_32x32.mat", declared, expands_to)
     assert (root / "svhn" / "train_32x32.mat").stat().st_size < 200_000
-    run_refused(tmp_path, "--problem", f"{NN},data=svhn,data_dir={root}", contains=contains)
+    return root
 
 
-def test_code_in_a_cifar_pickle_is_refused(tmp_path):
-    class Exploit:
-        def __reduce__(self):
-            return (os.system, (f"touch {tmp_path / 'pwned'}",))
+@REFUSAL
+@pytest.mark.parametrize("case", MAT_CASES)
+def test_zlib_bomb_in_a_mat_file(refusals, case):
+    refused(refusals, "mat", case)
 
+
+class _Exploit:
+    """Unpickled, it would run ``touch PATH``."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.path}",))
+
+
+def _cifar_exploit(tmp_path: Path) -> Path:
     folder = tmp_path / "data" / "cifar10" / "cifar-10-batches-py"
     folder.mkdir(parents=True)
     for name in [f"data_batch_{k}" for k in range(1, 6)] + ["test_batch"]:
-        (folder / name).write_bytes(pickle.dumps({b"data": Exploit(), b"labels": [0]}, protocol=2))
-    run_refused(tmp_path, "--problem", f"{NN},data=cifar10,data_dir={tmp_path / 'data'}", contains="refusing to load")
-    assert not (tmp_path / "pwned").exists()
+        (folder / name).write_bytes(pickle.dumps({b"data": _Exploit(tmp_path / "pwned"), b"labels": [0]}, protocol=2))
+    return tmp_path / "data"
+
+
+@REFUSAL
+def test_code_in_a_cifar_pickle_is_refused(refusals):
+    refused(refusals, "cifar", "exploit")
+    folder = refusals[("cifar", "exploit")][0]
+    assert not (folder / "pwned").exists()
+
+
+# -- the refused runs, built and run once ---------------------------------------------------------------
+def _refused_args(kind: str, case: str, folder: Path) -> tuple[list[str], str]:
+    """The options of the refused run of ``case`` (its files built in ``folder``) and what its line says."""
+    if kind == "size":
+        problem, contains = SIZE_CASES[case]
+        return ["--problem", problem], contains
+    if kind == "trace":
+        path = _trace(folder, case)
+        return ["--problem", "ridge:dim=5,samples=10", "--participation", f"trace:path={path}"], TRACE_CASES[case]
+    if kind == "npz":
+        path = _npz(folder, case)
+        spec = NN.replace("test_fraction=0.25", "test_fraction=0") if case == "test-label-outside" else NN
+        return ["--problem", f"{spec},data={path}"], NPZ_CASES[case]
+    if kind == "idx":
+        dims, data, compress, contains = IDX_CASES[case]
+        root = mnist_folder(folder / "data", train_images=(dims, data), compress=compress)
+        return ["--problem", f"{NN},data=mnist,data_dir={root}"], contains
+    if kind == "mat":
+        return ["--problem", f"{NN},data=svhn,data_dir={_mat(folder, case)}"], MAT_CASES[case][2]
+    assert kind == "cifar"
+    return ["--problem", f"{NN},data=cifar10,data_dir={_cifar_exploit(folder)}"], "refusing to load"
+
+
+REFUSED = [("size", case) for case in SIZE_CASES] + [("trace", case) for case in TRACE_CASES] + [
+    ("npz", case) for case in NPZ_CASES] + [("idx", case) for case in IDX_CASES] + [
+    ("mat", case) for case in MAT_CASES] + [("cifar", "exploit")]
+
+
+@pytest.fixture(scope="module")
+def refusals(tmp_path_factory) -> dict[tuple[str, str], tuple[Path, str, dict, dict]]:
+    """Every case of REFUSED built in a folder of its own and run (``focusfl run ... --out
+    FOLDER/out``): (kind, case) -> (its folder, what its line says, the folder's snapshot before,
+    the command's result)."""
+    root = tmp_path_factory.mktemp("refused")
+    cases, commands = {}, []
+    for k, (kind, case) in enumerate(REFUSED):
+        folder = root / f"{kind}{k}"
+        folder.mkdir()
+        args, contains = _refused_args(kind, case, folder)
+        cases[kind, case] = (folder, contains, snapshot(folder))
+        commands.append((["run", "--algorithm", "focus", "--lr", "1e-4", "--rounds", "2", *args, "--out",
+                          str(folder / "out")], [folder]))
+    results = run_in_one_process(commands, root)
+    return {key: (*cases[key], result) for key, result in zip(cases, results)}
+
+
+def refused(refusals: dict, kind: str, case: str) -> str:
+    """The refused run of ``case``: exit 2, one line, no traceback, nothing written anywhere
+    under its folder (no OUT, no scratch folder beside it); returns the line."""
+    folder, contains, before, result = refusals[kind, case]
+    proc = subprocess.CompletedProcess(case, result["code"], result["stdout"], result["stderr"])
+    line = assert_one_line_error(proc, code=2, contains=contains)
+    assert not (folder / "out").exists()
+    assert result["after"] == [before]
+    return line
 
 
 class _CutResponse:

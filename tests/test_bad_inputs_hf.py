@@ -9,10 +9,15 @@ is built in tmp_path and given to the ``focusfl`` console script as a user would
 the test instead of being refused from its sizes. The command must print exactly one line
 (saying what the case's ``contains`` says), exit 2, write no output folder and change nothing
 under tmp_path.
+
+The cases run one after another in one child process (cli_harness.run_in_one_process: the
+memory limit, the file descriptors and the exit status of each as the console script's), which
+pays the interpreter's and transformers' import once instead of 120 times; the console script
+itself runs the Hugging Face surfaces in tests/test_hf.py and tests/test_hf_sst2.py.
 """
 from __future__ import annotations
 
-import resource
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -21,8 +26,11 @@ pytest.importorskip("pyarrow")
 pytest.importorskip("transformers")
 pytest.importorskip("datasets")  # the good fixtures every case starts from are written with it (hf_fixtures)
 
-from cli_harness import assert_one_line_error, run_cli, snapshot  # noqa: E402
+from cli_harness import assert_one_line_error, run_in_one_process, snapshot  # noqa: E402
 from hf_bad_cases import CASES, make_fixtures  # noqa: E402
+
+# One worker runs every case (the refusals below are computed once, for all of them).
+pytestmark = pytest.mark.xdist_group("hf_bad_cases")
 
 
 @pytest.fixture(scope="module")
@@ -30,10 +38,21 @@ def fx(tmp_path_factory) -> Path:
     return make_fixtures(tmp_path_factory.mktemp("hf-good"))
 
 
-def _child_seconds() -> float:
-    """CPU seconds of the finished child processes of this (test worker) process."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+@pytest.fixture(scope="module")
+def refusals(fx, tmp_path_factory) -> dict[str, tuple[Path, dict, dict]]:
+    """Every case built in a folder of its own and run: case -> (its folder, the folder's and the
+    good fixtures' snapshots before any case ran, the command's result)."""
+    root = tmp_path_factory.mktemp("hf-bad")
+    folders, before, commands = {}, {}, []
+    good = snapshot(fx)
+    for k, (case, (build, _)) in enumerate(CASES.items()):
+        folder = folders[case] = root / f"case{k}"
+        (folder / "made").mkdir(parents=True)
+        args = build(fx, folder / "made")
+        before[case] = snapshot(folder)
+        commands.append(([*args, "--out", str(folder / "out")], [folder, fx]))
+    results = run_in_one_process(commands, root)
+    return {case: (folders[case], before[case], good, result) for case, result in zip(CASES, results)}
 
 
 def test_the_suite_is_large():
@@ -41,17 +60,13 @@ def test_the_suite_is_large():
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_bad_hf_input_is_one_line(fx, tmp_path, case):
-    build, contains = CASES[case]
-    made = tmp_path / "made"
-    made.mkdir()
-    args = build(fx, made)
-    before, good = snapshot(tmp_path), snapshot(fx)
-    out = tmp_path / "out"
-    spent = _child_seconds()
-    proc = run_cli(*args, "--out", str(out), timeout=600)
-    spent = _child_seconds() - spent
+def test_bad_hf_input_is_one_line(refusals, case):
+    _, contains = CASES[case]
+    folder, before, good, result = refusals[case]
+    proc = subprocess.CompletedProcess(case, result["code"], result["stdout"], result["stderr"])
     assert_one_line_error(proc, 2, contains)
-    assert spent < 60, f"{spent:.0f} s of CPU"  # no case may hang (counted in CPU time: the machine may be busy)
-    assert not out.exists()
-    assert snapshot(tmp_path) == before and snapshot(fx) == good
+    # no case may hang (counted in CPU time: the machine may be busy)
+    assert result["cpu"] < 60, f"{result['cpu']:.0f} s of CPU"
+    assert not (folder / "out").exists()
+    after_folder, after_fx = result["after"]
+    assert after_folder == before and after_fx == good

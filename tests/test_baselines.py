@@ -143,7 +143,8 @@ def test_feddyn_optimum_is_a_fixed_point_under_partial_participation(ridge):
 
 # -- as a user types them -----------------------------------------------------------------------------
 def test_the_baselines_run_and_refuse_bad_keys_on_the_command_line(tmp_path):
-    from cli_harness import run_cli_together
+    """The runs through the console script; the refusals and the listing in this process (run_main)."""
+    from cli_harness import run_cli_together, run_main
 
     good = [("run", "--algorithm", spec, "--problem", "ridge:clients=4,samples=8,dim=3", "--participation",
              "cyclic:groups=2", "--lr", "1e-3", "--local-steps", "2", "--rounds", "4", "--work", "uniform",
@@ -151,12 +152,11 @@ def test_the_baselines_run_and_refuse_bad_keys_on_the_command_line(tmp_path):
     bad = [("run", "--algorithm", spec, "--problem", "ridge:clients=4,samples=8,dim=3", "--rounds", "2",
             "--out", str(tmp_path / f"bad{k}")) for k, spec in enumerate(
                 ("fedprox:mu=-1", "fedavgm:beta=1", "feddyn:alpha=x", "fedyogi:gamma=1"))]
-    results = run_cli_together(good + bad)
-    for args, proc in zip(good, results[:len(good)]):
+    for args, proc in zip(good, run_cli_together(good)):
         assert proc.returncode == 0, (args[2], proc.stderr)
-    listed = run_cli_together([("algorithms",)])[0].stdout
+    listed = run_main("algorithms").stdout
     assert all(name in listed for name in NEW)
-    for args, proc in zip(bad, results[len(good):]):
+    for args, proc in zip(bad, [run_main(*args) for args in bad]):
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, (args[2], proc.stderr)
         assert "Traceback" not in proc.stderr
         assert not (tmp_path / args[-1]).exists()

@@ -213,7 +213,7 @@ def test_small_steps_tend_to_the_step_weighted_target():
 
 
 def test_bias_command_with_work_predicts_fedavg_and_fednova_as_typed(tmp_path):
-    from cli_harness import run_cli
+    from cli_harness import run_cli, run_main
 
     proc = run_cli("bias", "--problem", "ridge:dim=4,clients=4,samples=20,hetero=1", "--participation", "full",
                    "--local-steps", "4", "--work", "rates:r=0.25;0.5;1;1", "--rounds", "3000", "--mc-rounds", "100",
@@ -223,7 +223,7 @@ def test_bias_command_with_work_predicts_fedavg_and_fednova_as_typed(tmp_path):
     assert "E[tau_i]" in out and "FedNova measured" in out
     gap = _number(out, "||x_w - x*|| =")
     assert gap > 0.05 and _number(out, "last round ||x - x_w|| =") < 1e-8 * gap
-    bad = run_cli("bias", "--work", "rates:r=2", "--local-steps", "4", "--rounds", "10", cwd=tmp_path)
+    bad = run_main("bias", "--work", "rates:r=2", "--local-steps", "4", "--rounds", "10", cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "rates" in bad.stderr
 
 

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from cli_harness import run_cli
+from cli_harness import run_cli, run_main
 from focusfl.cli import main
 from focusfl.errors import FocusflError
 from focusfl.io.atomic import read_csv
@@ -147,12 +147,12 @@ def test_participation_plot_writes_svg_and_pdf_the_same_bytes_and_never_over_a_u
     plot = tmp_path / f"raster{suffix}"
     assert run_cli(*args, str(plot)).returncode == 0
     first = plot.read_bytes()
-    again = run_cli(*args, str(plot))  # focusfl's own figure: replaced, by the same bytes
+    again = run_main(*args, str(plot))  # focusfl's own figure: replaced, by the same bytes
     assert again.returncode == 0, again.stderr
     assert plot.read_bytes() == first
     mine = tmp_path / f"mine{suffix}"
     mine.write_bytes(b'<svg xmlns="http://www.w3.org/2000/svg"/>' if suffix == ".svg" else b"%PDF-1.4 mine")
-    refused = run_cli(*args, str(mine))
+    refused = run_main(*args, str(mine))
     assert refused.returncode == 2 and "focusfl did not write it" in refused.stderr
     assert mine.read_bytes().endswith(b"/>" if suffix == ".svg" else b"mine")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([plot.name, mine.name])

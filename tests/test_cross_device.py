@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from cli_harness import assert_one_line_error, cli_env, killer_script, run_cli
+from cli_harness import assert_one_line_error, cli_env, killer_script, run_cli, run_main
 from focusfl.algorithms import ALGORITHMS, make_algorithm
 from focusfl.engine import Resume, simulate
 from focusfl.engine.tree import gather_rows, scatter_rows
@@ -95,8 +95,8 @@ COMMON = ["--algorithm", "focus", "--problem", "ridge:clients=12,dim=4,samples=6
 
 def test_a_run_mapped_on_disk_writes_the_bytes_of_the_run_in_memory(tmp_path):
     memory, disk = tmp_path / "memory", tmp_path / "disk"
-    assert run_cli("run", *COMMON, "--out", str(memory)).returncode == 0
-    done = run_cli("run", *COMMON, "--state-memory", "0", "--checkpoint-every", "7", "--out", str(disk))
+    assert run_main("run", *COMMON, "--out", str(memory)).returncode == 0
+    done = run_main("run", *COMMON, "--state-memory", "0", "--checkpoint-every", "7", "--out", str(disk))
     assert done.returncode == 0, done.stderr
     assert (disk / TABLE).is_file() and not (memory / TABLE).exists()
     for name in ("metrics.csv", "model.pt"):
@@ -107,10 +107,10 @@ def test_a_run_mapped_on_disk_writes_the_bytes_of_the_run_in_memory(tmp_path):
     assert run_key(info_disk) == run_key(info_memory)
     assert configuration_key(info_disk) == configuration_key(info_memory)
     # Extended past its end from the published folder (the table copied, its holes kept).
-    longer = run_cli("run", "--resume", str(disk), "--rounds", "90")
+    longer = run_main("run", "--resume", str(disk), "--rounds", "90")
     assert longer.returncode == 0, longer.stderr
     whole = tmp_path / "whole"
-    assert run_cli("run", *COMMON[:-4], "--rounds", "90", "--eval-every", "4", "--out", str(whole)).returncode == 0
+    assert run_main("run", *COMMON[:-4], "--rounds", "90", "--eval-every", "4", "--out", str(whole)).returncode == 0
     assert (disk / "metrics.csv").read_bytes() == (whole / "metrics.csv").read_bytes()
     assert torch.equal(load_model(disk / "model.pt"), load_model(whole / "model.pt"))
 
@@ -122,7 +122,7 @@ def _killed_at(round_: int, args: list[str]) -> subprocess.CompletedProcess:
 
 def test_sigkill_of_a_mapped_run_then_resume_gives_the_same_bytes(tmp_path):
     whole = tmp_path / "whole"
-    assert run_cli("run", *COMMON, "--out", str(whole)).returncode == 0
+    assert run_main("run", *COMMON, "--out", str(whole)).returncode == 0
     out = tmp_path / "killed"
     kills = sorted(random.Random(28).sample(range(9, 55), 4))
     first = _killed_at(kills[0], ["run", *COMMON, "--state-memory", "0", "--checkpoint-every", "5",
@@ -131,7 +131,7 @@ def test_sigkill_of_a_mapped_run_then_resume_gives_the_same_bytes(tmp_path):
     for round_ in kills[1:]:
         proc = _killed_at(round_, ["run", "--resume", str(out), "--checkpoint-every", "5"])
         assert proc.returncode == -signal.SIGKILL, proc.stderr
-    done = run_cli("run", "--resume", str(out))
+    done = run_main("run", "--resume", str(out))
     assert done.returncode == 0, done.stderr
     assert (out / TABLE).is_file()
     assert (out / "metrics.csv").read_bytes() == (whole / "metrics.csv").read_bytes()
@@ -143,14 +143,14 @@ def test_a_resumed_extension_never_writes_the_published_table(tmp_path):
     kill -9 of the extension leaves the published table's bytes as they were, and resuming again
     still gives the uninterrupted run's bytes."""
     out = tmp_path / "run"
-    assert run_cli("run", *COMMON, "--state-memory", "0", "--out", str(out)).returncode == 0
+    assert run_main("run", *COMMON, "--state-memory", "0", "--out", str(out)).returncode == 0
     published = (out / TABLE).read_bytes()
     killed = _killed_at(70, ["run", "--resume", str(out), "--rounds", "90", "--checkpoint-every", "5"])
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert (out / TABLE).read_bytes() == published
-    assert run_cli("run", "--resume", str(out)).returncode == 0
+    assert run_main("run", "--resume", str(out)).returncode == 0
     whole = tmp_path / "whole"
-    assert run_cli("run", *COMMON[:-4], "--rounds", "90", "--eval-every", "4", "--out", str(whole)).returncode == 0
+    assert run_main("run", *COMMON[:-4], "--rounds", "90", "--eval-every", "4", "--out", str(whole)).returncode == 0
     assert (out / "metrics.csv").read_bytes() == (whole / "metrics.csv").read_bytes()
 
 
@@ -193,17 +193,17 @@ def test_a_neural_networks_client_table_mapped_on_disk_is_not_counted_by_its_mod
 
 def test_a_mapped_run_with_a_damaged_table_is_refused_in_one_line(tmp_path):
     out = tmp_path / "run"
-    assert run_cli("run", *COMMON, "--state-memory", "0", "--out", str(out)).returncode == 0
+    assert run_main("run", *COMMON, "--state-memory", "0", "--out", str(out)).returncode == 0
     with open(out / TABLE, "ab") as handle:
         handle.write(b"x")
-    assert_one_line_error(run_cli("run", "--resume", str(out), "--rounds", "70"), 2, contains="state table")
+    assert_one_line_error(run_main("run", "--resume", str(out), "--rounds", "70"), 2, contains="state table")
     (out / TABLE).unlink()
-    assert_one_line_error(run_cli("run", "--resume", str(out), "--rounds", "70"), 2, contains="state table")
+    assert_one_line_error(run_main("run", "--resume", str(out), "--rounds", "70"), 2, contains="state table")
 
 
 @pytest.mark.parametrize("value", ["lots", "-1GB", "2XB", "1e400"])
 def test_a_bad_state_memory_is_refused_before_anything_is_written(tmp_path, value):
-    proc = run_cli("run", *COMMON, f"--state-memory={value}", "--out", str(tmp_path / "run"))
+    proc = run_main("run", *COMMON, f"--state-memory={value}", "--out", str(tmp_path / "run"))
     assert_one_line_error(proc, 2, contains="state_memory")
     assert not list(tmp_path.iterdir())
 
@@ -319,7 +319,7 @@ def test_the_smoothness_bound_holds_for_every_client_and_minibatch():
     ("ondemand_logistic:noise=-1", "noise"),
 ])
 def test_bad_on_demand_problems_are_refused_in_one_line(tmp_path, spec, reason):
-    proc = run_cli("run", "--algorithm", "focus", "--problem", spec, "--rounds", "2", "--out", str(tmp_path / "run"))
+    proc = run_main("run", "--algorithm", "focus", "--problem", spec, "--rounds", "2", "--out", str(tmp_path / "run"))
     assert_one_line_error(proc, 2, contains=reason)
     assert not list(tmp_path.iterdir())
 
@@ -339,10 +339,10 @@ def test_a_negative_loss_is_explained_where_it_is_printed(tmp_path):
     """ondemand_logistic's objective has a linear tilt (it plants x*): its loss goes below 0, and
     the run says why under the line that shows it; a positive loss gets no note."""
     problem = "ondemand_logistic:clients=20,dim=10,hetero=2,noise=0,reg=0.1"
-    negative = run_cli("run", "--algorithm", "focus", "--problem", problem, "--participation", "full",
-                       "--rounds", "60", "--eval-every", "60", "--out", str(tmp_path / "tilted"))
+    negative = run_main("run", "--algorithm", "focus", "--problem", problem, "--participation", "full",
+                        "--rounds", "60", "--eval-every", "60", "--out", str(tmp_path / "tilted"))
     assert negative.returncode == 0, negative.stderr
     assert "loss=-" in negative.stdout and "not a distance to the optimum (rel_error is" in negative.stdout
-    positive = run_cli("run", "--algorithm", "focus", "--problem", "ridge:clients=4,samples=8,dim=3",
-                       "--rounds", "3", "--out", str(tmp_path / "ridge"))
+    positive = run_main("run", "--algorithm", "focus", "--problem", "ridge:clients=4,samples=8,dim=3",
+                        "--rounds", "3", "--out", str(tmp_path / "ridge"))
     assert positive.returncode == 0 and "not a distance" not in positive.stdout

@@ -137,24 +137,24 @@ def test_the_opt_out_is_part_of_the_run_key_and_the_default_is_not():
 def test_the_option_as_a_user_types_it(tmp_path):
     import json
 
-    from cli_harness import run_cli
+    from cli_harness import run_cli, run_main
 
     out = tmp_path / "fast"
     proc = run_cli("run", "--algorithm", "focus", "--problem", SMALL, "--rounds", "2", "--deterministic", "false", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     assert json.loads((out / "config.json").read_text())["deterministic"] is False
-    resumed = run_cli("run", "--resume", str(out), "--rounds", "3")  # a resume says what it is
+    resumed = run_main("run", "--resume", str(out), "--rounds", "3")  # a resume says what it is
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads((out / "config.json").read_text())["deterministic"] is False
-    bad = run_cli("run", "--algorithm", "focus", "--problem", SMALL, "--deterministic", "maybe", "--out", str(tmp_path / "bad"))
+    bad = run_main("run", "--algorithm", "focus", "--problem", SMALL, "--deterministic", "maybe", "--out", str(tmp_path / "bad"))
     assert bad.returncode == 2 and "must be true or false, got 'maybe'" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) <= 2 and "Traceback" not in bad.stderr
-    changed = run_cli("run", "--resume", str(out), "--deterministic", "true")
+    changed = run_main("run", "--resume", str(out), "--deterministic", "true")
     assert changed.returncode == 2 and "--deterministic cannot change it" in changed.stderr
     config = json.loads((out / "config.json").read_text())
     config["deterministic"] = "yes"
     (tmp_path / "bad.json").write_text(json.dumps(config))
-    replay = run_cli("run", "--config", str(tmp_path / "bad.json"), "--out", str(tmp_path / "replay"))
+    replay = run_main("run", "--config", str(tmp_path / "bad.json"), "--out", str(tmp_path / "replay"))
     assert replay.returncode == 2 and "deterministic must be true or false" in replay.stderr
     assert "Traceback" not in replay.stderr
 
@@ -165,10 +165,10 @@ def test_a_cuda_runs_folder_is_refused_on_a_machine_without_cuda_and_left_as_it_
     in one line before anything is written (docs/runs.md)."""
     import json
 
-    from cli_harness import run_cli
+    from cli_harness import run_cli, run_main
 
     out = tmp_path / "run"
-    assert run_cli("run", "--algorithm", "focus", "--problem", SMALL, "--rounds", "3", "--out", str(out)).returncode == 0
+    assert run_main("run", "--algorithm", "focus", "--problem", SMALL, "--rounds", "3", "--out", str(out)).returncode == 0
     config = json.loads((out / "config.json").read_text())
     config["device"] = "cuda"  # as a CUDA run would have recorded it
     (out / "config.json").write_text(json.dumps(config))

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_harness import assert_one_line_error, cli_env, run_cli
+from cli_harness import assert_one_line_error, cli_env, run_cli, run_main
 
 RUN = ["run", "--algorithm", "scaffold", "--lr", "1e-4", "--problem", "ridge:dim=1000", "--rounds", "40",
        "--checkpoint-every", "10"]
@@ -125,10 +125,10 @@ def test_a_checkpoint_on_a_full_filesystem_is_one_line_and_resumes(tmp_path, sma
     leftover = sorted(p.name for p in partial(out).iterdir())
     assert leftover == [".focusfl-output.json", "checkpoint.pt", "config.json", "metrics.csv"], leftover
     subprocess.run(["mount", "-o", "remount,size=4m", str(small_disk)], check=True)
-    done = run_cli("run", "--resume", str(out))
+    done = run_main("run", "--resume", str(out))
     assert done.returncode == 0, done.stderr
     whole = tmp_path / "whole"
-    assert run_cli(*RUN, "--out", str(whole)).returncode == 0
+    assert run_main(*RUN, "--out", str(whole)).returncode == 0
     assert_same_run(out, whole)
 
 
@@ -143,7 +143,7 @@ def test_a_sweep_of_two_workers_on_a_full_filesystem_stops_in_one_line_and_resum
     assert_disk_full(proc, out / "runs", "then run the same command again")
     assert not (out / "results.csv").exists()
     subprocess.run(["mount", "-o", "remount,size=8m", str(small_disk)], check=True)
-    again = run_cli("sweep", str(experiment), "--out", str(out), "--workers", "2")
+    again = run_main("sweep", str(experiment), "--out", str(out), "--workers", "2")
     assert again.returncode == 0, again.stderr
     assert "8 runs:" in again.stdout and "0 failed" in again.stdout
 
@@ -152,7 +152,7 @@ def test_a_sweep_of_two_workers_on_a_full_filesystem_stops_in_one_line_and_resum
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     whole = tmp_path_factory.mktemp("whole") / "run"
-    proc = run_cli(*SMALL_RUN, "--out", str(whole))
+    proc = run_main(*SMALL_RUN, "--out", str(whole))
     assert proc.returncode == 0, proc.stderr
     return whole
 
@@ -163,7 +163,7 @@ def test_torch_zip_writer_failing_on_a_full_disk_is_one_line_and_resumes(tmp_pat
     proc = injected(2, TORCH_SAVE, *SMALL_RUN, "--out", str(out))
     assert_disk_full(proc, out, f"continue with `focusfl run --resume {out}` (the checkpoint of round 10 is kept)")
     assert not out.exists() and not any(p.name.endswith(".focusfl-tmp") for p in partial(out).iterdir())
-    done = run_cli("run", "--resume", str(out))
+    done = run_main("run", "--resume", str(out))
     assert done.returncode == 0, done.stderr
     assert_same_run(out, uninterrupted)
 
@@ -174,7 +174,7 @@ def test_a_metrics_write_on_a_full_disk_is_one_line_and_resumes(tmp_path, uninte
     proc = injected(8, METRICS_WRITE, *SMALL_RUN, "--out", str(out))
     assert_disk_full(proc, out, "(the checkpoint of round 20 is kept)")
     assert not out.exists()
-    done = run_cli("run", "--resume", str(out))
+    done = run_main("run", "--resume", str(out))
     assert done.returncode == 0, done.stderr
     assert_same_run(out, uninterrupted)
 
@@ -186,7 +186,7 @@ def test_the_last_files_on_a_full_disk_are_finished_by_resume(tmp_path, uninterr
     proc = injected(4, TORCH_SAVE, *SMALL_RUN, "--out", str(out))
     assert_disk_full(proc, out, f"then finish it with `focusfl run --resume {out}`")
     assert not out.exists() and not (partial(out) / "model.pt").exists()
-    done = run_cli("run", "--resume", str(out))
+    done = run_main("run", "--resume", str(out))
     assert done.returncode == 0, done.stderr
     assert_same_run(out, uninterrupted)
 
@@ -212,11 +212,11 @@ def test_a_tune_trial_on_a_full_disk_stops_the_tune_in_one_line_and_the_rerun_fi
     line = assert_disk_full(proc, out / "runs", "then run the same command again")
     assert "RuntimeError" not in line and "failed" not in line
     assert not (out / "summary.csv").exists()
-    again = run_cli(*TUNE, "--out", str(out), cwd=tmp_path)
+    again = run_main(*TUNE, "--out", str(out), cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert "reused 2 trial(s)" in again.stdout
     whole = tmp_path / "whole"
-    assert run_cli(*TUNE, "--out", str(whole), cwd=tmp_path).returncode == 0
+    assert run_main(*TUNE, "--out", str(whole), cwd=tmp_path).returncode == 0
     for name in ("grid.csv", "summary.csv"):
         assert (out / name).read_text() == (whole / name).read_text(), name
 

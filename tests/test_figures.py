@@ -258,27 +258,28 @@ def test_a_log_panel_labels_a_tick_above_its_highest_curve(tmp_path, saved):
 
 
 def test_plot_writes_where_the_user_says_and_by_default_in_the_current_folder(tmp_path):
-    from cli_harness import run_cli
+    """The default folder through the console script; the other cases in this process (run_main)."""
+    from cli_harness import run_cli, run_main
 
     run = tmp_path / "runs" / "a"
-    assert run_cli("run", "--algorithm", "focus", "--problem", "ridge:clients=4,samples=8,dim=3", "--rounds", "3",
-                   "--out", str(run)).returncode == 0
+    assert run_main("run", "--algorithm", "focus", "--problem", "ridge:clients=4,samples=8,dim=3", "--rounds", "3",
+                    "--out", str(run)).returncode == 0
     here = tmp_path / "here"
     here.mkdir()
     plotted = run_cli("plot", str(run), "--x", "comm_total", cwd=here)
     assert plotted.returncode == 0, plotted.stderr
     assert sorted(p.name for p in here.iterdir()) == ["plot.pdf", "plot.png"]
     assert str(here / "plot.png") in plotted.stdout  # said where, not only in --help
-    again = run_cli("plot", str(run), cwd=here)  # focusfl's own figure is replaced
+    again = run_main("plot", str(run), cwd=here)  # focusfl's own figure is replaced
     assert again.returncode == 0, again.stderr
     (tmp_path / "figs").mkdir()
-    named = run_cli("plot", str(run), "--out", str(tmp_path / "figs" / "mine.png"), cwd=here)
+    named = run_main("plot", str(run), "--out", str(tmp_path / "figs" / "mine.png"), cwd=here)
     assert named.returncode == 0 and sorted(p.name for p in (tmp_path / "figs").iterdir()) == ["mine.pdf", "mine.png"]
     # A user's own plot.pdf beside the default name: refused in one line, nothing written.
     theirs = tmp_path / "theirs"
     theirs.mkdir()
     (theirs / "plot.pdf").write_text("my notes")
-    refused = run_cli("plot", str(run), cwd=theirs)
+    refused = run_main("plot", str(run), cwd=theirs)
     assert refused.returncode == 2 and "focusfl did not write it" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
     assert sorted(p.name for p in theirs.iterdir()) == ["plot.pdf"] and (theirs / "plot.pdf").read_text() == "my notes"

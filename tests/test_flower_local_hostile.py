@@ -21,7 +21,8 @@ import pytest
 
 pytest.importorskip("flwr", reason="Flower is not installed (pip install 'focusfl[flower]')")
 
-from cli_harness import assert_one_line_error, cli_env, focusfl_command, run_cli, run_cli_together  # noqa: E402
+from cli_harness import (assert_one_line_error, cli_env, focusfl_command, run_cli, run_cli_together,  # noqa: E402
+                         run_main)
 from focusfl.flower.cli import federation_wait  # noqa: E402
 from focusfl.flower.local import _communicate  # noqa: E402
 
@@ -51,8 +52,14 @@ def test_every_bad_option_is_one_line_before_anything_starts(tmp_path):
                               "--work", f"trace:path={trace}", "--out", str(tmp_path / "w")],
                              "no row for round 1, client 1"),
     }
-    procs = run_cli_together([(*LOCAL, *args, "--workdir", str(workdir)) for args, _ in cases.values()])
-    for (name, (_, words)), proc in zip(cases.items(), procs):
+    # Two through the console script (one refused as it parses, one as it reads the trace); the
+    # others in this process (run_main).
+    typed = ("timeout 0", "short work trace")
+    commands = {name: (*LOCAL, *args, "--workdir", str(workdir)) for name, (args, _) in cases.items()}
+    procs = dict(zip(typed, run_cli_together([commands[name] for name in typed])))
+    procs.update({name: run_main(*command) for name, command in commands.items() if name not in typed})
+    for name, (_, words) in cases.items():
+        proc = procs[name]
         assert_one_line_error(proc, 2, contains=words), name
         assert proc.stdout == "", (name, proc.stdout)  # "federation: ..." is printed when it starts
     assert not workdir.exists() and not (tmp_path / "w").exists()

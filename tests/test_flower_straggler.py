@@ -21,7 +21,7 @@ import torch
 
 pytest.importorskip("flwr", reason="Flower is not installed (pip install 'focusfl[flower]')")
 
-from cli_harness import run_cli  # noqa: E402
+from cli_harness import run_cli, run_main  # noqa: E402
 from focusfl.algorithms import ALGORITHMS, make_algorithm  # noqa: E402
 from focusfl.engine import simulate  # noqa: E402
 from focusfl.errors import ConfigError  # noqa: E402
@@ -152,8 +152,8 @@ def test_federation_local_refuses_bad_deadlines_before_starting_anything(tmp_pat
     if whole:  # an algorithm that cannot stop a client early refuses deadlines and work processes
         cases += [(["--deadline", "0", "--algorithm", whole[0]], f"{whole[0]} cannot take partial work"),
                   (["--work", "uniform", "--algorithm", whole[0]], "not supported")]
-    for extra, why in cases:
-        result = run_cli(*common, *extra)
+    for k, (extra, why) in enumerate(cases):  # the first through the console script, the others in this process
+        result = (run_cli if k == 0 else run_main)(*common, *extra)
         assert result.returncode == 2, (extra, result.stderr)
         assert why in result.stderr and result.stderr.strip().count("\n") == 0, result.stderr
     assert not (tmp_path / "fed").exists()
@@ -190,11 +190,11 @@ def test_loopback_deadline_partial_work_and_replay_from_work_csv(tmp_path):
     assert config["work"]["name"] == "trace" and config["work"]["path"] == str((out / "work.csv").resolve())
     info = json.loads((out / "federation.json").read_text())
     assert info["partial_work"] == 3 and info["deadlines"] == {"1": 0.0} and info["rejections"] == {}
-    replay = run_cli("run", *spec, "--participation", f"trace:path={out / 'trace.csv'}",
-                     "--work", f"trace:path={out / 'work.csv'}", "--engine", "reference",
-                     "--out", str(tmp_path / "replay"))
+    replay = run_main("run", *spec, "--participation", f"trace:path={out / 'trace.csv'}",
+                      "--work", f"trace:path={out / 'work.csv'}", "--engine", "reference",
+                      "--out", str(tmp_path / "replay"))
     assert replay.returncode == 0, replay.stderr
-    recorded = run_cli("run", "--config", str(out / "config.json"), "--out", str(tmp_path / "replay2"))
+    recorded = run_main("run", "--config", str(out / "config.json"), "--out", str(tmp_path / "replay2"))
     assert recorded.returncode == 0, recorded.stderr
     ours = torch.load(out / "model.pt", weights_only=True)["x"]
     for folder in ("replay", "replay2"):

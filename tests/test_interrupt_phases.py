@@ -3,7 +3,9 @@ from then on the run ends with DIR published (interrupted, or complete when the 
 done), and a resume gives the uninterrupted run's files, config.json included, byte for byte.
 
 Each phase is reached deterministically: the command runs in a child whose function of that
-phase sends SIGINT to its own process before doing its work (no timing)."""
+phase sends SIGINT to its own process before doing its work (no timing). The runs that are not
+interrupted (the reference, the resumes) call focusfl.cli.main in this process (run_main): the
+signals are the subject here, the console script's own tests are elsewhere."""
 from __future__ import annotations
 
 import json
@@ -13,7 +15,7 @@ import sys
 
 import pytest
 
-from cli_harness import cli_env, killer_script, run_cli
+from cli_harness import cli_env, killer_script, run_main
 
 ARGS = ["--algorithm", "sg_focus", "--problem", "ridge:clients=8,dim=6,samples=12,batch=4",
         "--participation", "markov:rho=0.8", "--local-steps", "2", "--eval-every", "7"]
@@ -88,7 +90,7 @@ def last_line(proc: subprocess.CompletedProcess) -> str:
 def whole(tmp_path_factory):
     """The uninterrupted run."""
     out = tmp_path_factory.mktemp("whole") / "run"
-    proc = run_cli("run", *ARGS, "--rounds", str(ROUNDS), "--out", str(out))
+    proc = run_main("run", *ARGS, "--rounds", str(ROUNDS), "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     return out
 
@@ -116,7 +118,7 @@ def test_a_ctrl_c_before_the_last_round_publishes_the_run_and_resume_finishes_it
     info = json.loads((out / "config.json").read_text())
     assert info["status"] == "interrupted" and info["interrupted_after_round"] == stopped
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no partial folder, no lock left
-    resumed = run_cli("run", "--resume", str(out))
+    resumed = run_main("run", "--resume", str(out))
     assert resumed.returncode == 0, resumed.stderr
     assert_same_files(out, whole)
 
@@ -151,7 +153,7 @@ def test_config_json_after_a_sigkill_and_a_resume_is_the_uninterrupted_runs(tmp_
                              "--checkpoint-every", "5", "--out", str(out)],
                             env=cli_env(), capture_output=True, text=True, timeout=180)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    assert run_cli("run", "--resume", str(out)).returncode == 0
+    assert run_main("run", "--resume", str(out)).returncode == 0
     assert_same_files(out, whole)
     asked = json.loads((out / "config.json").read_text())["asked"]
     assert asked["lr"] == "auto" and asked["local_steps"] == 2
@@ -159,6 +161,6 @@ def test_config_json_after_a_sigkill_and_a_resume_is_the_uninterrupted_runs(tmp_
 
 def test_config_json_after_resume_with_more_rounds_is_the_longer_runs(tmp_path, whole):
     short = tmp_path / "short"
-    assert run_cli("run", *ARGS, "--rounds", "10", "--out", str(short)).returncode == 0
-    assert run_cli("run", "--resume", str(short), "--rounds", str(ROUNDS)).returncode == 0
+    assert run_main("run", *ARGS, "--rounds", "10", "--out", str(short)).returncode == 0
+    assert run_main("run", "--resume", str(short), "--rounds", str(ROUNDS)).returncode == 0
     assert_same_files(short, whole)

@@ -160,8 +160,8 @@ def test_matrices_command_rejects_bad_sets_without_output(tmp_path, capsys, acti
 
 def test_matrices_command_draws_short_clients_as_typed(tmp_path):
     """`focusfl matrices --steps`: one FedAvg round whose clients stop early; D_k switches the
-    finished ones off, stretch by stretch; bad counts are one line and write nothing."""
-    from cli_harness import run_cli
+    finished ones off, stretch by stretch; bad counts are one line and write nothing (in this process)."""
+    from cli_harness import run_cli, run_main
 
     from focusfl.matrix.pictures import live_stretches
 
@@ -175,6 +175,6 @@ def test_matrices_command_draws_short_clients_as_typed(tmp_path):
     assert [np.diag(d).tolist() for d in stretches] == [[0, 1, 0, 1, 0], [0, 1, 0, 0, 0]]
     assert json.loads((out / "config.json").read_text())["steps"] == [3, 1]
     for bad in ("3", "3,0", "3,x"):
-        proc = run_cli("matrices", "--active", "1,3", "--steps", bad, "--out", "bad", cwd=tmp_path)
+        proc = run_main("matrices", "--active", "1,3", "--steps", bad, "--out", "bad", cwd=tmp_path)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--steps" in proc.stderr
         assert not (tmp_path / "bad").exists()

@@ -628,7 +628,7 @@ def test_mnist_demo_tunes_its_steps_on_validation_and_runs_seeds(tmp_path):
     # As a user types it, at toy sizes: steps chosen per algorithm on the clients' validation
     # share, the final runs over two seeds (two workers), tables and figures; the same command
     # again reuses every run and writes the same tables.
-    from cli_harness import run_cli
+    from cli_harness import run_cli, run_main
 
     out = tmp_path / "demo"
     command = ["reproduce", "mnist-demo", "--data", str(REAL_MNIST), "--rounds", "2", "--eval-every", "1",
@@ -654,7 +654,7 @@ def test_mnist_demo_tunes_its_steps_on_validation_and_runs_seeds(tmp_path):
 
     assert (out / "table.md").read_text() == docs_table(summary, steps, MNIST_DEMO.scenarios)
     first = (out / "summary.csv").read_bytes()
-    again = run_cli(*command)
+    again = run_main(*command)  # in this process: what is checked is the reuse
     assert again.returncode == 0 and "16 runs; 16 finished earlier" in again.stdout
     assert (out / "summary.csv").read_bytes() == first
 

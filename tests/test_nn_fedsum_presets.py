@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from torch import nn
 
-from cli_harness import assert_one_line_error, run_cli
+from cli_harness import assert_one_line_error, run_cli, run_main
 from focusfl.cli import main
 from focusfl.experiments import reproduce_nn
 from focusfl.participation import make_participation
@@ -97,7 +97,7 @@ def test_fedsum_biased_rates_are_the_papers_bands():
 @pytest.mark.parametrize("preset,needle", [("fedsum-resnet18", "--dataset {cifar10,cifar100}"),
                                            ("fedsum-biased", "--data-dir")])
 def test_the_presets_help(preset, needle):
-    proc = run_cli("reproduce", preset, "--help")
+    proc = run_main("reproduce", preset, "--help")
     assert proc.returncode == 0, proc.stderr
     assert needle in proc.stdout and "examples:" in proc.stdout
 

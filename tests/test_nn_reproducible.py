@@ -17,7 +17,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import gpu_check  # noqa: E402
-from cli_harness import cli_env, killer_script, run_cli
+from cli_harness import cli_env, killer_script, run_cli, run_main
 from focusfl.runs.checkpoint import load_model
 
 MNIST = Path(__file__).resolve().parent / "fixtures" / "mnist1500.npz"
@@ -73,20 +73,20 @@ def test_threads_are_part_of_the_run_and_recorded(tmp_path):
     two = run_cli(*NN_RUN, "--rounds", "5", "--threads", "2", "--out", str(tmp_path / "two"))
     assert two.returncode == 0, two.stderr
     assert json.loads((tmp_path / "two" / "config.json").read_text())["threads"] == 2
-    replay = run_cli("run", "--config", str(tmp_path / "two" / "config.json"), "--out", str(tmp_path / "replay"))
+    replay = run_main("run", "--config", str(tmp_path / "two" / "config.json"), "--out", str(tmp_path / "replay"))
     assert replay.returncode == 0, replay.stderr
     assert (tmp_path / "two" / "metrics.csv").read_bytes() == (tmp_path / "replay" / "metrics.csv").read_bytes()
 
 
 def test_a_sigtermed_nn_run_resumed_between_evaluations_writes_the_same_bytes(tmp_path):
     whole = tmp_path / "whole"
-    assert run_cli(*NN_RUN, "--rounds", "15", "--out", str(whole)).returncode == 0
+    assert run_main(*NN_RUN, "--rounds", "15", "--out", str(whole)).returncode == 0
     out = tmp_path / "stopped"
     stopped = _script(STOPPER, "7", *NN_RUN, "--rounds", "15", "--out", str(out))
     assert stopped.returncode == 143, stopped.stderr
     info = json.loads((out / "config.json").read_text())
     assert info["status"] == "interrupted" and info["interrupted_after_round"] == 8  # between rows 5 and 10
-    resumed = run_cli("run", "--resume", str(out))
+    resumed = run_main("run", "--resume", str(out))
     assert resumed.returncode == 0, resumed.stderr
     metrics = (out / "metrics.csv").read_text()
     assert metrics == (whole / "metrics.csv").read_text()
@@ -96,11 +96,11 @@ def test_a_sigtermed_nn_run_resumed_between_evaluations_writes_the_same_bytes(tm
 
 def test_a_killed_nn_run_resumed_from_its_checkpoint_writes_the_same_bytes(tmp_path):
     whole = tmp_path / "whole"
-    assert run_cli(*NN_RUN, "--rounds", "15", "--out", str(whole)).returncode == 0
+    assert run_main(*NN_RUN, "--rounds", "15", "--out", str(whole)).returncode == 0
     out = tmp_path / "killed"
     killed = _script(killer_script(), "9", *NN_RUN, "--rounds", "15", "--checkpoint-every", "3", "--out", str(out))
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    resumed = run_cli("run", "--resume", str(out))  # from round 9's checkpoint, between rows 5 and 10
+    resumed = run_main("run", "--resume", str(out))  # from round 9's checkpoint, between rows 5 and 10
     assert resumed.returncode == 0, resumed.stderr
     assert (out / "metrics.csv").read_bytes() == (whole / "metrics.csv").read_bytes()
     assert torch.equal(load_model(out / "model.pt"), load_model(whole / "model.pt"))

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cli_harness import cli_env, killer_script, run_cli, run_cli_together
+from cli_harness import cli_env, killer_script, run_cli, run_main
 from focusfl.runs.checkpoint import load_model
 
 MNIST = Path(__file__).resolve().parent / "fixtures" / "mnist1500.npz"
@@ -35,7 +35,7 @@ def test_nn_metrics_under_a_work_process_are_the_same_in_every_engine_and_chunk(
     runs = {f"{engine}-{chunk}": (*common, "--engine", engine, "--problem", f"{NN},client_chunk={chunk}",
                                   "--out", str(tmp_path / f"{engine}-{chunk}"))
             for engine, chunk in (("vectorized", 0), ("vectorized", 1), ("vectorized", 2), ("reference", 0))}
-    for name, proc in zip(runs, run_cli_together(list(runs.values()))):
+    for name, proc in zip(runs, [run_main(*command) for command in runs.values()]):
         assert proc.returncode == 0, f"{name}: {proc.stderr}"
     reference = _metrics(tmp_path / "reference-0")
     assert b"train_loss" in reference.splitlines()[0]
@@ -50,11 +50,11 @@ def test_a_run_resumed_past_its_end_writes_the_uninterrupted_runs_metrics(tmp_pa
     writes it, and neither does the 10-round run continued to 20."""
     common = ("run", "--algorithm", "sg_focus", "--lr", "0.01", "--local-steps", "2", "--participation", "bernoulli",
               "--problem", NN, "--eval-every", "3")
-    short, whole = run_cli_together([(*common, "--rounds", "10", "--out", str(tmp_path / "short")),
-                                     (*common, "--rounds", "20", "--out", str(tmp_path / "whole"))])
+    short, whole = (run_main(*common, "--rounds", "10", "--out", str(tmp_path / "short")),
+                    run_main(*common, "--rounds", "20", "--out", str(tmp_path / "whole")))
     assert short.returncode == 0 and whole.returncode == 0, short.stderr + whole.stderr
     assert b"\n10," in _metrics(tmp_path / "short")
-    resumed = run_cli("run", "--resume", str(tmp_path / "short"), "--rounds", "20")
+    resumed = run_main("run", "--resume", str(tmp_path / "short"), "--rounds", "20")
     assert resumed.returncode == 0, resumed.stderr
     assert _metrics(tmp_path / "short") == _metrics(tmp_path / "whole")
     assert torch.equal(load_model(tmp_path / "short" / "model.pt"), load_model(tmp_path / "whole" / "model.pt"))
@@ -211,7 +211,7 @@ def test_a_sweep_that_restarts_a_run_says_so(tmp_path):
     info = json.loads((run / "config.json").read_text())
     (run / "config.json").write_text(json.dumps({**info, "status": "interrupted"}))
     (run / "checkpoint.pt").write_bytes(b"not a checkpoint")
-    again = run_cli("sweep", str(tmp_path / "sweep.toml"), "--out", str(tmp_path / "out"))
+    again = run_main("sweep", str(tmp_path / "sweep.toml"), "--out", str(tmp_path / "out"))
     assert again.returncode == 0, again.stderr
     assert "1 run(s) restarted from round 0 instead of resumed" in again.stdout
     assert "checkpoint" in again.stdout.split("restarted from round 0")[1]
@@ -233,8 +233,8 @@ def test_plot_draws_runs_of_different_experiments_as_different_curves(tmp_path, 
     commands = [("run", "--algorithm", "focus", "--rounds", "5", "--lr", "0.01", *(f"--{k}={v}" for k, v in
                                                                    {**base, key: spec}.items()),
                  "--out", str(tmp_path / name)) for name, spec in (("a", first), ("b", second))]
-    assert all(proc.returncode == 0 for proc in run_cli_together(commands))
-    plotted = run_cli("plot", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "plot.png"))
+    assert all(run_main(*command).returncode == 0 for command in commands)
+    plotted = run_main("plot", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "plot.png"))
     assert plotted.returncode == 0, plotted.stderr
     assert "2 runs in 2 configurations" in plotted.stdout
     series, _ = read_folders([tmp_path / "a", tmp_path / "b"], None)

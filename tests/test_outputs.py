@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_harness import assert_one_line_error, cli_env, run_cli, snapshot
+from cli_harness import assert_one_line_error, cli_env, run_cli, run_main, snapshot
 from focusfl.errors import ConfigError
 from focusfl.experiments.cache import ResultCache
 from focusfl.io.atomic import read_csv
@@ -110,7 +110,7 @@ def test_a_symlink_is_judged_by_what_it_points_to(tmp_path, monkeypatch):
 def test_out_below_a_file_is_one_line(tmp_path):
     (tmp_path / "results.txt").write_text("mine")
     before = snapshot(tmp_path)
-    proc = run_cli(*RUN, "--out", str(tmp_path / "results.txt" / "run"), cwd=tmp_path)
+    proc = run_main(*RUN, "--out", str(tmp_path / "results.txt" / "run"), cwd=tmp_path)
     assert_one_line_error(proc, 2, "is a file, not a folder")
     assert snapshot(tmp_path) == before
     with pytest.raises(ConfigError, match="exists and is not a folder"):
@@ -149,7 +149,7 @@ def test_a_user_file_added_to_a_focusfl_output_is_kept(tmp_path):
     make_output(out, {"metrics.csv": "round\n0\n", "config.json": "{}"}, kind="run")
     (out / "my-notes.md").write_text("what I saw")
     before = snapshot(tmp_path)
-    proc = run_cli(*RUN, "--out", str(out), cwd=tmp_path)
+    proc = run_main(*RUN, "--out", str(out), cwd=tmp_path)
     assert_one_line_error(proc, 2, "holds 'my-notes.md', which focusfl did not write")
     assert snapshot(tmp_path) == before
 

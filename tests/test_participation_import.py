@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cli_harness import assert_one_line_error, cli_env, run_cli, run_cli_together
+from cli_harness import assert_one_line_error, cli_env, run_cli, run_cli_together, run_main
 from focusfl.cli import main
 from focusfl.errors import DataError
 from focusfl.participation import make_participation, summarize
@@ -90,8 +90,8 @@ def test_fedscale_round_trip_as_a_user_types_it(files):
     # It replays as a participation process of 2 clients, and a run takes it.
     process = make_participation(f"trace:path={out}", 2)
     assert np.array_equal(process.mask(20), mask)
-    run = run_cli("run", "--algorithm", "fedstale", "--problem", "ridge:clients=2,dim=3,samples=5",
-                  "--participation", f"trace:path={out}", "--rounds", "5", "--out", str(files / "run"))
+    run = run_main("run", "--algorithm", "fedstale", "--problem", "ridge:clients=2,dim=3,samples=5",
+                   "--participation", f"trace:path={out}", "--rounds", "5", "--out", str(files / "run"))
     assert run.returncode == 0, run.stderr
 
 

@@ -37,7 +37,7 @@ from datetime import datetime, timedelta
 import numpy as np
 import pytest
 
-from cli_harness import assert_one_line_error, run_cli, run_cli_together
+from cli_harness import assert_one_line_error, run_cli, run_cli_together, run_main
 from focusfl.cli import main
 from focusfl.errors import DataError
 from focusfl.participation import importing, make_participation, summarize
@@ -94,7 +94,8 @@ def test_fedstale_layouts_import_as_fedstale_reads_them(tmp_path, layout):
     path = tmp_path / f"av-mat_{layout}.csv"
     _write_fedstale(path, matrix, layout)
     out = tmp_path / "trace.csv"
-    proc = run_cli("participation", "import", "matrix", str(path), "--rounds", "20", "--out", str(out))
+    run = run_cli if layout == "gaussian" else run_main  # the console script once; in this process after
+    proc = run("participation", "import", "matrix", str(path), "--rounds", "20", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     mask = load_trace(out)
     assert [np.flatnonzero(row).tolist() for row in mask] == fedstale_active_sets(path, 20)
@@ -220,7 +221,7 @@ def test_flash_clock_starts_at_refer_time_and_checks_after_the_window(tmp_path, 
     # Rounds of 7.5 s: FLASH's int() truncates the clock offsets (toward zero, also the negative ones).
     args = ["participation", "import", "flash", str(path), "--round-seconds", "7.5", "--rounds", "80", "--out",
             str(out)] + (["--window", str(window)] if window else [])
-    proc = run_cli(*args)
+    proc = (run_cli if window else run_main)(*args)  # --window through the console script
     assert proc.returncode == 0, proc.stderr
     timers = {uid: FlashTimer(entry["messages"]) for uid, entry in data.items()}
     flash = np.array([[timers[uid].ready(7.5 * r, window) for uid in ("a", "b")] for r in range(80)])
@@ -249,7 +250,7 @@ def test_flash_bad_devices_are_refused_or_skipped_and_named(tmp_path):
            "d": {"guid": "d", "messages": "yesterday\twifi\n"}}
     data = _flash_file(path, extra=bad)
     out = tmp_path / "flash.csv"
-    refused = run_cli("participation", "import", "flash", str(path), "--round-seconds", "15", "--out", str(out))
+    refused = run_main("participation", "import", "flash", str(path), "--round-seconds", "15", "--out", str(out))
     assert "--skip-bad-devices" in assert_one_line_error(refused, 2) and not out.exists()
     proc = run_cli("participation", "import", "flash", str(path), "--round-seconds", "15", "--rounds", "40",
                    "--skip-bad-devices", "--out", str(out))
@@ -321,7 +322,7 @@ def test_fedscale_assignment_is_fedscales_own(tmp_path):
 def test_asking_more_clients_than_recorded_says_so(tmp_path):
     path = tmp_path / "client_behave_trace"
     path.write_bytes(pickle.dumps(BEHAVE))
-    proc = run_cli("participation", "import", "fedscale", str(path), "--round-seconds", "10", "--clients", "100")
+    proc = run_main("participation", "import", "fedscale", str(path), "--round-seconds", "10", "--clients", "100")
     assert proc.returncode == 0, proc.stderr
     assert "--clients 100 asked, but the recording holds only 3 devices: all 3 imported" in proc.stdout
     assert "10 rounds x 3 clients" in proc.stdout
@@ -360,9 +361,9 @@ def test_device_capacity_becomes_a_work_trace_that_replays_with_the_participatio
     work_process = make_work(f"trace:path={work}", 2, 8)
     table = work_process.active_table(mask).numpy()
     assert np.array_equal(table[mask], np.broadcast_to(np.array(expected[:2]), mask.shape)[mask])
-    run = run_cli("run", "--algorithm", "fedavg", "--problem", "ridge:clients=2,dim=3,samples=5",
-                  "--participation", f"trace:path={out}", "--work", f"trace:path={work}", "--rounds",
-                  str(len(mask)), "--local-steps", "8", "--out", str(tmp_path / "run"))
+    run = run_main("run", "--algorithm", "fedavg", "--problem", "ridge:clients=2,dim=3,samples=5",
+                   "--participation", f"trace:path={out}", "--work", f"trace:path={work}", "--rounds",
+                   str(len(mask)), "--local-steps", "8", "--out", str(tmp_path / "run"))
     assert run.returncode == 0, run.stderr
 
 
@@ -396,7 +397,7 @@ def test_separated_as_a_user_types_it():
     assert proc.returncode == 0, proc.stderr
     assert "0.2500" in proc.stdout  # nominal 0.5 / (1 + 2 * 0.5)
     for bad in ("separated:gap=-1", "separated:gap=x", "separated:p=0"):
-        assert_one_line_error(run_cli("participation", bad, "--clients", "4"), 2)
+        assert_one_line_error(run_main("participation", bad, "--clients", "4"), 2)
 
 
 # -- hostile inputs -------------------------------------------------------------------------
@@ -532,7 +533,7 @@ def test_new_inputs_are_size_checked_before_they_are_read(tmp_path, monkeypatch)
 
 
 def test_import_help_lists_the_new_options():
-    proc = run_cli("participation", "import", "--help")
+    proc = run_main("participation", "import", "--help")
     assert proc.returncode == 0, proc.stderr
     for option in ("--start", "--window", "--skip-bad-devices", "--assign", "--index-column", "--capacity",
                    "--work-out", "--plot"):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from cli_harness import assert_one_line_error, run_cli, run_cli_together
+from cli_harness import assert_one_line_error, run_cli, run_cli_together, run_main
 from focusfl.algorithms import ALGORITHMS, make_algorithm
 from focusfl.algorithms.base import RoundContext
 from focusfl.engine import simulate
@@ -179,7 +179,11 @@ def test_bad_dp_options_on_the_command_line(tmp_path):
     commands.append((*federation, "--algorithm", "fedau", "--dp", "clip=1,noise=1", "--out", str(tmp_path / "fed")))
     expected = [*BAD_DP.values(), "use mode=local", "clip must be", "noise is required", "mode must be",
                 "clip must be", "use mode=local"]
-    for proc, contains in zip(run_cli_together(commands), expected, strict=True):
+    # run --dp in this process (run_main: its console script runs below); tune's, sweep's and the
+    # federation's --dp through the console script, started together.
+    runs = len(BAD_DP) + 1
+    results = [run_main(*command) for command in commands[:runs]] + run_cli_together(commands[runs:])
+    for proc, contains in zip(results, expected, strict=True):
         assert_one_line_error(proc, 2, contains)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.toml"]
 
@@ -203,11 +207,12 @@ def _run(tmp_path, name, *extra, participation="bernoulli", dp="clip=0.5,noise=1
 
 
 def test_same_bytes_on_rerun_and_after_resume(tmp_path):
-    first, again, short = run_cli_together([_run(tmp_path, "a"), _run(tmp_path, "b"),
-                                            _run(tmp_path, "c", rounds="5")])
+    # the first run as a user types it, the others in this process (run_main)
+    first = run_cli(*_run(tmp_path, "a"))
+    again, short = run_main(*_run(tmp_path, "b")), run_main(*_run(tmp_path, "c", rounds="5"))
     for proc in (first, again, short):
         assert proc.returncode == 0, proc.stderr
-    resumed = run_cli("run", "--resume", str(tmp_path / "c"), "--rounds", "12")
+    resumed = run_main("run", "--resume", str(tmp_path / "c"), "--rounds", "12")
     assert resumed.returncode == 0, resumed.stderr
     for name in ("b", "c"):
         assert (tmp_path / name / "metrics.csv").read_bytes() == (tmp_path / "a" / "metrics.csv").read_bytes()
@@ -248,7 +253,7 @@ def _library_epsilons(mask: np.ndarray, multiplier: float, delta: float, rates: 
 def test_epsilon_equals_the_librarys_for_the_realised_participation(tmp_path, participation, algorithm, amplified):
     args = list(_run(tmp_path, "r", participation=participation))
     args[args.index("focus")] = algorithm
-    proc = run_cli(*args)
+    proc = run_main(*args)
     assert proc.returncode == 0, proc.stderr
     config = json.loads((tmp_path / "r" / "config.json").read_text())
     problem = _problem("ridge:clients=8,dim=5")
@@ -280,7 +285,7 @@ def test_no_amplification_for_markov_or_a_trace_or_local_mode(tmp_path):
     assert amplification(bernoulli, "local").kind == "none"
     assert amplification(bernoulli, "central").kind == "poisson"
     # ...and what a trace run reports is the plain composition over the rounds each client joined
-    proc = run_cli(*_run(tmp_path, "t", participation=f"trace:path={path}", rounds="8"))
+    proc = run_main(*_run(tmp_path, "t", participation=f"trace:path={path}", rounds="8"))
     assert proc.returncode == 0, proc.stderr
     last = _rows(tmp_path / "t")[-1]
     mask = trace.rows(0, 8)
@@ -288,8 +293,8 @@ def test_no_amplification_for_markov_or_a_trace_or_local_mode(tmp_path):
 
 
 def test_target_epsilon_stops_the_run_before_a_client_exceeds_it(tmp_path):
-    proc = run_cli(*_run(tmp_path, "s", dp="clip=0.5,noise=1.1,mode=local,delta=1e-5,target_epsilon=6",
-                         participation="markov", rounds="60"))
+    proc = run_main(*_run(tmp_path, "s", dp="clip=0.5,noise=1.1,mode=local,delta=1e-5,target_epsilon=6",
+                          participation="markov", rounds="60"))
     assert proc.returncode == 0, proc.stderr
     assert "privacy budget exhausted" in proc.stdout
     config = json.loads((tmp_path / "s" / "config.json").read_text())
@@ -335,7 +340,7 @@ def test_dp_on_sweep_and_a_federation(tmp_path):
     assert json.loads((fed / "config.json").read_text())["dp"]["clip"] == 1
     assert "epsilon_max" in _rows(fed)[-1]
     # the federation's replay (config.json on its realised trace) gives its bytes again
-    replay = run_cli("run", "--config", str(fed / "config.json"), "--out", str(tmp_path / "replay"))
+    replay = run_main("run", "--config", str(fed / "config.json"), "--out", str(tmp_path / "replay"))
     assert replay.returncode == 0, replay.stderr
     replayed = _rows(tmp_path / "replay")
     for key in ("round", "loss", "epsilon_max", "epsilon_median", "epsilon_client"):

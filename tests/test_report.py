@@ -231,7 +231,8 @@ def test_report_command_rejects_a_missing_data_file(tmp_path):
 
 
 def test_report_and_study_commands_refuse_bad_input_in_one_line(tmp_path):
-    from cli_harness import assert_one_line_error, run_cli
+    """In this process (run_main): the next test runs both commands through the console script."""
+    from cli_harness import assert_one_line_error, run_main
 
     fixture = Path(__file__).resolve().parent / "fixtures" / "mnist1500.npz"
     out = tmp_path / "out"
@@ -244,7 +245,7 @@ def test_report_and_study_commands_refuse_bad_input_in_one_line(tmp_path):
                  ["reproduce", "nn-study", "--quick", "--data", str(tmp_path / "none.npz"), "--out", str(out)],
                  ["reproduce", "nn-study", "--quick", "--data", str(fixture), "--workers", "0", "--out", str(out)],
                  ["reproduce", "nn-study", "--quick", "--data", str(fixture), "--out", str(users)]):
-        proc = run_cli(*argv)
+        proc = run_main(*argv)
         assert proc.returncode == 2, argv
         assert_one_line_error(proc)
     assert not out.exists() and not (tmp_path / "s").exists()
@@ -258,7 +259,7 @@ def test_nn_study_and_report_commands_run_as_a_user_types_them(tmp_path):
     crashed on a fresh install while its parts were tested one by one."""
     import re
 
-    from cli_harness import run_cli
+    from cli_harness import run_cli, run_main
 
     fixture = Path(__file__).resolve().parent / "fixtures" / "mnist1500.npz"
     study = tmp_path / "study"
@@ -270,7 +271,7 @@ def test_nn_study_and_report_commands_run_as_a_user_types_them(tmp_path):
     assert "(quick: toy sizes, not findings)" in text.splitlines()[0] and "None" not in text
     assert "What drives the gap" in text and "| suspected driver | verdict |" in text
     first = (study / "summary.csv").read_bytes()
-    again = run_cli(*command, timeout=900)
+    again = run_main(*command)  # in this process: what is checked is the reuse
     sweeps = [line for line in again.stdout.splitlines() if line.startswith("sweep ")]
     assert again.returncode == 0 and sweeps and all(", 0 to run;" in line for line in sweeps)  # every run reused
     assert (study / "summary.csv").read_bytes() == first

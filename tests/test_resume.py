@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from cli_harness import assert_one_line_error, cli_env, killer_script, popen_cli, run_cli, snapshot
+from cli_harness import assert_one_line_error, cli_env, killer_script, popen_cli, run_cli, run_main, snapshot
 from focusfl.algorithms import ALGORITHMS
 from focusfl.cli import main
 from focusfl.engine import simulate
@@ -47,7 +47,7 @@ def _killed_at(round_: int, args: list[str]) -> subprocess.CompletedProcess:
 def test_sigkill_at_ten_random_rounds_then_resume_gives_the_same_bytes(tmp_path, dtype):
     common = [*CASES[dtype], "--rounds", str(ROUNDS), "--eval-every", "7"]
     whole = tmp_path / "whole"
-    assert run_cli("run", *common, "--out", str(whole)).returncode == 0
+    assert run_main("run", *common, "--out", str(whole)).returncode == 0
 
     out = tmp_path / "killed"
     kills = sorted(random.Random(dtype).sample(range(12, ROUNDS - 5), 10))
@@ -57,7 +57,7 @@ def test_sigkill_at_ten_random_rounds_then_resume_gives_the_same_bytes(tmp_path,
         proc = _killed_at(round_, ["run", "--resume", str(out), "--checkpoint-every", "11"])
         assert proc.returncode == -signal.SIGKILL, proc.stderr
         assert not out.exists()  # a killed run never publishes a half-written folder
-    done = run_cli("run", "--resume", str(out))
+    done = run_main("run", "--resume", str(out))
     assert done.returncode == 0, done.stderr
 
     assert (out / "metrics.csv").read_bytes() == (whole / "metrics.csv").read_bytes()
@@ -89,7 +89,7 @@ def test_a_stopped_run_is_kept_from_a_retyped_command_and_resume_finishes(tmp_pa
 
     # The same command typed again (recalled from the shell's history) must not replace the stopped run.
     before = snapshot(tmp_path)
-    retyped = run_cli(*args)
+    retyped = run_main(*args)
     line = assert_one_line_error(retyped, 2, contains="holds an interrupted run")
     assert f"--resume {out}" in line and "--restart" in line and "another --out" in line
     assert snapshot(tmp_path) == before  # nothing changed, and no partial folder was left beside it
@@ -105,10 +105,10 @@ def test_restart_replaces_a_stopped_run_and_a_finished_run_is_replaced_without_i
     assert main([*RUN, "--eval-every", "10", "--out", str(out)]) == 0
     info = json.loads((out / "config.json").read_text())
     (out / "config.json").write_text(json.dumps({**info, "status": "interrupted"}))  # as a signal leaves it
-    assert_one_line_error(run_cli(*RUN, "--out", str(out)), 2, contains="--restart")
+    assert_one_line_error(run_main(*RUN, "--out", str(out)), 2, contains="--restart")
     assert run_cli(*RUN, "--out", str(out), "--restart").returncode == 0
     assert json.loads((out / "config.json").read_text())["status"] == "complete"
-    assert run_cli(*RUN, "--out", str(out)).returncode == 0  # complete: same command, same bytes
+    assert run_main(*RUN, "--out", str(out)).returncode == 0  # complete: same command, same bytes
 
 
 RUN = ["run", "--algorithm", "focus", "--problem", "ridge:clients=4,dim=3,samples=5", "--rounds", "40"]
@@ -138,9 +138,9 @@ def test_a_killed_partial_is_neither_lost_nor_silently_reused(tmp_path):
     out = tmp_path / "k"
     proc = _killed_at(25, [*RUN, "--checkpoint-every", "10", "--out", str(out)])
     assert proc.returncode == -signal.SIGKILL
-    again = run_cli(*RUN, "--out", str(out))
+    again = run_main(*RUN, "--out", str(out))
     assert_one_line_error(again, 2, contains="--resume")
-    assert run_cli(*RUN, "--out", str(out), "--restart").returncode == 0
+    assert run_main(*RUN, "--out", str(out), "--restart").returncode == 0
     assert json.loads((out / "config.json").read_text())["status"] == "complete"
 
 
@@ -149,7 +149,7 @@ def test_a_damaged_checkpoint_is_a_one_line_error(tmp_path, payload):
     out = tmp_path / "a"
     assert main([*RUN, "--out", str(out)]) == 0
     (out / "checkpoint.pt").write_bytes(payload)
-    proc = run_cli("run", "--resume", str(out), "--rounds", "50")
+    proc = run_main("run", "--resume", str(out), "--rounds", "50")
     assert_one_line_error(proc, 2, contains="checkpoint")
 
 
@@ -159,7 +159,7 @@ def test_a_checkpoint_of_another_problem_is_refused(tmp_path):
     assert main(["run", "--algorithm", "focus", "--problem", "ridge:clients=4,dim=5,samples=5", "--rounds", "4",
                  "--out", str(b)]) == 0
     (a / "checkpoint.pt").write_bytes((b / "checkpoint.pt").read_bytes())
-    proc = run_cli("run", "--resume", str(a), "--rounds", "50")
+    proc = run_main("run", "--resume", str(a), "--rounds", "50")
     assert_one_line_error(proc, 2, contains="server.x")
 
 
@@ -263,6 +263,6 @@ def test_default_run_converges_and_nn_without_lr_says_so(tmp_path):
 
     last = read_csv(tmp_path / "a" / "metrics.csv")[-1]
     assert float(last["rel_error"]) < 1e-5 and last["diverged"] == ""
-    proc = run_cli("run", "--algorithm", "focus", "--problem", "nn:data=tests/fixtures/mnist1500.npz,test_fraction=0.2",
-                   "--out", str(tmp_path / "b"))
+    proc = run_main("run", "--algorithm", "focus", "--problem", "nn:data=tests/fixtures/mnist1500.npz,test_fraction=0.2",
+                    "--out", str(tmp_path / "b"))
     assert_one_line_error(proc, 2, contains="--lr")

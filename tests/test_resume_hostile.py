@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from cli_harness import (assert_one_line_error, cli_env, focusfl_command, killer_script, run_cli, run_cli_together,
-                         snapshot)
+                         run_main, snapshot)
 from focusfl.cli import main
 
 RIDGE = ["run", "--algorithm", "focus", "--problem", "ridge:clients=4,dim=3,samples=6", "--rounds", "5"]
@@ -138,9 +138,9 @@ def test_a_refused_resume_of_a_killed_run_keeps_its_partial_folder_as_it_was(tmp
     assert proc.returncode == -signal.SIGKILL
     # The dead writer's lock file goes (the next writer takes it and unlinks it); nothing else changes.
     before = {name: seen for name, seen in snapshot(out.parent).items() if not name.endswith("focusfl-lock")}
-    assert_one_line_error(run_cli("run", "--resume", str(out), "--rounds", "20"), 2, contains="has run 20 of 20")
+    assert_one_line_error(run_main("run", "--resume", str(out), "--rounds", "20"), 2, contains="has run 20 of 20")
     assert snapshot(out.parent) == before
-    done = run_cli("run", "--resume", str(out))
+    done = run_main("run", "--resume", str(out))
     assert done.returncode == 0, done.stderr
     assert json.loads((out / "config.json").read_text())["rounds_done"] == 40
 
@@ -205,7 +205,7 @@ def test_a_resume_after_the_dataset_changed_is_refused_and_goes_on_only_when_tol
                                        "recorded": recorded["problem data"]["sha256"],
                                        "sha256": info["inputs"]["problem data"]["sha256"]}]
     # The run now records the new data: a replay of it on that data goes on without a word.
-    again = run_cli("run", "--config", str(out / "config.json"), "--out", str(tmp_path / "c"))
+    again = run_main("run", "--config", str(out / "config.json"), "--out", str(tmp_path / "c"))
     assert again.returncode == 0, again.stderr
     assert "inputs_changed" not in json.loads((tmp_path / "c" / "config.json").read_text())
 
@@ -217,13 +217,13 @@ def test_a_changed_trace_is_refused_and_a_problem_given_anew_is_not_compared(tmp
     assert main([*RIDGE, "--participation", f"trace:path={trace}", "--out", str(out)]) == 0
     assert set(json.loads((out / "config.json").read_text())["inputs"]) == {"participation trace"}
     trace.write_text("a,b,c,d\n1,1,1,1\n0,1,1,1\n1,1,0,1\n")
-    refused = run_cli("run", "--resume", str(out), "--rounds", "8")
+    refused = run_main("run", "--resume", str(out), "--rounds", "8")
     assert_one_line_error(refused, 2, contains=f"participation trace {trace} has changed")
     # --participation beside --config reads another trace on purpose: not compared.
-    other = run_cli("run", "--config", str(out / "config.json"), "--participation", "full", "--out",
-                    str(tmp_path / "full"))
+    other = run_main("run", "--config", str(out / "config.json"), "--participation", "full", "--out",
+                     str(tmp_path / "full"))
     assert other.returncode == 0, other.stderr
-    assert_one_line_error(run_cli(*RIDGE, "--accept-changed-inputs", "--out", str(tmp_path / "n")), 2,
+    assert_one_line_error(run_main(*RIDGE, "--accept-changed-inputs", "--out", str(tmp_path / "n")), 2,
                           contains="--resume DIR or --config FILE")
 
 
@@ -311,7 +311,7 @@ def test_a_run_killed_at_every_rename_of_its_replacement_leaves_a_complete_run(t
         assert info["status"] == "complete" and info["rounds_done"] in (5, 6), (k, names[k - 1])
         # The next command neither refuses ("holds an interrupted run", "has run 6 of 6") nor
         # leaves the finished run hidden: it finds the newest complete run in place.
-        proc = run_cli("run", "--resume", str(out), "--rounds", "9")
+        proc = run_main("run", "--resume", str(out), "--rounds", "9")
         assert proc.returncode == 0, (k, names[k - 1], proc.stderr)
         assert sorted(os.listdir(out.parent)) == ["a"], (k, names[k - 1])
         assert json.loads((out / "config.json").read_text())["rounds_done"] == 9

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cli_harness import cli_env, killer_script, run_cli
+from cli_harness import cli_env, killer_script, run_main
 from focusfl.cli import main
 
 SMALL = "ridge:clients=4,dim=3,samples=5"
@@ -189,7 +189,7 @@ def test_a_sigkilled_and_resumed_run_logs_each_step_once_with_the_values_of_metr
     killed_at(26, *RUN, "--rounds", "60", "--eval-every", "2", "--checkpoint-every", "7", "--out", str(out),
               "--tensorboard", str(tb))
     killed_at(45, "run", "--resume", str(out), "--checkpoint-every", "7")
-    done = run_cli("run", "--resume", str(out))
+    done = run_main("run", "--resume", str(out))
     assert done.returncode == 0, done.stderr
 
     raw = _raw_steps(tb / "k", "loss")

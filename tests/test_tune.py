@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from cli_harness import assert_one_line_error, run_cli, snapshot
+from cli_harness import assert_one_line_error, run_cli, run_main, snapshot
 from focusfl.cli import main
 from focusfl.errors import ConfigError
 from focusfl.io.atomic import read_csv
@@ -146,8 +146,8 @@ def test_a_stochastic_choice_keeps_one_grid_point_below_the_edge_of_stability():
 
 def test_tune_shows_booleans_as_a_spec_spells_them_and_keeps_them_in_its_runs(tmp_path):
     out = tmp_path / "tune"
-    proc = run_cli("tune", "--algorithm", "proxskip:pull=true", "--problem", SMALL, "--participation",
-                   "bernoulli:redraw=true", "--rounds", "5", "--points", "2", "--out", str(out))
+    proc = run_main("tune", "--algorithm", "proxskip:pull=true", "--problem", SMALL, "--participation",
+                    "bernoulli:redraw=true", "--rounds", "5", "--points", "2", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     assert "proxskip:pull=true" in proc.stdout and "True" not in proc.stdout
     assert {row["algorithm"] for row in read_csv(out / "grid.csv")} == {"proxskip:pull=true"}
@@ -169,15 +169,15 @@ def test_a_tune_folder_of_another_experiment_is_refused_and_the_same_one_is_exte
     before = snapshot(folder)
     other = ["tune", "--algorithm", "focus", "--problem", "logistic:dim=4,clients=4,samples=6", "--rounds", "6",
              "--points", "2"]
-    line = assert_one_line_error(run_cli(*other, cwd=tmp_path), 2, "holds a focusfl tune of another experiment")
+    line = assert_one_line_error(run_main(*other, cwd=tmp_path), 2, "holds a focusfl tune of another experiment")
     assert "runs/tune" in line and "problems" in line and "choose another folder" in line
     longer = [*ridge[:-4], "--rounds", "8", "--points", "2"]
-    assert_one_line_error(run_cli(*longer, cwd=tmp_path), 2, "its rounds is 6, this one's 8")
+    assert_one_line_error(run_main(*longer, cwd=tmp_path), 2, "its rounds is 6, this one's 8")
     assert snapshot(folder) == before
-    more = run_cli(*ridge[:-1], "3", "--seeds", "2", cwd=tmp_path)  # a larger grid, two seeds: the same setup
+    more = run_main(*ridge[:-1], "3", "--seeds", "2", cwd=tmp_path)  # a larger grid, two seeds: the same setup
     assert more.returncode == 0, more.stderr
     assert "reused 2 trial(s)" in more.stdout
-    elsewhere = run_cli(*other, "--out", "runs/tune-logistic", cwd=tmp_path)
+    elsewhere = run_main(*other, "--out", "runs/tune-logistic", cwd=tmp_path)
     assert elsewhere.returncode == 0, elsewhere.stderr
     
 
@@ -223,9 +223,9 @@ def test_the_search_stops_at_a_diverged_step_and_reports_its_cap():
 def test_tune_reports_the_extension_and_picks_an_interior_step(tmp_path):
     # FOCUS's best step on this ridge lies above the range given: tune extends it and says so.
     out = tmp_path / "tune"
-    proc = run_cli("tune", "--algorithm", "focus", "--problem", "ridge:dim=5,clients=4,samples=10",
-                   "--participation", "bernoulli", "--rounds", "150", "--local-steps", "2", "--lr-min", "1e-5",
-                   "--lr-max", "1e-4", "--points", "3", "--out", str(out))
+    proc = run_main("tune", "--algorithm", "focus", "--problem", "ridge:dim=5,clients=4,samples=10",
+                    "--participation", "bernoulli", "--rounds", "150", "--local-steps", "2", "--lr-min", "1e-5",
+                    "--lr-max", "1e-4", "--points", "3", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     assert "extending the grid of focus" in proc.stdout and "added beyond the grid" in proc.stdout
     row = read_csv(out / "summary.csv")[0]
@@ -270,7 +270,7 @@ def test_tune_refuses_a_bad_algorithm_list_before_any_trial(tmp_path, algorithms
     """Blank names, lr or local_steps inside a SPEC, one algorithm twice and unknown names: one
     line, exit 2, and no folder (nothing ran)."""
     options = [arg for name in algorithms for arg in ("--algorithm", name)]
-    proc = run_cli("tune", *options, "--problem", SMALL, "--rounds", "4", "--points", "2", "--out", "out",
-                   cwd=tmp_path)
+    proc = run_main("tune", *options, "--problem", SMALL, "--rounds", "4", "--points", "2", "--out", "out",
+                    cwd=tmp_path)
     assert_one_line_error(proc, 2, says)
     assert list(tmp_path.iterdir()) == []

@@ -5,13 +5,18 @@ tau to the masked loops) writes today's metrics.csv byte for byte; a sweep's ``w
 ``--work`` (a column after participation, the copied experiment.toml rewritten); tune's trials
 run the work asked; `focusfl work` prints per-client statistics that match the process and
 draws a raster; bad work specs are one line and exit 2, with nothing written.
+
+Each command and option surface runs through the console script at least once (run --work,
+sweep's work axis, tune --work, `focusfl work` and the work page's commands, bias among them);
+the further cases of a surface call focusfl.cli.main in this process (cli_harness.run_main), which
+saves an interpreter and torch's import a case.
 """
 import csv
 import json
 
 import pytest
 
-from cli_harness import assert_one_line_error, run_cli
+from cli_harness import assert_one_line_error, run_cli, run_main
 from focusfl.work import make_work
 from focusfl.work.statistics import summarize_work
 
@@ -28,13 +33,14 @@ def _rows(path):
 
 @pytest.mark.parametrize("algorithm", ["fedsum_cr", "pushsum_tracking"])
 def test_run_with_every_rate_1_writes_todays_metrics_byte_for_byte(tmp_path, algorithm):
-    today = run_cli("run", "--algorithm", algorithm, *RUN, "--out", str(tmp_path / "today"))
+    today = run_main("run", "--algorithm", algorithm, *RUN, "--out", str(tmp_path / "today"))
     assert today.returncode == 0, today.stderr
-    full = run_cli("run", "--algorithm", algorithm, *RUN, "--work", "rates:r=1", "--out", str(tmp_path / "full"))
+    run = run_cli if algorithm == "fedsum_cr" else run_main  # `run --work` as a user types it, once
+    full = run("run", "--algorithm", algorithm, *RUN, "--work", "rates:r=1", "--out", str(tmp_path / "full"))
     assert full.returncode == 0, full.stderr
     assert (tmp_path / "full" / "metrics.csv").read_bytes() == (tmp_path / "today" / "metrics.csv").read_bytes()
     # ... and a process that cuts steps short changes them.
-    short = run_cli("run", "--algorithm", algorithm, *RUN, "--work", "rates:r=0.34", "--out", str(tmp_path / "short"))
+    short = run_main("run", "--algorithm", algorithm, *RUN, "--work", "rates:r=0.34", "--out", str(tmp_path / "short"))
     assert short.returncode == 0, short.stderr
     assert (tmp_path / "short" / "metrics.csv").read_bytes() != (tmp_path / "today" / "metrics.csv").read_bytes()
 
@@ -52,14 +58,14 @@ def test_sweep_work_axis_and_override(tmp_path):
                                                               ("fixed", "focus"), ("fixed", "fedavg")]
     assert "uniform" in proc.stdout  # the printed summary has the work column
     # focusfl plot reads the column back: configurations that differ in their work only stay apart.
-    proc = run_cli("plot", str(tmp_path / "axis"), "--out", str(tmp_path / "axis.png"))
+    proc = run_main("plot", str(tmp_path / "axis"), "--out", str(tmp_path / "axis.png"))
     assert proc.returncode == 0 and "4 runs in 4 configurations" in proc.stdout, proc.stdout + proc.stderr
     # --work replaces the file's axis; the copied experiment.toml says so and reruns the same grid.
-    proc = run_cli("sweep", str(tmp_path / "e.toml"), "--work", "markov:slow=0.34", "--out", str(tmp_path / "over"))
+    proc = run_main("sweep", str(tmp_path / "e.toml"), "--work", "markov:slow=0.34", "--out", str(tmp_path / "over"))
     assert proc.returncode == 0, proc.stderr
     assert {r["work"] for r in _rows(tmp_path / "over" / "summary.csv")} == {"markov:slow=0.34"}
     assert 'work = "markov:slow=0.34"' in (tmp_path / "over" / "experiment.toml").read_text()
-    again = run_cli("sweep", str(tmp_path / "over" / "experiment.toml"), "--out", str(tmp_path / "over"))
+    again = run_main("sweep", str(tmp_path / "over" / "experiment.toml"), "--out", str(tmp_path / "over"))
     assert again.returncode == 0 and "2 finished earlier" in again.stdout, again.stdout + again.stderr
     config = json.loads(next((tmp_path / "over" / "runs").glob("*/config.json")).read_text())
     assert config["work"] == {"name": "markov", "p": 0.3, "rho": 0.8, "slow": 0.34}
@@ -67,7 +73,7 @@ def test_sweep_work_axis_and_override(tmp_path):
 
 def test_sweep_without_work_has_no_work_column(tmp_path):
     (tmp_path / "e.toml").write_text(f'algorithms = ["focus"]\nproblems = ["{SMALL}"]\nrounds = 2\n')
-    proc = run_cli("sweep", str(tmp_path / "e.toml"), "--out", str(tmp_path / "s"))
+    proc = run_main("sweep", str(tmp_path / "e.toml"), "--out", str(tmp_path / "s"))
     assert proc.returncode == 0, proc.stderr
     assert "work" not in _rows(tmp_path / "s" / "results.csv")[0]
 
@@ -75,17 +81,17 @@ def test_sweep_without_work_has_no_work_column(tmp_path):
 def test_sweep_and_tune_refuse_bad_work_in_one_line_and_write_nothing(tmp_path):
     (tmp_path / "e.toml").write_text(f'algorithms = ["focus"]\nproblems = ["{SMALL}"]\nrounds = 2\n')
     for bad, says in BAD_SPECS[:3]:
-        assert_one_line_error(run_cli("sweep", str(tmp_path / "e.toml"), "--work", bad, "--out",
-                                      str(tmp_path / "bad")), contains=says)
+        assert_one_line_error(run_main("sweep", str(tmp_path / "e.toml"), "--work", bad, "--out",
+                                       str(tmp_path / "bad")), contains=says)
     (tmp_path / "list.toml").write_text(f'algorithms = ["focus"]\nproblems = ["{SMALL}"]\nwork = ["uniform", 3]\n')
-    assert_one_line_error(run_cli("sweep", str(tmp_path / "list.toml"), "--out", str(tmp_path / "bad")),
+    assert_one_line_error(run_main("sweep", str(tmp_path / "list.toml"), "--out", str(tmp_path / "bad")),
                           contains="work[1]")
     (tmp_path / "refuse.toml").write_text(
         f'algorithms = ["proxskip:random_steps=true"]\nproblems = ["{SMALL}"]\nwork = "uniform"\n')
-    assert_one_line_error(run_cli("sweep", str(tmp_path / "refuse.toml"), "--out", str(tmp_path / "bad")),
+    assert_one_line_error(run_main("sweep", str(tmp_path / "refuse.toml"), "--out", str(tmp_path / "bad")),
                           contains="random_steps")
-    assert_one_line_error(run_cli("tune", "--algorithm", "focus", "--problem", SMALL, "--work", "rates:r=2",
-                                  "--out", str(tmp_path / "bad")), contains="outside")
+    assert_one_line_error(run_main("tune", "--algorithm", "focus", "--problem", SMALL, "--work", "rates:r=2",
+                                   "--out", str(tmp_path / "bad")), contains="outside")
     assert not (tmp_path / "bad").exists()
 
 
@@ -126,14 +132,14 @@ def test_work_command_prints_statistics_and_plots(tmp_path):
     assert lines[6].split() == ["mean", "2.333", "2.3", "2.3", "0.667"]
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # uniform: the statistics of the process as drawn.
-    proc = run_cli("work", "uniform", "--clients", "2", "--local-steps", "5", "--rounds", "50", "--seed", "3")
+    proc = run_main("work", "uniform", "--clients", "2", "--local-steps", "5", "--rounds", "50", "--seed", "3")
     table = make_work("uniform", 2, 5, seed=3).table(50)
     assert proc.stdout.splitlines()[3].split()[1] == f"{table[:, 0].double().mean().item():.3f}"
 
 
 @pytest.mark.parametrize("bad,says", BAD_SPECS[::-1][:4])
 def test_work_command_refuses_bad_specs_in_one_line(tmp_path, bad, says):
-    proc = run_cli("work", bad, "--clients", "3", "--plot", str(tmp_path / "p.png"))
+    proc = run_main("work", bad, "--clients", "3", "--plot", str(tmp_path / "p.png"))
     assert_one_line_error(proc, contains=says)
     assert not (tmp_path / "p.png").exists()
 
@@ -150,7 +156,7 @@ def test_work_summarizes_a_trace_over_the_rows_it_records(tmp_path):
     callable"; rounds and clients the trace does not name are left out of its statistics."""
     trace = tmp_path / "t.csv"
     trace.write_text("round,client,steps\n0,0,3\n0,1,2\n1,0,5\n")
-    proc = run_cli("work", f"trace:path={trace}", "--clients", "3", "--rounds", "50")
+    proc = run_main("work", f"trace:path={trace}", "--clients", "3", "--rounds", "50")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert "the 3 client-rounds the trace records in rounds 0..49 (of 150)" in proc.stdout
@@ -171,16 +177,16 @@ def test_work_summarizes_a_trace_over_the_rows_it_records(tmp_path):
 def test_work_refuses_a_bad_trace_in_one_line(tmp_path, text, contains):
     trace = tmp_path / "t.csv"
     trace.write_text(text)
-    assert_one_line_error(run_cli("work", f"trace:path={trace}", "--clients", "3"), 2, contains)
+    assert_one_line_error(run_main("work", f"trace:path={trace}", "--clients", "3"), 2, contains)
 
 
 def test_bias_refuses_rounds_beyond_the_trace_and_takes_its_law(tmp_path):
     trace = _steps_csv(tmp_path / "steps.csv")
     common = ["bias", "--problem", "ridge:clients=3", "--local-steps", "4", "--participation", "full",
               "--work", f"trace:path={trace}", "--mc-rounds", "4"]
-    assert_one_line_error(run_cli(*common, "--rounds", "10"), 2, "has no row for round 4, client 0 (it records "
+    assert_one_line_error(run_main(*common, "--rounds", "10"), 2, "has no row for round 4, client 0 (it records "
                                                                  "rounds up to 3")
-    proc = run_cli(*common, "--rounds", "4")
+    proc = run_main(*common, "--rounds", "4")
     assert proc.returncode == 0, proc.stderr
     assert "step counts by the trace's recorded rows; mean E[tau_i] = 2.5 of tau = 4" in proc.stdout
 

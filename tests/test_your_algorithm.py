@@ -5,10 +5,15 @@ them (at test size): `focusfl check` passes it, `run`, `sweep` and `federation l
 by its import path. Copies with planted bugs each fail the matching check, with its own line.
 Without --allow-algorithm-import nothing is imported: a module whose import leaves a marker
 file leaves none, and every command says so in one line naming the flag (exit 2).
+
+The tutorial's commands, a module path and the federation app's permission run through the
+console script; the other tests call ``focusfl.cli.main`` in this process (cli_harness.run_main),
+for commands whose console script those already run.
 """
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import re
 import shlex
@@ -18,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_harness import cli_env, run_cli
+from cli_harness import cli_env, run_cli, run_main
 from test_docs import ROOT, FENCE
 from test_docs_run import _small_experiment, small
 
@@ -77,11 +82,11 @@ def _run_line(line: str, folder: Path) -> tuple[list[str], subprocess.CompletedP
                                  env=cli_env()), expected
 
 
-@pytest.mark.slow
-def test_the_tutorial_runs_as_a_user_types_it(tmp_path):
-    """Every block of docs/your-algorithm.md: its files written, its Python run, its commands
-    run at test size: check passes the class, the broken copy fails (exit 1), run, sweep, and
-    federation local run it by its import path."""
+@pytest.fixture(scope="module")
+def tutorial(tmp_path_factory) -> tuple[Path, list]:
+    """docs/your-algorithm.md followed once in a fresh folder: that folder and, for each command
+    line in order, (argv, its process, the exit status the tutorial expects)."""
+    tmp_path = tmp_path_factory.mktemp("tutorial")
     ran = []
     for lang, text in tutorial_blocks():
         name = named_file(text)
@@ -94,13 +99,23 @@ def test_the_tutorial_runs_as_a_user_types_it(tmp_path):
             assert float(proc.stdout.strip()) < 1.0
         elif lang == "shell":
             for line in filter(None, (raw.strip() for raw in text.splitlines())):
-                if line.startswith("focusfl federation") and "flwr" not in sys.modules:
-                    pytest.importorskip("flwr")
-                argv, proc, expected = _run_line(line, tmp_path)
-                assert proc.returncode == expected, f"{' '.join(argv)}: exit {proc.returncode}: {proc.stderr[-800:]}"
-                assert "Traceback" not in proc.stderr
-                ran.append((argv, proc.stdout))
-    outputs = {" ".join(argv[:2]): out for argv, out in ran}
+                if line.startswith("focusfl federation") and importlib.util.find_spec("flwr") is None:
+                    continue  # the tutorial's test is skipped without Flower, the check's is not
+                ran.append(_run_line(line, tmp_path))
+    return tmp_path, ran
+
+
+@pytest.mark.slow
+def test_the_tutorial_runs_as_a_user_types_it(tutorial):
+    """Every block of docs/your-algorithm.md: its files written, its Python run, its commands
+    run at test size: check passes the class, the broken copy fails (exit 1), run, sweep, and
+    federation local run it by its import path."""
+    pytest.importorskip("flwr")
+    tmp_path, ran = tutorial
+    for argv, proc, expected in ran:
+        assert proc.returncode == expected, f"{' '.join(argv)}: exit {proc.returncode}: {proc.stderr[-800:]}"
+        assert "Traceback" not in proc.stderr
+    outputs = {" ".join(argv[:2]): proc.stdout for argv, proc, _ in ran}
     assert "14 passed, 0 failed" in outputs[f"check {TARGET}"]
     assert "FAIL tracking" in outputs["check broken_prox.py:MyProx"]
     record = json.loads((tmp_path / "runs/my_prox/config.json").read_text())
@@ -125,9 +140,10 @@ BUGS = {
 }
 
 
-def test_check_passes_the_tutorial_algorithm(tmp_path):
-    write_algorithm(tmp_path)
-    proc = run_cli("check", TARGET, FLAG, cwd=tmp_path)
+def test_check_passes_the_tutorial_algorithm(tutorial):
+    """The tutorial's own `focusfl check my_prox.py:MyProx --allow-algorithm-import`, line by line."""
+    tmp_path, ran = tutorial
+    (proc,) = [proc for argv, proc, _ in ran if argv[:3] == ["check", TARGET, FLAG]]
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith(f"checking {TARGET} from {tmp_path / 'my_prox.py'} (SHA-256 ")
@@ -140,7 +156,7 @@ def test_check_passes_the_tutorial_algorithm(tmp_path):
 def test_a_planted_bug_fails_its_own_check(tmp_path, check):
     old, new = BUGS[check]
     write_algorithm(tmp_path, "buggy.py", planted(old, new))
-    proc = run_cli("check", "buggy.py:MyProx", FLAG, cwd=tmp_path)
+    proc = run_main("check", "buggy.py:MyProx", FLAG, cwd=tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     failed = [line.split()[1] for line in proc.stdout.splitlines() if line.startswith("FAIL")]
     assert check in failed, proc.stdout
@@ -150,12 +166,12 @@ def test_a_planted_bug_fails_its_own_check(tmp_path, check):
 
 
 def test_check_of_a_registered_algorithm_and_its_bad_inputs(tmp_path):
-    proc = run_cli("check", "fedavg:server_lr=0.5", cwd=tmp_path)
+    proc = run_main("check", "fedavg:server_lr=0.5", cwd=tmp_path)
     assert proc.returncode == 0 and proc.stdout.splitlines()[-1].endswith("1 not applicable"), proc.stdout
     for argv, words in [(["nope"], "unknown algorithm 'nope'"), (["fedavg:wat=1"], "unknown key 'wat'"),
                         (["fedavg:server_lr=0"], "server_lr must be a positive number"),
                         (["missing.py:MyProx", FLAG], "file 'missing.py' not found")]:
-        bad = run_cli("check", *argv, cwd=tmp_path)
+        bad = run_main("check", *argv, cwd=tmp_path)
         assert bad.returncode == 2 and words in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
 
 
@@ -180,7 +196,7 @@ Path(__file__).with_suffix(".imported").write_text("imported")
 def test_without_the_flag_nothing_is_imported(tmp_path, argv):
     write_algorithm(tmp_path, "marked.py", algorithm_source() + MARKER_SOURCE)
     (tmp_path / "exp.toml").write_text('algorithms = ["focus", "marked.py:MyProx"]\nrounds = 2\n')
-    proc = run_cli(*argv, cwd=tmp_path)
+    proc = run_main(*argv, cwd=tmp_path)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and FLAG in lines[0] and "would import and run Python code" in lines[0], proc.stderr
@@ -189,7 +205,7 @@ def test_without_the_flag_nothing_is_imported(tmp_path, argv):
 
 def test_with_the_flag_the_marker_shows_it_was_imported(tmp_path):
     write_algorithm(tmp_path, "marked.py", algorithm_source() + MARKER_SOURCE)
-    proc = run_cli("run", "--algorithm", "marked.py:MyProx", FLAG, "--rounds", "2", "--out", "runs/a", cwd=tmp_path)
+    proc = run_main("run", "--algorithm", "marked.py:MyProx", FLAG, "--rounds", "2", "--out", "runs/a", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "marked.imported").exists()
 
@@ -220,7 +236,7 @@ def test_a_module_path_is_imported_and_its_source_recorded(tmp_path):
 ])
 def test_bad_algorithm_files_end_in_one_line(tmp_path, source, target, words):
     write_algorithm(tmp_path, "bad.py", source)
-    proc = run_cli("run", "--algorithm", target, FLAG, "--rounds", "2", "--out", "runs/b", cwd=tmp_path)
+    proc = run_main("run", "--algorithm", target, FLAG, "--rounds", "2", "--out", "runs/b", cwd=tmp_path)
     assert proc.returncode == 2 and words in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs").exists()
 
@@ -229,19 +245,19 @@ def test_bad_algorithm_files_end_in_one_line(tmp_path, source, target, words):
 def test_replay_and_resume_on_changed_code_are_refused_unless_accepted(tmp_path):
     path = write_algorithm(tmp_path)
     base = ["--algorithm", f"{TARGET}:mu=0.1", "--participation", "markov", "--rounds", "3"]
-    assert run_cli("run", *base, FLAG, "--out", "runs/a", cwd=tmp_path).returncode == 0
-    assert run_cli("run", "--config", "runs/a/config.json", FLAG, "--out", "runs/r", cwd=tmp_path).returncode == 0
+    assert run_main("run", *base, FLAG, "--out", "runs/a", cwd=tmp_path).returncode == 0
+    assert run_main("run", "--config", "runs/a/config.json", FLAG, "--out", "runs/r", cwd=tmp_path).returncode == 0
     assert (tmp_path / "runs/r/metrics.csv").read_bytes() == (tmp_path / "runs/a/metrics.csv").read_bytes()
-    refused = run_cli("run", "--resume", "runs/a", "--rounds", "5", cwd=tmp_path)
+    refused = run_main("run", "--resume", "runs/a", "--rounds", "5", cwd=tmp_path)
     assert refused.returncode == 2 and FLAG in refused.stderr
     path.write_text(path.read_text() + "\n# an edit\n")
     for argv in (["--config", "runs/a/config.json", "--out", "runs/r2"], ["--resume", "runs/a", "--rounds", "5"]):
-        proc = run_cli("run", *argv, FLAG, cwd=tmp_path)
+        proc = run_main("run", *argv, FLAG, cwd=tmp_path)
         assert proc.returncode == 2, proc.stderr
         line = proc.stderr.strip()
         assert "algorithm code" in line and "has changed since" in line and "--accept-changed-inputs" in line
         assert len(line.splitlines()) == 1
-    proc = run_cli("run", "--resume", "runs/a", "--rounds", "5", FLAG, "--accept-changed-inputs", cwd=tmp_path)
+    proc = run_main("run", "--resume", "runs/a", "--rounds", "5", FLAG, "--accept-changed-inputs", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     record = json.loads((tmp_path / "runs/a/config.json").read_text())
     assert record["inputs_changed"][0]["input"] == "algorithm code"
@@ -251,7 +267,7 @@ def test_replay_and_resume_on_changed_code_are_refused_unless_accepted(tmp_path)
 def test_the_permission_is_the_commands_never_the_experiment_files(tmp_path):
     write_algorithm(tmp_path, "marked.py", algorithm_source() + MARKER_SOURCE)
     (tmp_path / "exp.toml").write_text('algorithms = ["marked.py:MyProx"]\nallow_algorithm_import = true\nrounds = 2\n')
-    proc = run_cli("sweep", "exp.toml", "--out", "runs/s", cwd=tmp_path)
+    proc = run_main("sweep", "exp.toml", "--out", "runs/s", cwd=tmp_path)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not (tmp_path / "marked.imported").exists()
 
@@ -303,7 +319,7 @@ def test_federation_app_carries_the_permission_and_an_absolute_path(tmp_path):
     from focusfl.flower.server_app import FederationConfig
 
     write_algorithm(tmp_path)
-    refused = run_cli("federation", "app", "app", "--algorithm", TARGET, "--problem", "ridge:clients=3", cwd=tmp_path)
+    refused = run_main("federation", "app", "app", "--algorithm", TARGET, "--problem", "ridge:clients=3", cwd=tmp_path)
     assert refused.returncode == 2 and FLAG in refused.stderr and not (tmp_path / "app").exists()
     proc = run_cli("federation", "app", "app", "--algorithm", f"{TARGET}:mu=0.2", "--problem", "ridge:clients=3", FLAG,
                    cwd=tmp_path)
