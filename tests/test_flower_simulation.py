@@ -14,7 +14,7 @@ from focusfl.flower.client_app import make_client_app  # noqa: E402
 from focusfl.flower.server_app import FederationConfig, build_strategy, make_server_app  # noqa: E402
 from test_flower_protocol import assert_same, replay  # noqa: E402
 
-pytestmark = [pytest.mark.flower, pytest.mark.slow]
+pytestmark = [pytest.mark.flower, pytest.mark.slow, pytest.mark.xdist_group("ray")]  # one Ray cluster at a time (test_sweep.RAY)
 
 
 def test_simulation_32_virtual_nodes_equals_reference(tmp_path, monkeypatch):

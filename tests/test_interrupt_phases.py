@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from cli_harness import cli_env, killer_script, run_main
+from cli_harness import cli_env, default_signals, killer_script, run_main
 
 ARGS = ["--algorithm", "sg_focus", "--problem", "ridge:clients=8,dim=6,samples=12,batch=4",
         "--participation", "markov:rho=0.8", "--local-steps", "2", "--eval-every", "7"]
@@ -76,8 +76,9 @@ sys.exit(main(sys.argv[2:]))
 
 
 def interrupted_at(phase: str, *argv: str) -> subprocess.CompletedProcess:
+    # default_signals: a suite started as a background job ignores SIGINT, and children inherit that
     return subprocess.run([sys.executable, "-c", _INTERRUPTER, phase, *argv], env=cli_env(),
-                          capture_output=True, text=True, timeout=180)
+                          capture_output=True, text=True, timeout=180, preexec_fn=default_signals)
 
 
 def last_line(proc: subprocess.CompletedProcess) -> str:

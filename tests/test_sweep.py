@@ -16,6 +16,10 @@ from focusfl.spec import format_spec
 from focusfl.io.atomic import read_csv
 from focusfl.experiments.sweep import count_runs, expand, load_experiment, parse_experiment, run_key, run_sweep
 
+# Tests that start or look for a Ray cluster run one after another on one xdist worker
+# (--dist loadgroup): one test's local cluster must not be found by another's --address auto.
+RAY = pytest.mark.xdist_group("ray")
+
 SMALL = "ridge:clients=4,dim=5,samples=10"
 # The acceptance grid: 3 algorithms x 2 participation processes x 3 step sizes x 5 seeds = 90 runs.
 GRID = f"""
@@ -213,6 +217,7 @@ def test_a_sigkilled_sweep_skips_finished_runs_and_ends_as_an_uninterrupted_one(
     assert files_of(out) == files_of(reference)
 
 
+@RAY
 def test_ray_on_a_local_two_cpu_cluster_writes_the_same_results(reference, tmp_path):
     ray = pytest.importorskip("ray", reason="Ray is an optional extra (pip install 'focusfl[ray]')")
     from focusfl.experiments.executors import ray_runtime_env
@@ -397,6 +402,7 @@ def test_plot_never_replaces_a_users_file_but_replaces_its_own(reference, tmp_pa
     assert main(["participation", "bernoulli", "--plot", str(tmp_path / "mine.svg")]) == 2
 
 
+@RAY
 def test_a_ray_cluster_that_is_not_there_leaves_no_folder_behind(tmp_path):
     pytest.importorskip("ray")
     from cli_harness import assert_one_line_error, cli_env, run_cli
@@ -411,6 +417,7 @@ def test_a_ray_cluster_that_is_not_there_leaves_no_folder_behind(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["experiment.toml"]
 
 
+@RAY
 def test_ray_address_where_nothing_listens_is_one_line_within_seconds(tmp_path):
     pytest.importorskip("ray")
     import socket
