@@ -530,3 +530,21 @@ def test_what_ends_a_sweep_ends_it_also_from_a_ray_task(cause):
 
     outcome = executor._receive(SimpleNamespace(get=crash), ref=None, task=None)
     assert outcome["status"] == "failed" and "worker died" in outcome["error"]
+
+
+def test_a_run_killed_while_publishing_is_put_in_place_by_the_rerun(tmp_path):
+    """A run killed between marking its partial folder complete and moving it into place is
+    'done' for the rerun, which skips it: the rerun puts it in place before reading its rows."""
+    from focusfl.io.folders import PARTIAL_SUFFIX
+
+    path = write(tmp_path, f'algorithms = ["focus", "fedavg"]\nproblems = ["{SMALL}"]\nrounds = 4\n')
+    whole, out = tmp_path / "whole", tmp_path / "cut"
+    assert run_main("sweep", str(path), "--out", str(whole)).returncode == 0
+    assert run_main("sweep", str(path), "--out", str(out)).returncode == 0
+    # the state publish leaves when killed after its marker and before its rename
+    run = next(p for p in (out / "runs").iterdir() if not p.name.startswith("."))
+    run.rename(run.parent / f".{run.name}{PARTIAL_SUFFIX}")
+    (out / "results.csv").unlink()
+    again = run_main("sweep", str(path), "--out", str(out))
+    assert again.returncode == 0, again.stderr
+    assert files_of(out) == files_of(whole)

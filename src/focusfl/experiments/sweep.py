@@ -45,7 +45,7 @@ from ..engine.simulate import ENGINES, SCHEDULES
 from ..errors import ConfigError, FocusflError
 from ..privacy.config import parse_dp
 from ..io.atomic import write_text
-from ..io.folders import open_store
+from ..io.folders import finish_waiting, open_store
 from ..runs.config import DTYPES, RunConfig, field_defaults, run_key  # noqa: F401 (re-exported)
 from ..runs.batch import batch_size, group_batches, run_bytes
 from ..runs.driver import build, execute_batch
@@ -595,6 +595,7 @@ def run_sweep(
         for run in runs:
             state = run_state(folder / run.key, run.key, run.resolved)
             if state == "done":
+                finish_waiting(folder / run.key)  # killed while publishing: its files are read below
                 report.skipped += 1
                 report.logged += _log_run(root, run, folder)
                 continue

@@ -595,6 +595,20 @@ def open_output(target: str | Path, *, kind: str, keep_partial: bool = True, cre
         return output
 
 
+def finish_waiting(target: str | Path) -> None:
+    """Put in place the complete output a writer killed inside ``publish`` left waiting in the
+    partial folder of ``target`` (:func:`waiting_output`), under the lock, as the next writer of
+    ``target`` would; nothing when none waits. For readers that skip a finished output instead of
+    writing it again (a rerun sweep): they read ``target``, so it must be there."""
+    path = check_target(target)
+    if waiting_output(path) is None:
+        return
+    lock = _Lock(_sibling(path, LOCK_SUFFIX), target)
+    with _unlocked_on_failure(lock, target):
+        _recover(path)
+    lock.release()
+
+
 def _reusable_partial(given: str | Path, path: Path, kind: str, keep_partial: bool) -> bool:
     """Whether the partial folder of ``path`` is a dead writer's of ``kind`` to continue; a
     folder in its place that is not focusfl's is refused."""
