@@ -239,9 +239,12 @@ def test_report_and_study_commands_refuse_bad_input_in_one_line(tmp_path):
     users = tmp_path / "mine"
     users.mkdir()
     (users / "notes.txt").write_text("a user's file")
+    truncated = tmp_path / "truncated.npz"
+    truncated.write_bytes(fixture.read_bytes()[:1000])
     for argv in (["reproduce", "report", "--quick", "--nn-study", str(tmp_path / "s"), "--out", str(out)],
                  ["reproduce", "report", "--quick", "--data", str(fixture), "--nn-study", str(users), "--out", str(out)],
                  ["reproduce", "report", "--quick", "--workers", "0", "--out", str(out)],
+                 ["reproduce", "report", "--quick", "--data", str(truncated), "--out", str(out)],
                  ["reproduce", "nn-study", "--quick", "--data", str(tmp_path / "none.npz"), "--out", str(out)],
                  ["reproduce", "nn-study", "--quick", "--data", str(fixture), "--workers", "0", "--out", str(out)],
                  ["reproduce", "nn-study", "--quick", "--data", str(fixture), "--out", str(users)]):

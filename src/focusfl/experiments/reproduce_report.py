@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from ..data.loaders import read_npz_dataset
 from ..errors import ConfigError, FocusflError
 from ..io.atomic import write_csv
 from ..io.folders import output_folder
@@ -957,6 +958,8 @@ def run(args: ReportOptions) -> int:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
     if args.data and not Path(args.data).expanduser().is_file():
         raise ConfigError(f"--data {args.data!r} is not a file")
+    if args.data:  # read (size-checked) now: a damaged file is one line before hours of sections
+        read_npz_dataset(Path(args.data).expanduser())
     if args.nn_study and not args.data:
         raise ConfigError("--nn-study needs --data (the digits the study runs on)")
     if args.nn_study:
