@@ -11,6 +11,7 @@ from focusfl import device as device_module
 from focusfl.device import (CHUNK_BUDGET_ACCELERATOR, CHUNK_BUDGET_CPU, CUBLAS_WORKSPACE, apply_policy,
                                    device_policy, policy_applied, torch_settings)
 from focusfl.errors import ConfigError
+from focusfl.work import make_work
 
 
 @pytest.fixture
@@ -214,9 +215,10 @@ def test_active_sets_go_to_the_device_a_chunk_of_rounds_at_a_time(monkeypatch):
     real = torch.as_tensor
     monkeypatch.setattr(loop.torch, "as_tensor", lambda *a, **k: copies.append(1) or real(*a, **k))
     drawn = list(loop.round_actives(participation, 0, 50, torch.device("cpu")))
-    assert len(copies) == 1 and [r for r, _ in drawn] == list(range(50))
+    assert len(copies) == 1 and [r for r, _, _ in drawn] == list(range(50))
     expected = participation.active_sets(0, 50)
-    assert all(torch.equal(active, torch.as_tensor(want)) for (_, active), want in zip(drawn, expected))
+    assert all(torch.equal(active, torch.as_tensor(want)) and steps is None
+               for (_, active, steps), want in zip(drawn, expected))
 
 
 # What reads a tensor's values on the host. Tensor.numpy() is not among them: it refuses a CUDA
@@ -243,8 +245,9 @@ def count_host_reads(monkeypatch) -> list[str]:
     return reads
 
 
+@pytest.mark.parametrize("work", [None, "uniform"])
 @pytest.mark.parametrize("engine,chunk", [("vectorized", 0), ("vectorized", 2), ("reference", 0), ("batch", 0)])
-def test_the_nn_round_loop_reads_nothing_back_from_the_device(monkeypatch, engine, chunk):
+def test_the_nn_round_loop_reads_nothing_back_from_the_device(monkeypatch, engine, chunk, work):
     """Issue 44: the round loop, the engine and the nn oracle read no tensor on the host a round
     (the most samples an active client holds, which shapes the minibatch draw, comes from the host
     copy of the active set: device.host_values). Counted on a CPU; without rows (eval_every=None),
@@ -260,15 +263,42 @@ def test_the_nn_round_loop_reads_nothing_back_from_the_device(monkeypatch, engin
     sizes = problem.client_data.host_sizes
     assert sizes.min() < 32 <= sizes.max()  # calls of small clients only, and calls with a full batch
     participation = make_participation("bernoulli:p=0.5", problem.num_clients, seed=1)
-    algorithm = make_algorithm("sg_focus", lr=0.05, local_steps=2)
+    algorithm = make_algorithm("sg_focus", lr=0.05, local_steps=3)
+    # A work process: the counts go to the device with the active sets, and the rounds' largest
+    # count (how many steps a batched round runs) is read from the host copy (algorithms.base.max_steps).
+    processes = [None if work is None else make_work(work, problem.num_clients, 3, seed=seed) for seed in (7, 8)]
     reads = count_host_reads(monkeypatch)
     if engine == "batch":  # two runs stepped together (engine/batched.py), each its own active sets
         from focusfl.engine.batched import BatchMember, run_batch
 
-        run_batch(problem, [BatchMember(algorithm, participation, 6, seed=seed, eval_every=None) for seed in (7, 8)])
+        run_batch(problem, [BatchMember(algorithm, participation, 6, seed=seed, eval_every=None, work=process)
+                            for seed, process in zip((7, 8), processes)])
     else:
-        simulate(algorithm, problem, participation, 6, seed=7, engine=engine, eval_every=None)
+        simulate(algorithm, problem, participation, 6, seed=7, engine=engine, eval_every=None, work=processes[0])
     assert reads == [], sorted(set(reads))
+
+
+def test_step_counts_go_to_the_device_with_the_active_sets_and_a_trace_refuses_at_its_round(tmp_path):
+    from focusfl.engine import loop
+    from focusfl.errors import DataError
+    from focusfl.participation import make_participation
+
+    participation = make_participation("bernoulli:p=0.5", 6, seed=2)
+    work = make_work("uniform", 6, 4, seed=3)
+    drawn = list(loop.round_actives(participation, 0, 20, torch.device("cpu"), work))
+    assert [r for r, _, _ in drawn] == list(range(20))
+    for r, active, steps in drawn:
+        assert torch.equal(steps, work.steps(r, active.clone()))  # as a round at a time draws them
+        assert steps.untyped_storage().data_ptr() == drawn[0][2].untyped_storage().data_ptr()  # one copy
+    # A trace without round 3's rows: rounds 0..2 come, then the refusal, as a round at a time.
+    trace = tmp_path / "work.csv"
+    trace.write_text("round,client,steps\n" + "".join(f"{r},{c},2\n" for r in range(3) for c in range(6)))
+    traced = make_work(f"trace:path={trace}", 6, 4)
+    seen = []
+    with pytest.raises(DataError, match="no row for round 3"):
+        for r, _, _ in loop.round_actives(make_participation("full", 6), 0, 10, torch.device("cpu"), traced):
+            seen.append(r)
+    assert seen == [0, 1, 2]
 
 
 def test_host_values_read_views_of_a_mirrored_copy_on_the_host():

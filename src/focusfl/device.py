@@ -140,11 +140,16 @@ def mirrored_copy(values: np.ndarray, device: torch.device | str) -> torch.Tenso
     while the tensor or a view of it lives. The tensor is an index set, read-only by contract:
     the host keeps the values it copied."""
     values = np.ascontiguousarray(values)
-    tensor = torch.as_tensor(values, device=device)
+    return mirrored(torch.as_tensor(values, device=device), values)
+
+
+def mirrored(tensor: torch.Tensor, values: np.ndarray) -> torch.Tensor:
+    """``tensor`` (1-D, its own storage, holding ``values``) registered for :func:`host_values`:
+    a tensor made on the device from mirrored parts (a concatenation) keeps its host copy too."""
     if tensor.dim() == 1 and tensor.numel():
         address = tensor.untyped_storage().data_ptr()
         kept = weakref.ref(tensor)
-        _mirrors[address] = (kept, values)
+        _mirrors[address] = (kept, np.ascontiguousarray(values))
         weakref.finalize(tensor, _forget, address, kept)
     return tensor
 

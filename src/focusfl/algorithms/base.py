@@ -25,6 +25,7 @@ from typing import Any, Callable, ClassVar, NamedTuple, Sequence
 
 import torch
 
+from ..device import host_values
 from ..errors import ConfigError
 from ..limits import check_allocation
 from ..problems.base import GradientFn
@@ -230,8 +231,13 @@ def live_mask(steps: torch.Tensor, step: int, like: torch.Tensor) -> torch.Tenso
 
 
 def max_steps(steps: torch.Tensor) -> int:
-    """Steps a batched round runs: the largest tau_i (0 for a round with no client)."""
-    return int(steps.max()) if steps.numel() else 0
+    """Steps a batched round runs: the largest tau_i (0 for a round with no client). Read on
+    the host where the round loop's copy of the counts is (device.host_values): on a GPU a read
+    of the device's copy would wait for every kernel queued."""
+    if not steps.numel():
+        return 0
+    host = host_values(steps)
+    return int(host.max()) if host is not None else int(steps.max())
 
 
 def per_row(counts: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

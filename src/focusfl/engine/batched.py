@@ -33,9 +33,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import torch
 
 from ..algorithms.base import Algorithm, RoundContext, RowSteps
+from ..device import host_values, mirrored
 from ..problems.base import Problem
 from .loop import EngineExchange, Resume, RunLoop, RunResult
 from .round import Collected
@@ -138,7 +140,7 @@ def stacked_collect(problem: Problem, opened: Sequence[tuple[RunLoop, RoundConte
     algorithm = opened[0][0].algorithm
     contexts = [ctx for _, ctx in opened]
     sizes = [int(ctx.active.numel()) for ctx in contexts]
-    steps = None if contexts[0].steps is None else torch.cat([ctx.steps for ctx in contexts])
+    steps = None if contexts[0].steps is None else concat_counts([ctx.steps for ctx in contexts])
     ctx = contexts[0]._replace(active=torch.cat([c.active for c in contexts]), steps=steps,
                                row_lr=row_steps(opened, sizes, problem))
     server = per_row_server([loop.result.state.server for loop, _ in opened], sizes)
@@ -150,6 +152,14 @@ def stacked_collect(problem: Problem, opened: Sequence[tuple[RunLoop, RoundConte
     return [Collected(c.active, [ChunkRows(c.active, c.steps, part_rows)], part_message, c.steps, part_losses)
             for c, part_rows, part_message, part_losses
             in zip(contexts, split_rows(new_rows, sizes), split_rows(message, sizes), losses)]
+
+
+def concat_counts(parts: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The runs' step counts as one tensor, its host copy kept where every part has one: the
+    algorithms read the largest count on the host (algorithms.base.max_steps)."""
+    stacked = torch.cat(list(parts))
+    hosts = [host_values(part) for part in parts]
+    return stacked if any(h is None for h in hosts) else mirrored(stacked, np.concatenate(hosts))
 
 
 def row_steps(opened: Sequence[tuple[RunLoop, RoundContext]], sizes: Sequence[int], problem: Problem

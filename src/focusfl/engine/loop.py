@@ -30,7 +30,7 @@ import torch
 
 from ..algorithms.base import Algorithm, RoundContext, State, check_work_process
 from ..device import mirrored_copy
-from ..errors import ConfigError
+from ..errors import ConfigError, FocusflError
 from ..problems.base import PendingLosses, Problem
 from .divergence import BlowUpDetector
 from .heap import retain_freed_memory
@@ -182,24 +182,52 @@ def participants_before(participation, start_round: int) -> int:
     return total
 
 
-def round_actives(participation, start: int, end: int, device: torch.device) -> Iterator[tuple[int, torch.Tensor]]:
-    """(r, active index tensor) for rounds start..end-1, drawn a chunk of rounds at a time
-    (``participation.active_sets``: O(|S_r|) a round for the processes that draw sets directly);
-    ``participation`` None: (r, None) (a federation that asks whoever answers)."""
+def round_actives(participation, start: int, end: int, device: torch.device, work=None
+                  ) -> Iterator[tuple[int, torch.Tensor | None, torch.Tensor | None]]:
+    """(r, active index tensor, their step counts) for rounds start..end-1, drawn a chunk of
+    rounds at a time (``participation.active_sets``: O(|S_r|) a round for the processes that draw
+    sets directly); the counts are ``work``'s (None: no work process); ``participation`` None:
+    (r, None, None) (a federation that asks whoever answers; its loop draws counts for them)."""
     if participation is None:
         for r in range(start, end):
-            yield r, None
+            yield r, None, None
         return
     step = _rounds_per_chunk(participation)
     for lo in range(start, end, step):
         sets = participation.active_sets(lo, min(end, lo + step))
+        counts, refused = _chunk_steps(work, lo, sets)
         # One copy to the device a chunk of rounds, not one a round: a blocking copy to a GPU
         # waits for the work queued before it, so a copy a round stopped the host every round.
-        # The host keeps what it copied: a problem reads a round's clients there (device.host_values).
-        flat = mirrored_copy(np.concatenate([np.asarray(a, dtype=np.int64).reshape(-1) for a in sets])
-                             if sets else np.zeros(0, dtype=np.int64), device)
-        for offset, active in enumerate(flat.split([len(a) for a in sets])):
-            yield lo + offset, active
+        # The host keeps what it copied: a problem reads a round's clients there, and the
+        # algorithms their largest step count (device.host_values).
+        actives = _chunk_copy(sets, device)
+        steps = _chunk_copy(counts, device) if work is not None else [None] * len(counts)
+        for offset, (active, drawn) in enumerate(zip(actives, steps)):
+            yield lo + offset, active, drawn
+        if refused is not None:
+            raise refused
+
+
+def _chunk_steps(work, lo: int, sets: list) -> tuple[list, Exception | None]:
+    """The host step counts of a chunk's rounds (``sets``, from round ``lo``), and the refusal of
+    the first round whose counts the process cannot give: the chunk stops before that round, so
+    the rounds before it run and the refusal comes when that round does (as a round at a time)."""
+    if work is None:
+        return [None] * len(sets), None
+    counts = []
+    for offset, active in enumerate(sets):
+        try:
+            counts.append(work.host_steps(lo + offset, np.asarray(active, dtype=np.int64).reshape(-1)))
+        except FocusflError as refusal:
+            return counts, refusal
+    return counts, None
+
+
+def _chunk_copy(parts: list, device: torch.device) -> list[torch.Tensor]:
+    """Host int64 arrays as views of one mirrored copy on ``device`` (device.mirrored_copy)."""
+    arrays = [np.asarray(a, dtype=np.int64).reshape(-1) for a in parts]
+    flat = mirrored_copy(np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64), device)
+    return list(flat.split([len(a) for a in arrays]))
 
 
 class RecordedParticipation:
@@ -229,6 +257,9 @@ class RecordedWork:
 
     def steps(self, r: int, active: torch.Tensor) -> torch.Tensor:
         return self.table[r].to(active.device).index_select(0, active)
+
+    def host_steps(self, r: int, active: np.ndarray) -> np.ndarray:
+        return self.table[r].numpy()[active]
 
 
 class RunLoop:
@@ -270,7 +301,7 @@ class RunLoop:
         self.eval_every, self.schedule, self.work, self.resume = eval_every, schedule, work, resume
         self.on_row, self.on_round, self.keep_rows, self.progress = on_row, on_round, keep_rows, progress
         self.privacy = privacy
-        self.actives = round_actives(participation, start_round, self.end, problem.device)
+        self.actives = round_actives(participation, start_round, self.end, problem.device, work)
 
     def evaluate(self, done: int, active_count: int, closing: bool = False) -> bool:
         """The row after ``done`` rounds; False when the run diverged there."""
@@ -301,12 +332,15 @@ class RunLoop:
     def open(self) -> RoundContext | None:
         """The context of the run's next round (whom it asks, their step counts); None when the
         run has done its rounds, or its privacy budget would be exceeded by this round (``stopped``)."""
-        r, drawn = next(self.actives, (None, None))
+        r, drawn, drawn_steps = next(self.actives, (None, None, None))
         if r is None:
             return None
         requested = self.exchange.requested(r, drawn)
+        steps = None
+        if self.work is not None:  # the chunk's counts, unless the exchange asked others than drawn
+            steps = drawn_steps if requested is drawn else self.work.steps(r, requested)
         ctx = RoundContext(round=r, active=requested, num_clients=self.problem.num_clients,
-                           lr_scale=self.schedule(r), steps=None if self.work is None else self.work.steps(r, requested))
+                           lr_scale=self.schedule(r), steps=steps)
         self.algorithm.check_work(ctx)
         if self.privacy is not None and (reason := self.privacy.exhausted(r, requested)) is not None:
             self.result.stopped = reason

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from ..device import host_values, mirrored_copy
 from ..errors import ConfigError
 from ..participation.base import check_int, check_num_clients, check_seed
 
@@ -39,13 +40,28 @@ class WorkProcess(abc.ABC):
         self.seed = check_seed(seed)
 
     def steps(self, round_: int, active: torch.Tensor) -> torch.Tensor:
-        """int64 ``[n]`` step counts of the clients ``active`` in round ``round_`` (on active's device)."""
+        """int64 ``[n]`` step counts of the clients ``active`` in round ``round_`` (on active's
+        device). Chosen on the host (:meth:`host_steps`): ``active`` a view of a mirrored copy
+        (device.host_values) is not read back from its device."""
+        host = host_values(active)
+        if host is None:
+            host = active.detach().cpu().numpy()
+        return mirrored_copy(self.host_steps(round_, host), active.device)
+
+    def host_steps(self, round_: int, active: np.ndarray) -> np.ndarray:
+        """int64 counts of the clients ``active`` (host indices) in round ``round_``, on the host:
+        what the round loop copies to the device a chunk of rounds at a time."""
         if isinstance(round_, bool) or not isinstance(round_, (int, np.integer)) or round_ < 0:
             raise ConfigError(f"round index must be a non-negative integer, got {round_!r}")
         counts = self._counts(int(round_))
         if counts.shape != (self.num_clients,) or counts.dtype != torch.int64:
             raise AssertionError(f"work {self.name}: _counts returned {counts.dtype} {tuple(counts.shape)}")
-        return counts.to(active.device).index_select(0, active.to(torch.int64))
+        chosen = counts.numpy()[np.asarray(active, dtype=np.int64)]
+        self._check_steps(int(round_), active, chosen)
+        return chosen
+
+    def _check_steps(self, round_: int, active: np.ndarray, steps: np.ndarray) -> None:
+        """Refuse counts this process cannot give (a trace without a client's row); default: none."""
 
     def table(self, rounds: int) -> torch.Tensor:
         """int64 ``[rounds, N]``: every client's count in rounds 0..rounds-1 (for summaries)."""

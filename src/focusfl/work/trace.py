@@ -140,14 +140,11 @@ class TraceWork(WorkProcess):
             counts[client] = steps
         return torch.from_numpy(counts)
 
-    def steps(self, round_: int, active: torch.Tensor) -> torch.Tensor:
-        counts = super().steps(round_, active)
-        missing = torch.nonzero(counts == 0).flatten()
-        if missing.numel():
-            client = int(active[int(missing[0])])
-            raise DataError(f"work trace {self.path.name!r} has no row for round {round_}, client {client} "
-                              "(a trace names every active client of every round it replays)")
-        return counts
+    def _check_steps(self, round_: int, active: np.ndarray, steps: np.ndarray) -> None:
+        missing = np.flatnonzero(steps == 0)
+        if len(missing):
+            raise DataError(f"work trace {self.path.name!r} has no row for round {round_}, client {int(active[missing[0]])} "
+                            "(a trace names every active client of every round it replays)")
 
     def active_table(self, mask: np.ndarray) -> torch.Tensor:
         """The trace's counts of rounds 0..R-1, 0 where it has no row; DataError at the first
