@@ -44,6 +44,21 @@ def test_global_gradient_and_loss_are_client_averages(spec):
     torch.testing.assert_close(problem.gradient(x.detach()), expected)
 
 
+@pytest.mark.parametrize("spec", SPECS)
+def test_a_row_is_the_loss_and_gradient_it_names(spec):
+    """A row computes the samples' products once for both (its main cost): the same bits as
+    loss(x) and gradient(x), one definition each; and the gradient is the clients' own
+    (their oracles' mean) to rounding."""
+    problem = make_problem(spec)
+    x = torch.randn(problem.dim, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    row = problem.metrics(x)
+    assert row["loss"] == float(problem.loss(x))
+    assert row["grad_norm"] == float(torch.linalg.vector_norm(problem.gradient(x)))
+    clients = torch.arange(problem.num_clients)
+    own = problem.client_gradients(x.expand(problem.num_clients, -1), clients, seed=0, round=0, step=0).mean(0)
+    torch.testing.assert_close(problem.gradient(x), own, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("name", ["ridge", "logistic"])
 def test_minibatch_gradients_are_unbiased(name):
     exact = make_problem(f"{name}:clients=4,samples=10,dim=3")

@@ -15,7 +15,7 @@ import torch
 from ..errors import ConfigError
 from ..limits import check_allocation
 from ..rng import minibatch_indices
-from .base import Problem, RunsOracle
+from .base import Problem, RunsOracle, relative_error
 
 
 def _rows_times(features: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -157,11 +157,19 @@ class LinearModelProblem(Problem, abc.ABC):
 
     # -- gradients ---------------------------------------------------------------------------
     @abc.abstractmethod
-    def _sample_gradients(
-        self, x: torch.Tensor, features: torch.Tensor, targets: torch.Tensor
-    ) -> torch.Tensor:
-        """Mean over the given samples of the data term's gradient: x [n, d],
-        features [n, b, d], targets [n, b] -> [n, d]. Scaled by the caller."""
+    def _sample_weights(self, products: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Each sample's weight in the data term's gradient, from its product a^T x with the
+        point: the gradient over samples is sum_k weight_k a_k (scaled by the caller)."""
+
+    @abc.abstractmethod
+    def _data_loss(self, products: torch.Tensor) -> torch.Tensor:
+        """The data term of F from every sample's product a^T x ([N, m])."""
+
+    def _sample_gradients(self, x: torch.Tensor, features: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Mean over the given samples of the data term's gradient: x [n, d] (each client's own
+        point), features [n, b, d], targets [n, b] -> [n, d]. Scaled by the caller."""
+        weights = self._sample_weights(_rows_times(features, x), targets)
+        return _weighted_rows(features, weights) / features.shape[1]
 
     @abc.abstractmethod
     def _full_data_scale(self) -> float:
@@ -234,10 +242,29 @@ class LinearModelProblem(Problem, abc.ABC):
     def _curvature_scale(self) -> float:
         """Largest Hessian eigenvalue of the data term per unit of sigma_max(A_i)^2."""
 
-    def gradient(self, x: torch.Tensor) -> torch.Tensor:
-        stacked = x.expand(self.num_clients, -1)
-        data_grad = self._sample_gradients(stacked, self.features, self.targets)
+    # F and its gradient at one point: every sample's product with x as ONE matrix-vector product
+    # over all N*m samples (a row computed both from it: the batched one-column product the clients'
+    # own points need cost about 4x as much here), then the gradient's weighted sums per client.
+    def _products(self, x: torch.Tensor) -> torch.Tensor:
+        return self.features @ x
+
+    def _gradient_from(self, x: torch.Tensor, products: torch.Tensor) -> torch.Tensor:
+        weights = self._sample_weights(products, self.targets)
+        data_grad = _weighted_rows(self.features, weights) / self.samples
         return self._full_data_scale() * data_grad.mean(0) + 2.0 * self.reg * x
+
+    def loss(self, x: torch.Tensor) -> torch.Tensor:
+        return self._data_loss(self._products(x)) + self.reg * (x @ x)
+
+    def gradient(self, x: torch.Tensor) -> torch.Tensor:
+        return self._gradient_from(x, self._products(x))
+
+    def metrics(self, x: torch.Tensor) -> dict[str, float]:
+        products = self._products(x)  # shared by the loss and the gradient: a row's main cost
+        row = {"loss": float(self._data_loss(products) + self.reg * (x @ x)),
+               "grad_norm": float(torch.linalg.vector_norm(self._gradient_from(x, products))),
+               "rel_error": relative_error(x, self.x_star)}
+        return row
 
 
 class Ridge(LinearModelProblem):
@@ -314,13 +341,12 @@ class Ridge(LinearModelProblem):
             self._minus_linear = -2.0 * _weighted_rows(self.features, self.targets)
         return self._hessians, self._minus_linear
 
-    def _sample_gradients(self, x, features, targets):
-        residual = _rows_times(features, x) - targets
-        return _weighted_rows(features, residual) / features.shape[1]
+    def _sample_weights(self, products, targets):
+        return products - targets  # the residual
 
-    def loss(self, x):
-        residual = (self.features @ x) - self.targets
-        return (residual**2).sum() / self.num_clients + self.reg * (x @ x)
+    def _data_loss(self, products):
+        residual = products - self.targets
+        return (residual**2).sum() / self.num_clients
 
 
 class Logistic(LinearModelProblem):
@@ -348,14 +374,11 @@ class Logistic(LinearModelProblem):
     def _curvature_scale(self) -> float:
         return 1.0 / (4.0 * self.samples)  # sigmoid' <= 1/4, averaged over m samples
 
-    def _sample_gradients(self, x, features, targets):
-        margins = targets * _rows_times(features, x)
-        weights = -targets * torch.sigmoid(-margins)
-        return _weighted_rows(features, weights) / features.shape[1]
+    def _sample_weights(self, products, targets):
+        return -targets * torch.sigmoid(-(targets * products))
 
-    def loss(self, x):
-        margins = self.targets * (self.features @ x)
-        return torch.nn.functional.softplus(-margins).mean() + self.reg * (x @ x)
+    def _data_loss(self, products):
+        return torch.nn.functional.softplus(-(self.targets * products)).mean()
 
     def _solve(self) -> torch.Tensor:
         # Newton's method in float64 whatever the problem's dtype: float32 cannot reach a
