@@ -148,6 +148,32 @@ def test_federation_without_flower_says_how_to_install_it(argv, capsys, monkeypa
     assert "\n" not in err
 
 
+def test_a_command_runs_only_when_it_is_the_first_word(capsys):
+    """cli.main builds the parser of argv[0] alone when it names a command (so that `participation
+    import` need not import torch), and every parser otherwise. That is the only place argparse
+    finds a command that runs: the top-level options (help, version) take no value and end the
+    parse, and `--` before the command is an argparse error. Pinned here: a top-level option
+    with a value would need cli._command_of to skip it."""
+    from focusfl.cli import _command_of, build_parser
+
+    parser = build_parser()
+    top_options = [action for action in parser._actions if action.option_strings]
+    assert sorted(action.dest for action in top_options) == ["help", "version"]
+    line = ["participation", "import", "matrix", "matrix.csv", "--out", "trace.csv"]
+    for action in top_options:
+        assert action.nargs == 0, action.option_strings
+        for option in action.option_strings:
+            with pytest.raises(SystemExit) as stop:  # the command after it never runs
+                parser.parse_args([option, *line])
+            assert stop.value.code == 0, option
+    with pytest.raises(SystemExit) as stop:
+        parser.parse_args(["--", *line])
+    assert stop.value.code == 2
+    capsys.readouterr()
+    assert _command_of(line) == "participation"
+    assert _command_of(["--version", *line]) is None and _command_of(["--", *line]) is None
+
+
 def _commands(parser, name=""):
     import argparse
 

@@ -531,6 +531,72 @@ def test_the_server_receives_local_dp_messages_clipped_and_noised(dp):
         assert max(norms) > 2 * config.clip
 
 
+def test_a_node_floor_on_local_noise_accepts_only_runs_at_or_above_it():
+    """dp_floor.py: a node owner's dp-min-noise (its node config, or `federation local
+    --dp-min-noise`) against the run's local-DP record; bad floors are one line."""
+    from focusfl.errors import ConfigError
+    from focusfl.flower.dp_floor import check_floor, node_floor, parse_floors
+    from focusfl.privacy import parse_dp
+
+    local = parse_dp("clip=1,noise=0.7,mode=local")
+    for dp, floor in ((local, None), (None, None), (local, 0.7), (local, 0.0), (parse_dp("clip=1,noise=0,mode=local"), 0)):
+        check_floor(dp, floor)
+    for dp, floor, reason in ((local, 0.71, "sigma=0.7, below this node's dp-min-noise=0.71"),
+                              (None, 0.0, "dp-min-noise=0 accepts only local DP"),
+                              (None, 1.0, "the run has no local DP")):
+        with pytest.raises(Malformed, match=reason):
+            check_floor(dp, floor)
+    assert node_floor({}) is None and node_floor({"dp-min-noise": ""}) is None
+    assert node_floor({"dp-min-noise": 1}) == 1.0 and node_floor({"dp-min-noise": "0.5"}) == 0.5
+    for bad in (-1, -0.5, float("nan"), float("inf"), "abc", "nan", True, [1.0]):
+        with pytest.raises(Malformed, match="node config dp-min-noise: .* is not a noise multiplier") as refused:
+            node_floor({"dp-min-noise": bad})
+        assert "\n" not in str(refused.value)
+    assert parse_floors("1.0", 3) == {0: 1.0, 1: 1.0, 2: 1.0} and parse_floors("1=2,node2=0", 3) == {1: 2.0, 2: 0.0}
+    for bad, reason in (("-1", "'-1' is not a noise multiplier"), ("nan", "is not a noise multiplier"),
+                        ("abc", "is not a noise multiplier"), ("1=-0.5", "'-0.5' is not"), ("inf", "is not"),
+                        ("3=1", "node 3 does not exist"), ("1=1,1=2", "given twice"), ("", "give SIGMA")):
+        with pytest.raises(ConfigError, match=reason) as refused:
+            parse_floors(bad, 3)
+        assert str(refused.value).startswith("--dp-min-noise: ") and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("dp", [LOCAL_DP, "clip=0.05,noise=0.7,mode=central", None])
+def test_a_node_with_a_floor_refuses_a_run_below_it_and_never_sends(dp):
+    """A node whose floor (1.0) is above the run's local sigma (0.7), or a run without local DP
+    (central: the nodes would send bare messages; none), answers the handshake with a malformed
+    error: the server refuses it in one line and never asks it to train, and nothing it could
+    send reaches the server. The other nodes run as before."""
+    problem = make_problem(PROBLEM)
+    grid = _Listening(make_client_app(), range(problem.num_clients))
+    floored = grid.node_of(2)
+    grid.nodes[floored].context.node_config["dp-min-noise"] = 1.0
+    strategy, _, result, _ = _private_federation("scaffold", dp, grid=grid)
+    assert list(strategy.refusals) == [floored]
+    why = strategy.refusals[floored]
+    assert why.startswith("focusfl:malformed") and "dp-min-noise=1" in why and "\n" not in why
+    assert ("below this node's" if dp == LOCAL_DP else "the run has no local DP") in why
+    assert not result.mask[:, 2].any() and result.mask.sum() > 0
+    assert {client for _, client, _ in grid.heard} == set(range(problem.num_clients)) - {2}
+    # at or below the run's sigma, the floor changes nothing
+    if dp == LOCAL_DP:
+        grid = FakeGrid(make_client_app(), range(problem.num_clients), node_config={"dp-min-noise": 0.7})
+        strategy, _, floored_result, _ = _private_federation("scaffold", dp, grid=grid)
+        _, _, plain, _ = _private_federation("scaffold", dp)
+        assert not strategy.refusals and np.array_equal(floored_result.mask, plain.mask)
+        assert_same(floored_result.server, plain.server)
+
+
+def test_a_node_with_a_bad_floor_is_refused_in_one_line():
+    problem = make_problem(PROBLEM)
+    for bad in (-1.0, float("nan"), "abc"):
+        grid = FakeGrid(make_client_app(), range(problem.num_clients), node_config={"dp-min-noise": bad})
+        strategy, _, result, _ = _private_federation("focus", LOCAL_DP, grid=grid, rounds=2)
+        assert len(strategy.refusals) == problem.num_clients and result.mask.sum() == 0
+        assert all("node config dp-min-noise" in why and "is not a noise multiplier (sigma) >= 0" in why
+                   and "\n" not in why for why in strategy.refusals.values())
+
+
 def test_a_node_refuses_a_run_record_with_a_bad_or_central_dp():
     from focusfl.flower.codec import RunSpec, decode_run, encode_run
 

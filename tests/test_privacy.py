@@ -347,6 +347,31 @@ def test_dp_on_sweep_and_a_federation(tmp_path):
         assert [r[key] for r in replayed] == [r[key] for r in _rows(fed)], key
 
 
+def test_a_node_owners_floor_on_local_noise_as_a_user_types_it(tmp_path):
+    """`federation local --dp-min-noise 1=1.0` (node 1's node config dp-min-noise=1.0): node 1
+    refuses a run whose local sigma is 0.5, in one audit line, and its client never takes part;
+    node 0 runs. Bad floors are one line before anything starts."""
+    pytest.importorskip("flwr")
+    common = ["federation", "local", "--nodes", "2", "--problem", "ridge:clients=2,dim=3", "--rounds", "2",
+              "--dp", "clip=1,noise=0.5,mode=local", "--workdir", str(tmp_path / "bad")]
+    for floor, reason in (("-1", "'-1' is not a noise multiplier (sigma) >= 0"), ("nan", "'nan' is not a noise"),
+                          ("abc", "'abc' is not a noise"), ("2=1", "node 2 does not exist")):
+        assert_one_line_error(run_main(*common, "--dp-min-noise", floor), 2,
+                              contains=f"--dp-min-noise: {reason}")
+    assert not (tmp_path / "bad").exists()
+    out = tmp_path / "fed"
+    proc = run_cli(*common[:-1], str(tmp_path / "work"), "--dp-min-noise", "1=1.0", "--timeout", "30",
+                   "--out", str(out), timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    refused = [line for line in proc.stdout.splitlines() if "refused at the handshake" in line]
+    assert len(refused) == 1 and refused[0].startswith("audit: node "), proc.stdout
+    assert "the run asks for local noise sigma=0.5, below this node's dp-min-noise=1" in refused[0]
+    assert len(json.loads((out / "federation.json").read_text())["audit"]["refused_nodes"]) == 1
+    with open(out / "trace.csv") as handle:
+        trace = list(csv.DictReader(handle))
+    assert [(row["client0"], row["client1"]) for row in trace] == [("1", "0")] * 2  # node 1's client never joined
+
+
 # -- the study ----------------------------------------------------------------------------------
 def test_calibrated_sigma_spends_the_budget_on_the_most_spending_client():
     from focusfl.experiments.privacy_study import calibrated_sigma

@@ -224,6 +224,22 @@ def test_report_quick_writes_every_verdict(tmp_path, capsys):
     assert not (tmp_path / "study").exists()
 
 
+def test_report_header_leaves_out_every_sections_neural_network_time():
+    """"Y of them without the neural-network part" subtracts what each section measured of its own
+    neural networks (the privacy study's MNIST half as well as the nn study), not one section
+    picked by its title."""
+    from focusfl.experiments.reproduce_report import build_report
+    from focusfl.experiments.verdicts import Section
+
+    sections = [Section("Ridge", seconds=600.0), Section("Privacy: both halves", seconds=900.0, nn_seconds=540.0),
+                Section("SG-FOCUS against FedAvg (the nn study)", seconds=1800.0, nn_seconds=1800.0)]
+    text = build_report(sections, 3300.0, "digits.npz")
+    assert "This run took 55.0 minutes on one CPU thread, 16.0 of them without the neural-network part" in text
+    skipped = [Section("Ridge", seconds=600.0), Section("Privacy: ridge only", seconds=360.0)]
+    assert "took 16.0 minutes on one CPU thread (the neural-network part was skipped)" in build_report(skipped, 960.0,
+                                                                                                      None)
+
+
 def test_report_command_rejects_a_missing_data_file(tmp_path):
     out = tmp_path / "report"
     assert main(["reproduce", "report", "--data", str(tmp_path / "none.npz"), "--out", str(out)]) == 2

@@ -31,6 +31,7 @@ numbers, with ≥ 3 seeds and separated spreads for any "different".
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -350,7 +351,10 @@ def nn_section(data: str | None, sizes: StudySizes, images: Path, folder: Path, 
         section.text.append("The neural-network study was skipped: it needs `--data PATH.npz` (digits: `images` "
                             "[M,28,28], `labels` [M]).")
         return section
-    return study_section(data, sizes, run_study(data, sizes, folder, workers), images)
+    started = time.perf_counter()
+    section = study_section(data, sizes, run_study(data, sizes, folder, workers), images)
+    section.nn_seconds = time.perf_counter() - started
+    return section
 
 
 def _spread(values: list[float]) -> str:

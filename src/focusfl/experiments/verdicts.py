@@ -191,6 +191,9 @@ class Section:
     claims: list[Claim] = field(default_factory=list)
     text: list[str] = field(default_factory=list)  # markdown paragraphs, tables, figures
     seconds: float = 0.0
+    # Of ``seconds``, those the section spent on its neural-network part (the runs on --data's
+    # digits), measured by the section itself: the report's header splits its time on it.
+    nn_seconds: float = 0.0
 
 
 def claims_table(sections: Sequence[Section]) -> list[str]:

@@ -53,6 +53,11 @@ def add_parser(sub) -> None:
                             "and, for data=hf:..., the tokenizer and model folders, by their names); the server "
                             "reads the problem's own paths and refuses a node whose copy differs "
                             "(docs/federation.md)")
+    local.add_argument("--dp-min-noise", metavar="SIGMA|NODE=SIGMA,...",
+                       help="a node owner's floor on local DP (its node config dp-min-noise): SIGMA for every node, "
+                            "or NODE=SIGMA,... for some, e.g. 1.0 or 1=1.0; a node refuses a run whose --dp asks for "
+                            "less local noise than SIGMA, or for no local DP, and never trains for it "
+                            "(docs/privacy.md)")
     local.set_defaults(handler=_local)
     app = kinds.add_parser("app", help="write the Flower app and run config for `flwr run`", epilog=EXAMPLES)
     app.add_argument("folder", help="folder to write (pyproject.toml, run.toml)")
@@ -149,6 +154,13 @@ def _deadlines(args, strategy) -> dict[int, float]:
     return deadlines
 
 
+def _floors(args) -> dict[int, float]:
+    """``--dp-min-noise`` as {node: sigma}."""
+    from .dp_floor import parse_floors
+
+    return {} if args.dp_min_noise is None else parse_floors(args.dp_min_noise, args.nodes)
+
+
 def _data_paths(args) -> dict[int, str]:
     """``--data-path`` as {node: its path}, every one checked to exist before any process starts."""
     if args.data_path is None:
@@ -177,6 +189,7 @@ def _local(args) -> int:
                               audit=given.audit, allow_algorithm_import=given.allow_algorithm_import)
     _check_out(config.out)
     data_paths = _data_paths(args)  # before the problem is built (seconds for a text model)
+    floors = _floors(args)
     strategy = _check(config)
     deadlines = _deadlines(args, strategy)
     check_nodes(config, args.nodes)
@@ -187,7 +200,7 @@ def _local(args) -> int:
           f"{' and node authentication' if args.auth else ''}; logs in {workdir / 'logs'}", flush=True)
     try:
         with signals_interrupt(), LocalFederation(workdir, args.nodes, tls=args.tls, auth=args.auth,
-                                                  deadlines=deadlines, data_paths=data_paths,
+                                                  deadlines=deadlines, data_paths=data_paths, floors=floors,
                                                   allow_algorithm_import=args.allow_algorithm_import) as federation:
             result = federation.run(config, timeout=federation_wait(args.rounds, args.timeout))
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (signals_interrupt)

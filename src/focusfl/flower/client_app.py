@@ -9,7 +9,8 @@ Message types (all carry the run's RunSpec, so a node needs nothing but its part
   runs ``algorithm.client_round`` on its row with the problem's oracle bound to its index,
   (exactly the reference engine's call for one client, with the step count the server asks
   for, if any), keeps the new rows as pending and answers with the message (under local DP,
-  ``--dp mode=local``, clipped and noised on the node first), the number
+  ``--dp mode=local``, clipped and noised on the node first; a node whose config sets
+  ``dp-min-noise`` refuses every message of a run with less local noise: dp_floor.py), the number
   of local steps it took and the minibatch losses of those steps (nn problems): fewer than asked when its ``deadline`` (node config, seconds)
   cut the round short (deadline.py).
 - ``train.finish``: ``client_finish`` on the pending rows, with the new server state
@@ -46,6 +47,7 @@ from .codec import (
     unpack,
 )
 from .deadline import local_work, node_deadline
+from .dp_floor import check_floor, node_floor
 from .node import NO_ROUND, LostState, Memory, build, data_fingerprint, fresh, has_memory, load, store, sync
 
 ERROR_CODE = 4100  # every focusfl error reply; the reason names what went wrong
@@ -67,6 +69,8 @@ def partition_id(context: Context, num_clients: int) -> int:
 
 def _node(records: dict, context: Context):
     run = decode_run(records.get(RUN))
+    # The owner's floor on local noise, before any work: a run below it is refused at the handshake.
+    check_floor(node_dp(run), node_floor(dict(context.node_config)))
     built = build(run, dict(context.node_config))
     client = partition_id(context, built.problem.num_clients)
     memory = load(context.state, built, run, dict(context.node_config))

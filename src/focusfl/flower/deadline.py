@@ -25,6 +25,7 @@ import torch
 from ..errors import ConfigError
 from ..problems.base import live_losses, masked_gradients
 from .codec import Malformed
+from .per_node import per_node
 
 
 class DeadlineReached(Exception):
@@ -101,24 +102,7 @@ def local_work(algorithm, problem, server: Any, rows: Any, ctx, seed: int,
 def parse_deadlines(text: str, nodes: int) -> dict[int, float]:
     """``--deadline`` of ``federation local``: ``SECONDS`` (every node) or ``K=SECONDS,...``
     (node K; node K runs client K), e.g. ``0.5`` or ``1=0.5,2=0``."""
-    text = str(text).strip()
-    if not text:
-        raise ConfigError("--deadline: give SECONDS or NODE=SECONDS,... (e.g. 0.5 or 1=0.5,2=0)")
-    if "=" not in text:
-        return {k: _seconds(text) for k in range(nodes)}
-    deadlines: dict[int, float] = {}
-    for item in text.split(","):
-        node, eq, seconds = item.partition("=")
-        node = node.strip().removeprefix("node")
-        if not eq or not node.isdigit():
-            raise ConfigError(f"--deadline: expected NODE=SECONDS, got {item.strip()!r} (e.g. 1=0.5,2=0)")
-        k = int(node)
-        if k >= nodes:
-            raise ConfigError(f"--deadline: node {k} does not exist (nodes 0..{nodes - 1})")
-        if k in deadlines:
-            raise ConfigError(f"--deadline: node {k} is given twice")
-        deadlines[k] = _seconds(seconds)
-    return deadlines
+    return per_node(text, nodes, "--deadline", "SECONDS", ("0.5", "1=0.5,2=0"), _seconds)
 
 
 def _seconds(text: str) -> float:

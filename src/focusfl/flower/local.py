@@ -151,10 +151,11 @@ class LocalFederation:
     def __init__(self, workdir: str | Path, nodes: int, *, tls: bool = False, auth: bool = False,
                  durable: bool = True, warm: bool = True, start_timeout: float = 90.0,
                  deadlines: dict[int, float] | None = None, data_paths: dict[int, str] | None = None,
-                 allow_algorithm_import: bool = False) -> None:
+                 allow_algorithm_import: bool = False, floors: dict[int, float] | None = None) -> None:
         if nodes < 1:
             raise ConfigError("a federation needs at least one node")
         self.deadlines = dict(deadlines or {})  # node k -> seconds of local work per round (deadline.py)
+        self.floors = dict(floors or {})  # node k -> its owner's floor on local noise (dp_floor.py)
         # node k -> its copy of the data (node config data-path, node.py); absolute: nodes run in workdir
         self.data_paths = {k: str(Path(path).expanduser().resolve()) for k, path in (data_paths or {}).items()}
         self.workdir = Path(workdir).resolve()
@@ -283,6 +284,8 @@ class LocalFederation:
             config += f" deadline={float(self.deadlines[k])!r}"
         if k in self.data_paths:
             config += f" data-path={json.dumps(self.data_paths[k])}"
+        if k in self.floors:
+            config += f" dp-min-noise={float(self.floors[k])!r}"
         if self.allow_algorithm_import:
             config += " allow-algorithm-import=true"
         # warm (the default): one process per node runs the SuperNode and its ClientApp calls (warm.py)
