@@ -575,6 +575,7 @@ def test_a_node_with_a_floor_refuses_a_run_below_it_and_never_sends(dp):
     assert list(strategy.refusals) == [floored]
     why = strategy.refusals[floored]
     assert why.startswith("focusfl:malformed") and "dp-min-noise=1" in why and "\n" not in why
+    assert "malformed malformed" not in why  # the reason named once
     assert ("below this node's" if dp == LOCAL_DP else "the run has no local DP") in why
     assert not result.mask[:, 2].any() and result.mask.sum() > 0
     assert {client for _, client, _ in grid.heard} == set(range(problem.num_clients)) - {2}

@@ -336,6 +336,9 @@ def test_import_starts_without_torch(files):
         assert "focusfl.participation.importing" in modules, argv
         assert "torch" not in modules and "focusfl.work" not in modules, argv
     assert np.array_equal(load_trace(files / "trace.csv"), MATRIX[MATRIX.any(axis=1)].T.astype(bool))
+    # `focusfl --version` builds no command's parser
+    proc = run_cli("--version", cwd=files, env=env)
+    assert proc.returncode == 0 and proc.stdout.startswith("focusfl ") and "torch" not in imported_modules(proc.stderr)
     # the control: a command that needs torch is seen importing it
     proc = run_cli("algorithms", cwd=files, env=env)
     assert proc.returncode == 0 and "torch" in imported_modules(proc.stderr)

@@ -892,13 +892,16 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         epilog=_examples("focusfl run --algorithm focus --participation bernoulli --out runs/focus",
                          "focusfl reproduce ridge", "focusfl COMMAND --help"),
     )
-    parser.add_argument("--version", action="version", version=f"focusfl {__version__}")
+    parser.add_argument("--version", action="version", version=VERSION)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, add in _commands().items():
         if command in (None, name):
             add(sub)
     _finish_help(parser, "", _command_texts(command))
     return parser
+
+
+VERSION = f"focusfl {__version__}"  # what ``focusfl --version`` prints
 
 
 def _command_of(argv: list[str] | None) -> str | None:
@@ -932,6 +935,9 @@ def _no_flower(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Parse and run a command; every failure is one line on stderr and an exit status:
     2 for bad input or an environment problem, 1 for a diverged run, 128+N for signal N."""
+    if (sys.argv[1:] if argv is None else argv) == ["--version"]:
+        print(VERSION)  # what argparse prints, without building every command's parser first
+        return 0
     try:
         with _interrupts_deferred():
             parser = build_parser(_command_of(argv))  # the command's modules (most import torch)

@@ -117,7 +117,7 @@ def _handle(message: Message, context: Context) -> Message:
     except LostState as exc:
         return error_reply(message, "lost_state", str(exc))
     except Malformed as exc:
-        return error_reply(message, exc.reason, str(exc))
+        return error_reply(message, exc.reason, exc.detail or str(exc))
     except Exception as exc:  # a node answers; it does not crash its SuperNode
         return error_reply(message, "client_failure", f"{type(exc).__name__}: {exc}")
 

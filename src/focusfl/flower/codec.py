@@ -49,6 +49,7 @@ class Malformed(ValueError):
     def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason  # "malformed" or "non_finite": the rejection counters' names
+        self.detail = detail  # what was wrong, without the reason (an error reply names that once)
 
 
 def encode_tree(tree: Any, fields: tuple[str, ...] | None = None) -> ArrayRecord:
