@@ -656,7 +656,14 @@ def test_cifar_pickle_footprint_is_checked_before_unpickling(tmp_path, monkeypat
 def test_trace_checks_in_process(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("1,0,1\n1,0,1\n")
-    with pytest.raises(DataError, match="client 1 never takes part in the 2 recorded rounds"):
+    with pytest.raises(DataError, match="client 1 never takes part in the 2 recorded rounds.*absent=true"):
         make_participation(f"trace:path={path}", 3)
+    # absent=true: the recording as it is (a federation's realised trace), and so recorded
+    kept = make_participation(f"trace:path={path},absent=true", 3)
+    assert kept.active_sets(0, 2)[1].tolist() == [0, 2] and kept.describe()["absent"] is True
+    assert make_participation(kept.describe(), 3).describe() == kept.describe()
+    with pytest.raises(ConfigError, match="absent='yes' is not a valid bool"):
+        make_participation({"name": "trace", "path": str(path), "absent": "yes"}, 3)
     path.write_text("1,1,1\n1,0,1\n")
     assert make_participation(f"trace:path={path}", 3).recorded_rounds == 2
+    assert "absent" not in make_participation(f"trace:path={path}", 3).describe()  # run keys as before

@@ -317,12 +317,15 @@ def test_dp_on_sweep_and_a_federation(tmp_path):
     # federation's rows are those of `focusfl run` with the same options (every request answered).
     local = ("--algorithm", "scaffold", "--problem", "ridge:clients=3,dim=3", "--rounds", "4", "--participation",
              "bernoulli", "--dp", "clip=0.5,noise=0.8,mode=local,delta=1e-5")
+    # Node owners' floors on local noise (--dp-min-noise): 0.5 under the local run's sigma 0.8
+    # changes nothing; node 2 of the central-mode federation (its messages would leave bare)
+    # refuses at the handshake, and its client never takes part.
     sweep, federation, local_federation, local_run = run_cli_together([
         ("sweep", str(experiment), "--out", str(tmp_path / "sw"), "--dp", "clip=1,noise=0.5,delta=1e-5"),
         ("federation", "local", "--nodes", "3", "--algorithm", "focus", "--problem", "ridge:clients=3,dim=3",
-         "--rounds", "3",
+         "--rounds", "3", "--dp-min-noise", "2=0",
          "--dp", "clip=1,noise=0.5,delta=1e-5", "--out", str(tmp_path / "fed")),
-        ("federation", "local", "--nodes", "3", *local, "--out", str(tmp_path / "fed-local")),
+        ("federation", "local", "--nodes", "3", *local, "--dp-min-noise", "0.5", "--out", str(tmp_path / "fed-local")),
         ("run", *local, "--out", str(tmp_path / "run-local")),
     ], timeout=600)
     assert local_federation.returncode == 0 and local_run.returncode == 0, local_federation.stderr + local_run.stderr
@@ -338,6 +341,12 @@ def test_dp_on_sweep_and_a_federation(tmp_path):
     assert federation.returncode == 0, federation.stderr
     fed = tmp_path / "fed"
     assert json.loads((fed / "config.json").read_text())["dp"]["clip"] == 1
+    refused = [line for line in federation.stdout.splitlines() if "refused at the handshake" in line]
+    assert len(refused) == 1 and refused[0].startswith("audit: node "), federation.stdout
+    assert "dp-min-noise=0 accepts only local DP" in refused[0] and "malformed malformed" not in refused[0]
+    assert len(json.loads((fed / "federation.json").read_text())["audit"]["refused_nodes"]) == 1
+    with open(fed / "trace.csv") as handle:
+        assert {row["client2"] for row in csv.DictReader(handle)} == {"0"}  # node 2's client never joined
     assert "epsilon_max" in _rows(fed)[-1]
     # the federation's replay (config.json on its realised trace) gives its bytes again
     replay = run_main("run", "--config", str(fed / "config.json"), "--out", str(tmp_path / "replay"))
@@ -347,10 +356,9 @@ def test_dp_on_sweep_and_a_federation(tmp_path):
         assert [r[key] for r in replayed] == [r[key] for r in _rows(fed)], key
 
 
-def test_a_node_owners_floor_on_local_noise_as_a_user_types_it(tmp_path):
-    """`federation local --dp-min-noise 1=1.0` (node 1's node config dp-min-noise=1.0): node 1
-    refuses a run whose local sigma is 0.5, in one audit line, and its client never takes part;
-    node 0 runs. Bad floors are one line before anything starts."""
+def test_bad_floors_on_local_noise_are_one_line(tmp_path):
+    """`federation local --dp-min-noise` with a floor that is not one: one line before anything
+    starts (the floor at work, through the entry point: test_dp_on_sweep_and_a_federation)."""
     pytest.importorskip("flwr")
     common = ["federation", "local", "--nodes", "2", "--problem", "ridge:clients=2,dim=3", "--rounds", "2",
               "--dp", "clip=1,noise=0.5,mode=local", "--workdir", str(tmp_path / "bad")]
@@ -359,17 +367,6 @@ def test_a_node_owners_floor_on_local_noise_as_a_user_types_it(tmp_path):
         assert_one_line_error(run_main(*common, "--dp-min-noise", floor), 2,
                               contains=f"--dp-min-noise: {reason}")
     assert not (tmp_path / "bad").exists()
-    out = tmp_path / "fed"
-    proc = run_cli(*common[:-1], str(tmp_path / "work"), "--dp-min-noise", "1=1.0", "--timeout", "30",
-                   "--out", str(out), timeout=300)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    refused = [line for line in proc.stdout.splitlines() if "refused at the handshake" in line]
-    assert len(refused) == 1 and refused[0].startswith("audit: node "), proc.stdout
-    assert "the run asks for local noise sigma=0.5, below this node's dp-min-noise=1" in refused[0]
-    assert len(json.loads((out / "federation.json").read_text())["audit"]["refused_nodes"]) == 1
-    with open(out / "trace.csv") as handle:
-        trace = list(csv.DictReader(handle))
-    assert [(row["client0"], row["client1"]) for row in trace] == [("1", "0")] * 2  # node 1's client never joined
 
 
 # -- the study ----------------------------------------------------------------------------------

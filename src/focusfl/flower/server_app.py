@@ -225,7 +225,8 @@ def write_results(out: Path, strategy: AlgorithmStrategy, built, config: Federat
                   ["round", "client", "outcome", "reason", "detail"])
         title = f"{strategy.algorithm.name} on {built.problem.name}, federated ({len(result.nodes)} nodes)"
         recorded = record(replay, algorithm=algorithm_record(strategy.algorithm), problem=built.problem.describe(),
-                          participation={"name": "trace", "path": str(out / "trace.csv")},
+                          participation={"name": "trace", "path": str(out / "trace.csv"),
+                                         **({} if every_client else {"absent": True})},
                           work=trace_record(out / "work.csv", work_text) if counted else None)
         status = DIVERGED if result.diverged_at is not None else COMPLETE if result.stopped is None else BUDGET_EXHAUSTED
         if result.stopped is not None:
@@ -245,7 +246,8 @@ def write_results(out: Path, strategy: AlgorithmStrategy, built, config: Federat
             "deadlines": {str(client): seconds for client, seconds in result.deadlines.items()},
             "audit": audit, "seconds": round(seconds, 3),
             "interrupted": None if result.interrupted is None else signal.Signals(result.interrupted).name,
-            # The trace replays with --participation trace:path=... only if every client took part.
+            # The trace replays with --participation trace:path=... only if every client took part
+            # (else trace:path=...,absent=true, as config.json does).
             "replayable": every_client,
         })
         output.publish()

@@ -142,13 +142,21 @@ def _first_line(exc: BaseException) -> str:
 
 
 class TraceParticipation(ParticipationProcess):
-    """Replays a recorded 0/1 matrix; wraps around past its last row. The seed is ignored."""
+    """Replays a recorded 0/1 matrix; wraps around past its last row. The seed is ignored.
+
+    A client that never takes part is refused (its p_i would be 0: a recording that leaves a
+    client out is most likely the wrong file or the wrong number of clients) unless ``absent`` is
+    true: a federation's realised trace, where a node was refused or never answered, records its
+    clients as they were, and its config.json replays it so."""
 
     name: ClassVar[str] = "trace"
-    DEFAULTS: ClassVar[dict[str, Any]] = {"path": None}
+    DEFAULTS: ClassVar[dict[str, Any]] = {"path": None, "absent": False}
 
-    def __init__(self, num_clients: int, seed: int = 0, path: str | Path | None = None) -> None:
+    def __init__(self, num_clients: int, seed: int = 0, path: str | Path | None = None, absent: bool = False) -> None:
         super().__init__(num_clients, seed)
+        if not isinstance(absent, (bool, np.bool_)):
+            raise ConfigError(f"participation trace: absent={absent!r} is not a boolean")
+        self.absent = bool(absent)
         if path is None or (isinstance(path, str) and not path.strip()):
             raise ConfigError("participation trace: needs path=FILE (.csv or .npy)")
         if not isinstance(path, (str, Path)):
@@ -162,12 +170,13 @@ class TraceParticipation(ParticipationProcess):
                 f" expected {self.num_clients} (one per client)"
             )
         absent = np.flatnonzero(~self.data.any(axis=0))
-        if absent.size:
+        if absent.size and not self.absent:
             # Its p_i would be 0: no method can learn its data, and the bias weights divide by p_i.
             raise DataError(
                 f"participation trace: client {int(absent[0])} never takes part in the "
                 f"{self.recorded_rounds} recorded rounds of {self.path.name!r}"
                 + (f" ({absent.size} clients never do)" if absent.size > 1 else "")
+                + "; absent=true replays it as it is"
             )
 
     @property
@@ -187,4 +196,5 @@ class TraceParticipation(ParticipationProcess):
         return {"trace": self.path}
 
     def _params(self) -> dict[str, Any]:
-        return {"path": str(self.path)}
+        # absent recorded only when true: every trace run before it existed keeps its record and key
+        return {"path": str(self.path), **({"absent": True} if self.absent else {})}
