@@ -14,7 +14,10 @@ Checks (each passes or fails by the criterion printed beside it):
 - resume: that run stopped by SIGTERM between two evaluations and resumed writes the
   uninterrupted run's bytes;
 - cpu vs device: float64 runs on the CPU and on the device agree to rounding (nn and ridge);
-- preset: `focusfl reproduce mnist-demo` end to end at a small size on the device.
+- preset: `focusfl reproduce mnist-demo` end to end at a small size on the device;
+- batched runs: focus-cifar10's final runs (5 algorithms x 2 processes x 3 seeds, 40 rounds) one
+  at a time and as one batch of runs (benchmarks/batched_nn.py) give the same rows; the batch's
+  throughput against one at a time is printed beside it (issue 41's GPU figure).
 
 Figures (not pass/fail): the appendix-G CIFAR round (benchmarks/paper_cifar.py's workload) in
 seconds, with deterministic kernels and without, the grouped floor (every active client's
@@ -92,6 +95,8 @@ class Sizes:
         self.cifar_test = 200 if small else 10_000
         self.cifar_rounds = 1 if small else 20
         self.cifar_clients = 4 if small else 32
+        self.batch_rounds = 2 if small else 40  # focus-cifar10's final runs, one at a time and batched
+        self.batch_seeds = 1 if small else 3
 
 
 # -- checks ------------------------------------------------------------------------------------------
@@ -202,16 +207,18 @@ def check_preset(device: str, sizes: Sizes, work: Path) -> tuple[bool, str]:
     return proc.returncode == 0 and "final acc" in proc.stdout, f"reproduce mnist-demo: exit {proc.returncode} {tail}"
 
 
+def check_batched_runs(device: str, sizes: Sizes) -> tuple[bool, str]:
+    """focus-cifar10's final runs (benchmarks/batched_nn.py) one at a time and as one batch of
+    runs: the same rows (the criterion), and the batch's throughput (issue 41's GPU figure)."""
+    from batched_nn import measure
+
+    speedup, same = measure(device, sizes.batch_rounds, sizes.batch_seeds, sizes.small)
+    return same, (f"{10 * sizes.batch_seeds} runs (5 algorithms x 2 processes x {sizes.batch_seeds} seeds) x "
+                  f"{sizes.batch_rounds} rounds: rows "
+                  f"{'identical' if same else 'DIFFERENT'}; one batch {speedup:.2f}x the throughput of one at a time")
+
+
 # -- the CIFAR round ---------------------------------------------------------------------------------
-def synthetic_cifar(train: int, test: int) -> Dataset:
-    rng = np.random.default_rng(0)
-
-    def split(count):
-        return ImageData(rng.integers(0, 256, (count, 3, 32, 32), dtype=np.uint8), rng.integers(0, 10, count))
-
-    return Dataset("synthetic-cifar10", split(train), split(test), 10)
-
-
 def _seconds(fn: Callable[[], None], device: torch.device) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -224,7 +231,7 @@ def _seconds(fn: Callable[[], None], device: torch.device) -> float:
 
 def cifar_figures(device_name: str, sizes: Sizes) -> dict[str, str]:
     """Seconds per appendix-G round, deterministic and not; the grouped floor; launches and syncs."""
-    from paper_cifar import ALPHA, BATCH, LR, TAU, GroupedFloor
+    from paper_cifar import ALPHA, BATCH, LR, TAU, GroupedFloor, synthetic_cifar
 
     device = torch.device(device_name)
     dataset = synthetic_cifar(sizes.cifar_train, sizes.cifar_test)
@@ -305,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
             "resume exact": lambda: check_resume(args.device, sizes, work),
             "cpu vs device": lambda: check_cross_device(args.device, sizes),
             "preset end to end": lambda: check_preset(args.device, sizes, work),
+            "batched runs = runs alone": lambda: check_batched_runs(args.device, sizes),
         }
         for check, run in checks.items():
             start = time.perf_counter()

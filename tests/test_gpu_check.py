@@ -20,8 +20,9 @@ def test_gpu_check_passes_on_a_cpu_at_its_small_size():
                           capture_output=True, text=True, timeout=900)
     lines = proc.stdout.strip().splitlines()
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert re.fullmatch(r"gpu_check: 6 passed, 0 failed on cpu \(\d+ cores\)", lines[-1]), lines[-1]
+    assert re.fullmatch(r"gpu_check: 7 passed, 0 failed on cpu \(\d+ cores\)", lines[-1]), lines[-1]
     assert "| check | result | detail |" in lines and "| same bytes twice | pass |" in proc.stdout
+    assert "| batched runs = runs alone | pass | 10 runs (5 algorithms x 2 processes x 1 seeds)" in proc.stdout
     assert any(line.startswith("| deterministic s/round | ") for line in lines)
 
 
