@@ -2,14 +2,18 @@
 trials) with ``--batch-runs 1`` and ``--batch-runs auto``, on this machine, in one invocation; the
 two output folders compared byte for byte (each run's config.json without its ``batch_runs``).
 
-    PYTHONPATH=src python benchmarks/sweep_batched.py [--out DIR]
+    PYTHONPATH=src python benchmarks/sweep_batched.py [--out DIR] [--only tune|report]
 
 Each tune runs in its own process (end to end: the command as a user types it, start-up and
 writing included); the trials phase (first trial's start to last trial's end) is timed inside it.
-``report_convex_speedup`` times the one convex section of ``focusfl reproduce report`` that
-computes in batches: its ridge section's runs (``run_figure4`` of both settings at the report's
-500 rounds), batched against one at a time, rows compared for equality; the report's
-other convex sections (exactness, bias, studies, work) still run one run at a time. No GPU is
+``report_convex_speedup`` times the convex sections of ``focusfl reproduce report`` that compute
+runs (the ridge figure, the exactness table with SCAFFOLD against FOCUS, the studies, the work,
+suite and baselines sections: every step search's trials and every run at a chosen step), each
+mode in a process of its own, at :func:`report_sizes` (between the quick report's sizes and the
+full ones: about a minute or two one run at a time on a 2-core machine), with ``--batch-runs 1``
+against ``auto``; the figures are not drawn (they are not computation and cost both the same),
+and the sections' report.md text and summary rows are compared for equality. ``--only report``
+times that part alone. No GPU is
 timed here (n/a). The last line is for scripts:
 
     tune_speedup=X tune_end_to_end=Y report_convex_speedup=Z gpu_speedup=W|n/a identical=yes|no
@@ -65,18 +69,65 @@ def timed_tune(out: Path, batch: str) -> tuple[float, float]:
     return total, float(phase[len(PHASE):])
 
 
-def report_ridge(batch: str) -> tuple[float, object]:
-    """(seconds, results) of the report's ridge-section runs, computed with ``batch_runs``."""
+REPORT = "report_seconds="
+CPU = "report_cpu_seconds="
+DIGEST = "report_digest="
+
+
+def report_sizes():
+    """The report's sizes for the benchmark: the quick report's, with the full report's ridge
+    rounds, the exactness table, three seeds of SCAFFOLD against FOCUS and both work problems, and
+    studies 2 to 3 times as long (the suite and baselines sections run at their quick sizes)."""
+    import dataclasses
+
+    from focusfl.experiments.reproduce_report import FULL, QUICK
+
+    return dataclasses.replace(QUICK, ridge_rounds=FULL.ridge_rounds, exactness=True, versus_seeds=3,
+                               study_rounds=600, prox_rounds=400, push_rounds=600, work_rounds=200,
+                               work_problems=FULL.work_problems)
+
+
+def report_child(batch: str) -> None:
+    """Compute the report's convex sections here with ``--batch-runs BATCH``: print their seconds
+    and a digest of their report.md text and summary rows."""
+    import dataclasses
+    import hashlib
+
     import torch
 
-    from focusfl.experiments.reproduce_report import FULL
-    from focusfl.experiments.reproduce_ridge import run_figure4
+    from focusfl.experiments import reproduce_report as report
+    from focusfl.experiments import suite_study
+    from focusfl.experiments.verdicts import claims_rows
 
     torch.set_num_threads(1)  # as the report computes
-    batch_runs = "auto" if batch == "auto" else int(batch)
-    started = time.perf_counter()
-    results = [run_figure4(FULL.ridge_rounds, setting=setting, batch_runs=batch_runs) for setting in ("paper", "notebook")]
-    return time.perf_counter() - started, results
+    nothing = lambda *args, **kwargs: None  # noqa: E731
+    report.plot_figures = report._plot_rounds = report._plot_work_curves = suite_study.plot_curves = nothing
+    sizes = dataclasses.replace(report_sizes(), batch_runs="auto" if batch == "auto" else int(batch))
+    with tempfile.TemporaryDirectory(prefix="focusfl-report-") as tmp:
+        images = Path(tmp) / "images" / "reproductions"
+        images.mkdir(parents=True)
+        started, cpu = time.perf_counter(), time.process_time()
+        sections = [report.ridge_section(sizes, images), report.exactness_section(sizes),
+                    report.studies_section(sizes, images), report.work_section(sizes, images),
+                    report.suite_section(sizes, images), report.baselines_section(sizes)]
+        seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    digest = hashlib.sha256(report.build_report(sections, 0.0, None, quick=sizes.quick).encode()
+                            + repr(claims_rows(sections)).encode()).hexdigest()
+    print(f"{REPORT}{seconds:.6f}")
+    print(f"{CPU}{cpu:.6f}")
+    print(f"{DIGEST}{digest}")
+
+
+def report_convex(batch: str) -> tuple[float, float, str]:
+    """(seconds, CPU seconds, digest) of the report's convex sections computed with ``--batch-runs
+    BATCH``, in a process of its own (each mode pays its own imports and first calls). The CPU
+    time is printed beside the wall-clock time: on a machine shared with other work it moves
+    less with the load."""
+    done = subprocess.run([sys.executable, __file__, "--report-child", batch], capture_output=True, text=True,
+                          check=True)
+    lines = done.stdout.splitlines()
+    value = lambda key: next(line for line in lines if line.startswith(key))[len(key):]  # noqa: E731
+    return float(value(REPORT)), float(value(CPU)), value(DIGEST)
 
 
 def identical(first: Path, second: Path) -> bool:
@@ -101,26 +152,36 @@ def identical(first: Path, second: Path) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="folder for the two tunes (default: a temporary one)")
+    parser.add_argument("--only", choices=("tune", "report"), help="time one part only (the other's ratio: n/a)")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="focusfl-batched-") as tmp:
-        root = Path(args.out or tmp)
-        alone_total, alone_phase = timed_tune(root / "one-at-a-time", "1")
-        batched_total, batched_phase = timed_tune(root / "batched", "auto")
-        same = identical(root / "one-at-a-time", root / "batched")
-        print(f"tune --algorithm all --problem ridge: one run at a time {alone_total:.1f} s (trials {alone_phase:.1f} s), "
-              f"batched {batched_total:.1f} s (trials {batched_phase:.1f} s); files identical: {same}")
-    ridge_alone, rows_alone = report_ridge("1")
-    ridge_batched, rows_batched = report_ridge("auto")
-    same_rows = rows_alone == rows_batched
-    print(f"report, ridge section's runs: one run at a time {ridge_alone:.1f} s, batched {ridge_batched:.1f} s; "
-          f"rows identical: {same_rows}")
-    print(f"tune_speedup={alone_phase / batched_phase:.2f} tune_end_to_end={alone_total / batched_total:.2f} "
-          f"report_convex_speedup={ridge_alone / ridge_batched:.2f} gpu_speedup=n/a "
-          f"identical={'yes' if same and same_rows else 'no'}")
+    tune_speedup = end_to_end = report_speedup = "n/a"
+    same = True
+    if args.only != "report":
+        with tempfile.TemporaryDirectory(prefix="focusfl-batched-") as tmp:
+            root = Path(args.out or tmp)
+            alone_total, alone_phase = timed_tune(root / "one-at-a-time", "1")
+            batched_total, batched_phase = timed_tune(root / "batched", "auto")
+            same = identical(root / "one-at-a-time", root / "batched")
+            print(f"tune --algorithm all --problem ridge: one run at a time {alone_total:.1f} s (trials "
+                  f"{alone_phase:.1f} s), batched {batched_total:.1f} s (trials {batched_phase:.1f} s); files "
+                  f"identical: {same}")
+        tune_speedup, end_to_end = f"{alone_phase / batched_phase:.2f}", f"{alone_total / batched_total:.2f}"
+    if args.only != "tune":
+        report_alone, cpu_alone, digest_alone = report_convex("1")
+        report_batched, cpu_batched, digest_batched = report_convex("auto")
+        same_report = digest_alone == digest_batched
+        same = same and same_report
+        print(f"report, convex sections: one run at a time {report_alone:.1f} s (CPU {cpu_alone:.1f} s), batched "
+              f"{report_batched:.1f} s (CPU {cpu_batched:.1f} s); report text and summary rows identical: {same_report}")
+        report_speedup = f"{report_alone / report_batched:.2f}"
+    print(f"tune_speedup={tune_speedup} tune_end_to_end={end_to_end} report_convex_speedup={report_speedup} "
+          f"gpu_speedup=n/a identical={'yes' if same else 'no'}")
 
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         child(sys.argv[2:])
+    elif len(sys.argv) > 1 and sys.argv[1] == "--report-child":
+        report_child(sys.argv[2])
     else:
         main()

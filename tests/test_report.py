@@ -349,3 +349,47 @@ def test_the_work_study_takes_its_algorithms_when_registered():
     names = studies.partial_work_algorithms()
     assert names == studies.WORK_ALGORITHMS
     assert all(ALGORITHMS[n].partial_work for n in names)
+
+
+# -- batches of runs (--batch-runs) ------------------------------------------------------------------
+def test_the_convex_sections_say_the_same_in_batches_and_one_run_at_a_time(tmp_path, monkeypatch):
+    """Every convex section that computes runs, at sizes below the quick report's: report.md's
+    text and summary.csv's rows with --batch-runs 1 and auto are the same, and auto did step runs
+    together in every section (so that a section that silently ran one at a time fails here)."""
+    import dataclasses
+
+    from focusfl.experiments import baselines_study, reproduce_report, suite_study, sweep
+    from focusfl.experiments.verdicts import claims_rows
+
+    # The figures are tested above; here they would cost most of the time (the ridge section's ten).
+    monkeypatch.setattr(reproduce_report, "plot_figures", lambda *args: None)
+    small = suite_study.SuiteSizes(rounds=40, seeds=1, grid_every=4, eval_every=10)
+    monkeypatch.setattr(suite_study, "QUICK", small)
+    monkeypatch.setattr(baselines_study, "QUICK", small)
+    batches: list[int] = []
+    execute_batch = sweep.execute_batch
+    monkeypatch.setattr(sweep, "execute_batch", lambda runs: batches.append(len(runs)) or execute_batch(runs))
+    tiny = dataclasses.replace(reproduce_report.QUICK, ridge_rounds=20, study_rounds=100, prox_rounds=60,
+                               push_rounds=60, low_p=(0.3,), rhos=(0.9,), versus_seeds=2, work_rounds=40,
+                               work_processes=("rates (slow clients)",))
+    sections = {
+        "ridge": lambda sizes, images: reproduce_report.ridge_section(sizes, images),
+        "exactness": lambda sizes, images: reproduce_report.exactness_section(sizes),
+        "studies": reproduce_report.studies_section,
+        "work": reproduce_report.work_section,
+        "suite": reproduce_report.suite_section,
+        "baselines": lambda sizes, images: reproduce_report.baselines_section(sizes),
+    }
+    written = {}
+    for batch_runs in (1, "auto"):
+        sizes = dataclasses.replace(tiny, batch_runs=batch_runs)
+        images = tmp_path / str(batch_runs) / "images" / "reproductions"
+        images.mkdir(parents=True)
+        for name, make in sections.items():
+            batches.clear()
+            section = make(sizes, images)
+            assert (max(batches) > 1) == (batch_runs == "auto"), (name, batch_runs, batches)
+            written[(name, batch_runs)] = (reproduce_report.build_report([section], 0.0, None, quick=True),
+                                           claims_rows([section]))
+    for name in sections:
+        assert written[(name, 1)] == written[(name, "auto")], name

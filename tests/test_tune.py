@@ -274,3 +274,57 @@ def test_tune_refuses_a_bad_algorithm_list_before_any_trial(tmp_path, algorithms
                     cwd=tmp_path)
     assert_one_line_error(proc, 2, says)
     assert list(tmp_path.iterdir()) == []
+
+
+# -- trials in batches of runs (runs/batch.py) -------------------------------------------------------
+TINY_RIDGE = "ridge:dim=5,clients=4,samples=10"
+
+
+def _group_sizes(monkeypatch) -> list[int]:
+    """The size of every batch sweep.compute_configs steps from now on (appended as they run)."""
+    from focusfl.experiments import sweep
+
+    sizes: list[int] = []
+    execute_batch = sweep.execute_batch
+
+    def counted(runs):
+        sizes.append(len(runs))
+        return execute_batch(runs)
+
+    monkeypatch.setattr(sweep, "execute_batch", counted)
+    return sizes
+
+
+def test_trials_run_in_batches_and_give_each_trials_own_row(monkeypatch):
+    setup = tune.setup(problem=TINY_RIDGE, participation="bernoulli:p=0.3;0.5;0.7;0.9", rounds=40, local_steps=2,
+                       target=1e-8, eval_every=5)
+    # 0.3 diverges (it stops alone, at the round it stops alone); the others differ by algorithm and step.
+    trials = [tune.Trial(algorithm, lr, setup) for algorithm in ("focus", "fedavg", "scaffold:server_lr=0.5", "scaffold")
+              for lr in (1e-3, 1e-2, 0.3)]
+    alone = [tune.run_trial(*trial) for trial in trials]
+    assert any(row["diverged_at"] is not None for row in alone) and any(row["diverged_at"] is None for row in alone)
+    sizes = _group_sizes(monkeypatch)
+    assert tune.run_trials(trials) == alone
+    # One batch per algorithm (its hyperparameters may differ within it), in the order of its first trial.
+    assert sizes == [3, 3, 6]
+    sizes.clear()
+    with_rows = tune.run_trials(trials, rows=True, batch_runs=2)
+    assert with_rows == [tune.run_trial(*trial, rows=True) for trial in trials] and max(sizes) == 2
+    sizes.clear()
+    assert tune.run_trials(trials, batch_runs=1) == alone and set(sizes) == {1}
+
+
+def test_searches_evaluated_together_choose_what_each_alone_chooses(monkeypatch):
+    setups = {process: tune.setup(problem=TINY_RIDGE, participation=process, rounds=60, local_steps=2, target=1e-8,
+                                  eval_every=10) for process in ("full", "cyclic:groups=2")}
+    cells = {(process, algorithm): (algorithm, setup) for process, setup in setups.items()
+             for algorithm in ("focus", "fedavg")}
+    grid = lr_grid(1e-3, 1e-1, 3)
+    sizes = _group_sizes(monkeypatch)
+    together = tune.search_steps(tune.trial_evaluator(cells), {key: grid for key in cells}, pick=pick_best)
+    assert max(sizes) > 1
+    for key, (algorithm, setup) in cells.items():
+        def evaluate(asked, algorithm=algorithm, setup=setup):
+            return {k: [tune.run_trial(algorithm, lr, setup) for lr in lrs] for k, lrs in asked.items()}
+
+        assert together[key] == tune.search_steps(evaluate, {key: grid}, pick=pick_best)[key]

@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import math
 
-from .studies import TARGET, tuned
+from .studies import TARGET, over_seeds, tuned_steps
 from . import suite_study
 from .suite_study import GRID, PROBLEM, RATES, SuiteSizes
-from .tune import TuneSetup, run_trial
 from .tune import setup as tune_setup
 from .verdicts import MIN_SEEDS, Claim, Criterion, Section, ahead, finite
 
@@ -47,18 +46,23 @@ FEDDYN_ALPHA = 10.0
 FULL, QUICK, DECISIVE_ROUNDS = suite_study.FULL, suite_study.QUICK, suite_study.DECISIVE_ROUNDS
 
 
-def tuned_over_seeds(algorithm: str, participation: str, local_steps: int, sizes: SuiteSizes) -> dict:
-    """``algorithm``'s step tuned on seed 0, then every seed at that step: per-seed rounds to 1e-8
-    (math.inf: never) and final rel. errors; ``edge``: the search hit its cap at an end of the grid."""
-    setup = tune_setup(problem=PROBLEM, participation=participation, rounds=sizes.rounds, local_steps=local_steps,
-                       target=TARGET, eval_every=sizes.eval_every)
-    choice = tuned(algorithm, setup, GRID[:: sizes.grid_every])
-    trials = [run_trial(algorithm, choice.lr, TuneSetup(setup.run.replace(seed=seed), setup.target))
-              for seed in range(sizes.seeds)]
-    return {"algorithm": algorithm, "lr": choice.lr, "edge": choice.capped,
-            "rounds": [math.inf if t["first_round_below_target"] is None else t["first_round_below_target"]
-                       for t in trials],
-            "final": [t["final"] for t in trials]}
+def tuned_over_seeds(cells: dict[str, tuple[str, str, int]], sizes: SuiteSizes, *,
+                     batch_runs: int | str = "auto") -> dict[str, dict]:
+    """Each cell's (label -> (algorithm, participation, local steps)) step tuned on seed 0, then
+    every seed at that step, all cells' trials in batches of runs: per label, the per-seed rounds
+    to 1e-8 (math.inf: never) and final rel. errors; ``edge``: the search hit its cap at an end of
+    the grid."""
+    setups = {label: (algorithm, tune_setup(problem=PROBLEM, participation=participation, rounds=sizes.rounds,
+                                            local_steps=local_steps, target=TARGET, eval_every=sizes.eval_every))
+              for label, (algorithm, participation, local_steps) in cells.items()}
+    choices = tuned_steps(setups, GRID[:: sizes.grid_every], batch_runs=batch_runs)
+    per_seed = over_seeds({label: (algorithm, choices[label].lr, setup) for label, (algorithm, setup) in setups.items()},
+                          sizes.seeds, batch_runs=batch_runs)
+    return {label: {"algorithm": algorithm, "lr": choices[label].lr, "edge": choices[label].capped,
+                    "rounds": [math.inf if t["first_round_below_target"] is None else t["first_round_below_target"]
+                               for t in per_seed[label]],
+                    "final": [t["final"] for t in per_seed[label]]}
+            for label, (algorithm, _) in setups.items()}
 
 
 # -- criteria --------------------------------------------------------------------------------------
@@ -107,21 +111,22 @@ def _row_text(row: dict) -> str:
             f"final {_per_seed(row, 'final')}")
 
 
-def measure(sizes: SuiteSizes) -> dict[str, dict]:
+def measure(sizes: SuiteSizes, *, batch_runs: int | str = "auto") -> dict[str, dict]:
     """Every run of the section, by label."""
-    return {
-        "amplified": tuned_over_seeds(f"amplified_fedavg:amplification={AMPLIFICATION:g}", PERIODIC, 2, sizes),
-        "plain": tuned_over_seeds("amplified_fedavg:amplification=1", PERIODIC, 2, sizes),
-        "feddyn": tuned_over_seeds(f"feddyn:alpha={FEDDYN_ALPHA:g}", PARTIAL, 2, sizes),
-        "fedavg_partial": tuned_over_seeds("fedavg", PARTIAL, 2, sizes),
-        "fedlaavg": tuned_over_seeds("fedlaavg", INTERMITTENT, 1, sizes),
-        "fedavg_intermittent": tuned_over_seeds("fedavg", INTERMITTENT, 1, sizes),
-    }
+    return tuned_over_seeds({
+        "amplified": (f"amplified_fedavg:amplification={AMPLIFICATION:g}", PERIODIC, 2),
+        "plain": ("amplified_fedavg:amplification=1", PERIODIC, 2),
+        "feddyn": (f"feddyn:alpha={FEDDYN_ALPHA:g}", PARTIAL, 2),
+        "fedavg_partial": ("fedavg", PARTIAL, 2),
+        "fedlaavg": ("fedlaavg", INTERMITTENT, 1),
+        "fedavg_intermittent": ("fedavg", INTERMITTENT, 1),
+    }, sizes, batch_runs=batch_runs)
 
 
-def baselines_section(sizes: SuiteSizes, quick: bool = False) -> Section:
-    """The section's claims judged at ``sizes`` (``quick``: a toy-size report)."""
-    runs = measure(sizes)
+def baselines_section(sizes: SuiteSizes, quick: bool = False, *, batch_runs: int | str = "auto") -> Section:
+    """The section's claims judged at ``sizes`` (``quick``: a toy-size report; ``batch_runs``: the
+    runs stepped together, runs/batch.py)."""
+    runs = measure(sizes, batch_runs=batch_runs)
     section = Section("Baselines under arbitrary participation")
     amplified, plain = runs["amplified"], runs["plain"]
     seeds = f"seeds 0-{sizes.seeds - 1}" if sizes.seeds > 1 else "seed 0"

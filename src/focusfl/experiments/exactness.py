@@ -26,7 +26,7 @@ from typing import Sequence
 
 import torch
 
-from .tune import lr_grid, pick_best, run_trial, search_steps, setup
+from .tune import Trial, TuneSetup, lr_grid, pick_best, run_trial, run_trials, search_steps, setup, trial_evaluator
 
 PROBLEMS = {
     "ridge": "ridge:dim=10,clients=8,samples=20",
@@ -243,14 +243,24 @@ TABLE: dict[tuple[str, str, str], tuple[float, int | float]] = {
 }
 
 
+def cell_setup(problem: str, process: str, rounds: int = ROUNDS) -> TuneSetup:
+    """What every trial of the cell (problem, process) shares."""
+    return setup(problem=PROBLEMS[problem], participation=PROCESSES[process], rounds=rounds, local_steps=LOCAL_STEPS,
+                 seed=SEED, eval_every=EVAL_EVERY, target=TARGET)
+
+
+def with_plateau(row: dict, rounds: int = ROUNDS) -> dict:
+    """A trial's row computed with its rows (``rows=True``), the rows replaced by its plateau
+    level (min rel_error over the second half; +inf when it diverged)."""
+    kept = dict(row)
+    second_half = [float(r["rel_error"]) for r in kept.pop("rows") if r["round"] >= rounds // 2]
+    kept["plateau"] = math.inf if kept["diverged_at"] is not None else min(second_half)
+    return kept
+
+
 def run_cell(algorithm: str, problem: str, process: str, lr: float, rounds: int = ROUNDS) -> dict:
     """One cell: the run's summary plus its plateau level (min over the second half)."""
-    cell = setup(problem=PROBLEMS[problem], participation=PROCESSES[process], rounds=rounds, local_steps=LOCAL_STEPS,
-                 seed=SEED, eval_every=EVAL_EVERY, target=TARGET)
-    row = run_trial(algorithm, lr, cell, rows=True)
-    second_half = [float(r["rel_error"]) for r in row.pop("rows") if r["round"] >= rounds // 2]
-    row["plateau"] = math.inf if row["diverged_at"] is not None else min(second_half)
-    return row
+    return with_plateau(run_trial(algorithm, lr, cell_setup(problem, process, rounds), rows=True), rounds)
 
 
 def outcome(row: dict) -> int | float:
@@ -258,27 +268,28 @@ def outcome(row: dict) -> int | float:
     return int(first) if first is not None else float(f"{row['plateau']:.3g}")
 
 
-def tune_table(algorithms: Sequence[str] = ALGORITHMS, progress: bool = True) -> dict:
+def tune_table(algorithms: Sequence[str] = ALGORITHMS, progress: bool = True, batch_runs: int | str = "auto") -> dict:
     """The step search of every cell (the rule of ``focusfl tune``: GRIDS, extended past an end
-    until the best step is interior): the new TABLE."""
+    until the best step is interior), all cells searched together, their trials in batches of
+    runs: the new TABLE."""
+    cells = {(algorithm, problem, process): (algorithm, cell_setup(problem, process))
+             for problem in PROBLEMS for process in PROCESSES for algorithm in algorithms}
+    evaluate = trial_evaluator(cells, rows=True, batch_runs=batch_runs, reduce=lambda trials: with_plateau(trials[0]))
+    choices = search_steps(evaluate, {key: GRIDS[key[1]] for key in cells}, pick=pick_best)
     table = {}
-    for problem in PROBLEMS:
-        for process in PROCESSES:
-            for algorithm in algorithms:
-                def evaluate(asked, problem=problem, process=process):
-                    return {name: [run_cell(name, problem, process, lr) for lr in lrs] for name, lrs in asked.items()}
-
-                best = search_steps(evaluate, {algorithm: GRIDS[problem]}, pick=pick_best)[algorithm].trial
-                table[(algorithm, problem, process)] = (best["lr"], outcome(best))
-                if progress:
-                    cell = table[(algorithm, problem, process)]
-                    print(f"{algorithm:<16} {problem:<9} {process:<10} {cell}", flush=True)
+    for key in cells:
+        best = choices[key].trial
+        table[key] = (best["lr"], outcome(best))
+        if progress:
+            print(f"{key[0]:<16} {key[1]:<9} {key[2]:<10} {table[key]}", flush=True)
     return table
 
 
-def measure_table(table: dict = TABLE) -> dict:
-    """Rerun every stored cell with its tuned step size: the measured outcomes."""
-    return {key: (lr, outcome(run_cell(*key, lr))) for key, (lr, _) in table.items()}
+def measure_table(table: dict = TABLE, batch_runs: int | str = "auto") -> dict:
+    """Rerun every stored cell with its tuned step size, in batches of runs: the measured outcomes."""
+    trials = [Trial(algorithm, lr, cell_setup(problem, process)) for (algorithm, problem, process), (lr, _) in table.items()]
+    rows = run_trials(trials, rows=True, batch_runs=batch_runs)
+    return {key: (lr, outcome(with_plateau(row))) for (key, (lr, _)), row in zip(table.items(), rows)}
 
 
 def format_cell(lr: float, result: int | float) -> str:

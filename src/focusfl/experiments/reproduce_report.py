@@ -19,6 +19,7 @@ first lines and its verdicts are **inconclusive (quick)** wherever those sizes c
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from ..argtypes import BATCH_RUNS_HELP, batch_runs_value
 from ..data.loaders import read_npz_dataset
 from ..errors import ConfigError, FocusflError
 from ..io.atomic import write_csv
@@ -35,6 +37,7 @@ from ..matrix.bias import DEFAULT_BIAS_PROBLEM, FEDAVG_STEP, WARMUP_EFOLDS
 from ..participation import make_participation
 from ..plots import coinciding_groups, palette, pyplot
 from ..problems import make_problem
+from ..runs.batch import batch_size
 from . import baselines_study, studies
 from .exactness import PROBLEMS, PROCESSES, TABLE, format_markdown, measure_table
 from .nn_study import FULL_STUDY, QUICK_STUDY, check_study_folder, nn_section
@@ -91,6 +94,9 @@ class Sizes:
     work_processes: tuple = ("fixed", "uniform", "rates (slow clients)", "markov (slow spells)")
     work_grid_points: int = 0  # 0: the studies' grids; k: every k-th point of them (quick)
     quick: bool = False
+    # Runs stepped together by the convex sections (runs/batch.py; --batch-runs): how they are
+    # computed, never what they compute.
+    batch_runs: int | str = "auto"
 
 
 FULL = Sizes()
@@ -218,8 +224,8 @@ def _floats_to(rows: list[dict], threshold: float = 1e-8) -> float:
 
 def ridge_section(sizes: Sizes, images: Path) -> Section:
     section = Section("FOCUS paper, Figure 4: ridge regression")
-    paper_panels, paper = run_figure4(sizes.ridge_rounds, setting="paper")
-    nb_panels, notebook = run_figure4(sizes.ridge_rounds, setting="notebook")
+    paper_panels, paper = run_figure4(sizes.ridge_rounds, setting="paper", batch_runs=sizes.batch_runs)
+    nb_panels, notebook = run_figure4(sizes.ridge_rounds, setting="notebook", batch_runs=sizes.batch_runs)
     with many_lines_style():
         for name, panels, setting in (("ridge_paper", paper_panels, "paper"), ("ridge_notebook", nb_panels, "notebook")):
             scratch = images / f".{name}"
@@ -376,7 +382,7 @@ FOCUS_VS_SCAFFOLD = Criterion(
 def exactness_section(sizes: Sizes) -> Section:
     section = Section("Exact convergence (FOCUS Table 1), SCAFFOLD")
     cells = [(p, q) for p in PROBLEMS for q in PROCESSES]
-    table = measure_table() if sizes.exactness else None
+    table = measure_table(batch_runs=sizes.batch_runs) if sizes.exactness else None
     if table is not None:
         exact = {alg: [isinstance(table[(alg, p, q)][1], int) for p, q in cells]
                  for alg in dict.fromkeys(k[0] for k in table)}
@@ -410,7 +416,8 @@ def exactness_section(sizes: Sizes) -> Section:
     fixed = scaffold_fixed_point(rounds=min(200, sizes.study_rounds))
     biased = scaffold_fixed_point(rounds=min(200, sizes.study_rounds), offset=0.1)
     versus = {row["algorithm"]: row for row in scaffold_against_focus(rounds=sizes.ridge_rounds,
-                                                                      seeds=sizes.versus_seeds)}
+                                                                      seeds=sizes.versus_seeds,
+                                                                      batch_runs=sizes.batch_runs)}
     f, s = versus["focus"], versus["scaffold"]
     section.claims += [
         Claim(FOCUS, "Table 1, footnote 3", "SCAFFOLD: no proof under arbitrary participation; \"empirically "
@@ -629,7 +636,7 @@ PROXSKIP_EXACT_ONLY_FULL = Criterion(
 
 def studies_section(sizes: Sizes, images: Path) -> Section:
     section = Section("Studies the reviewers asked for and ProxSkip's adaptations")
-    low = studies.low_participation(sizes.low_p, rounds=sizes.study_rounds)
+    low = studies.low_participation(sizes.low_p, rounds=sizes.study_rounds, batch_runs=sizes.batch_runs)
     _plot_rounds(low, "p_min", images / "low_participation.png", "smallest participation rate p_min",
                  f"Bernoulli, client 0 at p_min, others 0.3..0.9 (8 clients, τ = 2, {sizes.study_rounds} rounds)",
                  log_x=True)
@@ -660,7 +667,8 @@ def studies_section(sizes: Sizes, images: Path) -> Section:
                             for a in ("scaffold", "mifa", "fedvarp", "focus")} | {"rounds": sizes.study_rounds},
                            quick=sizes.quick)))
 
-    markov = studies.long_absences(sizes.rhos, rounds=sizes.study_rounds, absences=sizes.absences)
+    markov = studies.long_absences(sizes.rhos, rounds=sizes.study_rounds, absences=sizes.absences,
+                                   batch_runs=sizes.batch_runs)
     _plot_rounds(markov, "rho", images / "long_absences.png", "persistence ρ (lag-one autocorrelation of presence)",
                  "Markov participation, stationary rates 0.2..0.9 (8 clients, τ = 2)", log_x=False)
     focus_m = {r["rho"]: r for r in markov if r["algorithm"] == "focus"}
@@ -683,7 +691,7 @@ def studies_section(sizes: Sizes, images: Path) -> Section:
                      f"![long absences]({FIGURES}/long_absences.png)",
                      "*Rounds to 1e-8 against persistence*: absences grow with ρ and so do the rounds."]
 
-    push = studies.pushsum_against_focus(rounds=sizes.push_rounds)
+    push = studies.pushsum_against_focus(rounds=sizes.push_rounds, batch_runs=sizes.batch_runs)
     pmap = {(r["process"], r["algorithm"]): r for r in push}
     bern = "bernoulli (FOCUS preset)"
     section.claims.append(Claim(
@@ -697,7 +705,7 @@ def studies_section(sizes: Sizes, images: Path) -> Section:
                        "focus_rounds": never_inf(pmap[(bern, "focus")]["rounds_to_target"])}, quick=sizes.quick)))
     section.text += ["**Push-sum** (rounds to 1e-8):", _table(push, "algorithm", "process", "algorithm")]
 
-    prox = studies.proxskip_adaptations(rounds=sizes.prox_rounds)
+    prox = studies.proxskip_adaptations(rounds=sizes.prox_rounds, batch_runs=sizes.batch_runs)
     section.text += [
         "**ProxSkip under partial participation** (`proxskip:partial=...`, rounds to 1e-8 at tuned η, "
         f"{sizes.prox_rounds} rounds; see docs/algorithms.md):", _table(prox, "algorithm", "process", "adaptation")]
@@ -747,7 +755,8 @@ def work_section(sizes: Sizes, images: Path) -> Section:
     problems = {k: studies.WORK_PROBLEMS[k] for k in sizes.work_problems}
     works = {k: studies.WORK_PROCESSES[k] for k in sizes.work_processes}
     grids = {k: (g[:: sizes.work_grid_points] if sizes.work_grid_points else g) for k, g in studies.WORK_GRIDS.items()}
-    rows = studies.exactness_under_work(problems, works, rounds=sizes.work_rounds, grids=grids)
+    rows = studies.exactness_under_work(problems, works, rounds=sizes.work_rounds, grids=grids,
+                                        batch_runs=sizes.batch_runs)
     _plot_work_curves(rows, images / "work_exactness.png", sizes.work_rounds)
     for row in rows:
         row["column"] = f"{row['work']} / {row['participation']}"
@@ -862,7 +871,7 @@ def _plot_work_curves(rows: list[dict], path: Path, rounds: int) -> None:
 def suite_section(sizes: Sizes, images: Path) -> Section:
     """The suite under one roof (experiments/suite_study.py owns its runs and criteria): each claim
     judged here by its criterion over the numbers the study measured."""
-    part = suite_report_section(quick=sizes.quick, images=images)
+    part = suite_report_section(quick=sizes.quick, images=images, batch_runs=sizes.batch_runs)
     claims = [Claim(c["paper"], c["where"], c["claim"], c["ran"], c["number"],
                     CRITERIA[c["criterion"]].judge(c["values"], quick=sizes.quick, reason=c["note"]))
               for c in part["claims"]]
@@ -872,7 +881,7 @@ def suite_section(sizes: Sizes, images: Path) -> Section:
 def baselines_section(sizes: Sizes) -> Section:
     """The baselines' own claims about participation (experiments/baselines_study.py owns runs and criteria)."""
     return baselines_study.baselines_section(baselines_study.QUICK if sizes.quick else baselines_study.FULL,
-                                             quick=sizes.quick)
+                                             quick=sizes.quick, batch_runs=sizes.batch_runs)
 
 
 # -- the report -----------------------------------------------------------------------------------
@@ -937,6 +946,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where the neural-network study keeps its runs (default OUT/nn-study): a folder of an "
                         "earlier `reproduce report` or `reproduce nn-study` with the same sizes is reused, its "
                         "finished runs skipped")
+    parser.add_argument("--batch-runs", type=batch_runs_value, default="auto", metavar="auto|K", help=BATCH_RUNS_HELP)
 
 
 @dataclass(frozen=True)
@@ -948,6 +958,7 @@ class ReportOptions:
     quick: bool = False  # toy sizes
     workers: int = 1
     nn_study: str | None = None  # the nn study's folder (None: inside the report)
+    batch_runs: int | str = "auto"  # runs stepped together by the convex sections (runs/batch.py)
 
 
 def run(args: ReportOptions) -> int:
@@ -962,7 +973,8 @@ def run(args: ReportOptions) -> int:
     if args.nn_study:
         check_study_folder(args.nn_study)
     torch.set_num_threads(1)  # hundreds of small runs: threads only add synchronisation
-    sizes = QUICK if args.quick else FULL
+    batch_size(args.batch_runs, 1)  # a bad value is one line before anything is written
+    sizes = dataclasses.replace(QUICK if args.quick else FULL, batch_runs=args.batch_runs)
     if args.quick:
         print("quick report: toy sizes to test the command; its numbers are not findings", flush=True)
     begin = time.perf_counter()

@@ -16,14 +16,17 @@ at smaller sizes.
   than asked (work processes), with full and arbitrary participation, and FedAvg's measured
   limit against the step-weighted limit the matrix framework predicts.
 
-Every run is a plain :func:`focusfl.engine.simulate` run through the runner's
-``RunConfig``; tuning follows ``focusfl tune`` (reaching the target first wins, else the lowest
-final error).
+Every run is a ``RunConfig`` built by the runner; tuning follows ``focusfl tune`` (reaching the
+target first wins, else the lowest final error). A study searches all of its cells' steps
+together (:func:`tuned_steps`), so that every round of the searches computes its trials in
+batches of runs (``batch_runs``, runs/batch.py: each trial's row the one it has alone). SCAFFOLD's
+fixed point, the reductions and FedAvg's predicted limit start from states of their own or
+iterate the matrix framework: they are computed one at a time.
 """
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Callable, Hashable, Mapping, Sequence
 
 import torch
 
@@ -38,7 +41,7 @@ from ..metrics import first_below  # noqa: F401 (a study's rows are read with it
 from ..participation import make_participation, summarize
 from ..problems import make_problem
 from ..work import make_work, step_law
-from .tune import StepChoice, TuneSetup, lr_grid, pick_best, run_trial, search_steps
+from .tune import StepChoice, Trial, TuneSetup, lr_grid, pick_best, run_trials, search_steps, trial_evaluator
 from .tune import setup as tune_setup
 
 # The exactness table's problem: small enough for hundreds of runs in seconds.
@@ -52,19 +55,17 @@ def _rates(p_min: float) -> str:
     return ";".join(f"{p:g}" for p in (p_min, *OTHER_RATES))
 
 
-def tuned_choice(algorithm: str, grid: Sequence[float], trial) -> StepChoice:
-    """The step of ``algorithm`` by the search rule of ``focusfl tune`` (the convex ranking):
-    ``trial(lr)`` runs one step; the grid is extended past an end until its best step is
-    interior or bounded by a diverged step."""
-    def evaluate(asked: dict[str, list[float]]) -> dict[str, list[dict]]:
-        return {key: [trial(lr) for lr in lrs] for key, lrs in asked.items()}
-
-    return search_steps(evaluate, {algorithm: grid}, pick=pick_best)[algorithm]
-
-
-def tuned(algorithm: str, setup: TuneSetup, grid: Sequence[float] = GRID) -> StepChoice:
-    """The tuned step of ``algorithm`` under ``setup``, searched from ``grid`` (:func:`tuned_choice`)."""
-    return tuned_choice(algorithm, grid, lambda lr: run_trial(algorithm, lr, setup))
+def tuned_steps(cells: Mapping[Hashable, tuple], grids: Sequence[float] | Mapping[Hashable, Sequence[float]], *,
+                batch_runs: int | str = "auto", rows: bool = False,
+                reduce: Callable[[list[dict]], dict] | None = None) -> dict[Hashable, StepChoice]:
+    """The step of every cell (key -> (algorithm, setup), tune.trial_evaluator's cells) by the
+    search rule of ``focusfl tune`` (the convex ranking), all searched together so that their
+    trials run in batches of runs (``batch_runs``): each cell's grid (``grids``, one for all or
+    one per key) is extended past an end until its best step is interior or bounded by a
+    diverged step."""
+    per_key = {key: grids[key] if isinstance(grids, Mapping) else grids for key in cells}
+    evaluate = trial_evaluator(cells, rows=rows, batch_runs=batch_runs, reduce=reduce)
+    return search_steps(evaluate, per_key, pick=pick_best)
 
 
 def outcome_row(choice: StepChoice | dict) -> dict:
@@ -99,17 +100,18 @@ LOW_P_ALGORITHMS = ("focus", "scaffold", "fedau", "fedvarp", "mifa")
 def low_participation(
     p_mins: Sequence[float] = LOW_P, algorithms: Sequence[str] = LOW_P_ALGORITHMS, *,
     rounds: int = 3000, problem: str = SMALL_RIDGE, local_steps: int = 2, grid: Sequence[float] = GRID,
-    eval_every: int = 10,
+    eval_every: int = 10, batch_runs: int | str = "auto",
 ) -> list[dict]:
     """Bernoulli participation, client 0 at rate p_min and the others at 0.3..0.9; per algorithm
     and p_min, the tuned step size and the rounds to rel_error 1e-8 (or the final error)."""
-    rows = []
+    cells = {}
     for p_min in p_mins:
         setup = tune_setup(problem=problem, participation=f"bernoulli:p={_rates(p_min)}", rounds=rounds,
                           local_steps=local_steps, target=TARGET, eval_every=eval_every)
-        for algorithm in algorithms:
-            rows.append({"p_min": p_min, "algorithm": algorithm, **outcome_row(tuned(algorithm, setup, grid))})
-    return rows
+        cells.update({(p_min, algorithm): (algorithm, setup) for algorithm in algorithms})
+    choices = tuned_steps(cells, grid, batch_runs=batch_runs)
+    return [{"p_min": p_min, "algorithm": algorithm, **outcome_row(choices[(p_min, algorithm)])}
+            for p_min, algorithm in cells]
 
 
 # -- (b) long absences ----------------------------------------------------------------------------
@@ -127,25 +129,26 @@ def mean_absence(rho: float, p: float = min(float(v) for v in MARKOV_RATES.split
 def long_absences(
     rhos: Sequence[float] = RHOS, algorithms: Sequence[str] = ABSENCE_ALGORITHMS, *,
     rounds: int = 3000, problem: str = SMALL_RIDGE, local_steps: int = 2, grid: Sequence[float] = GRID,
-    eval_every: int = 10, absences: float = 0.0,
+    eval_every: int = 10, absences: float = 0.0, batch_runs: int | str = "auto",
 ) -> list[dict]:
     """Markov participation with stationary rates 0.2..0.9 and persistence rho (the lag-one
     autocorrelation of presence: the rarest client's absences last :func:`mean_absence` rounds on
     average). Each rho runs ``rounds`` rounds, or long enough for ``absences`` mean absences of
     the rarest client if that is longer (a run short against the absences cannot tell slow from
     never). Adds the measured delay metrics of each rho, its rounds and its mean absence."""
-    rows = []
+    cells, measured = {}, {}
     for rho in rhos:
         horizon = max(rounds, math.ceil(absences * mean_absence(rho) / eval_every) * eval_every)
         spec = f"markov:p={MARKOV_RATES},rho={rho:g}"
         stats = summarize(make_participation(spec, 8, seed=0).mask(horizon))
+        measured[rho] = {"tau_max": stats.tau_max, "tau_avg": stats.tau_avg, "rounds": horizon,
+                         "mean_absence": mean_absence(rho)}
         setup = tune_setup(problem=problem, participation=spec, rounds=horizon, local_steps=local_steps,
                           target=TARGET, eval_every=eval_every)
-        for algorithm in algorithms:
-            rows.append({"rho": rho, "tau_max": stats.tau_max, "tau_avg": stats.tau_avg, "rounds": horizon,
-                         "mean_absence": mean_absence(rho), "algorithm": algorithm,
-                         **outcome_row(tuned(algorithm, setup, grid))})
-    return rows
+        cells.update({(rho, algorithm): (algorithm, setup) for algorithm in algorithms})
+    choices = tuned_steps(cells, grid, batch_runs=batch_runs)
+    return [{"rho": rho, **measured[rho], "algorithm": algorithm, **outcome_row(choices[(rho, algorithm)])}
+            for rho, algorithm in cells]
 
 
 # -- ProxSkip under partial participation ---------------------------------------------------------
@@ -163,15 +166,16 @@ PROXSKIP_VARIANTS = ("proxskip", "proxskip:partial=plain", "proxskip:partial=def
 def proxskip_adaptations(
     variants: Sequence[str] = PROXSKIP_VARIANTS, processes: dict[str, str] = PROCESSES, *,
     rounds: int = 1000, problem: str = SMALL_RIDGE, local_steps: int = 2, grid: Sequence[float] = GRID,
-    eval_every: int = 10,
+    eval_every: int = 10, batch_runs: int | str = "auto",
 ) -> list[dict]:
-    rows = []
+    cells = {}
     for label, spec in processes.items():
         setup = tune_setup(problem=problem, participation=spec, rounds=rounds, local_steps=local_steps,
                           target=TARGET, eval_every=eval_every)
-        for variant in variants:
-            rows.append({"process": label, "algorithm": variant, **outcome_row(tuned(variant, setup, grid))})
-    return rows
+        cells.update({(label, variant): (variant, setup) for variant in variants})
+    choices = tuned_steps(cells, grid, batch_runs=batch_runs)
+    return [{"process": label, "algorithm": variant, **outcome_row(choices[(label, variant)])}
+            for label, variant in cells]
 
 
 # -- push-sum (seed 003) ----------------------------------------------------------------------------
@@ -181,16 +185,17 @@ PUSHSUM_PROCESSES = {"uniform (4 of 16)": "uniform:m=4", "bernoulli (FOCUS prese
 
 def pushsum_against_focus(
     processes: dict[str, str] = PUSHSUM_PROCESSES, *, rounds: int = 3000, problem: str = PUSHSUM_PROBLEM,
-    grid: Sequence[float] = lr_grid(1e-5, 1e-3, 5), eval_every: int = 20,
+    grid: Sequence[float] = lr_grid(1e-5, 1e-3, 5), eval_every: int = 20, batch_runs: int | str = "auto",
 ) -> list[dict]:
     """tau = 1 (the framework page's setting): FOCUS, push-sum and push-sum with tracking."""
-    rows = []
+    cells = {}
     for label, spec in processes.items():
         setup = tune_setup(problem=problem, participation=spec, rounds=rounds, local_steps=1, target=TARGET,
                           eval_every=eval_every)
-        for algorithm in ("focus", "pushsum_tracking", "pushsum"):
-            rows.append({"process": label, "algorithm": algorithm, **outcome_row(tuned(algorithm, setup, grid))})
-    return rows
+        cells.update({(label, algorithm): (algorithm, setup) for algorithm in ("focus", "pushsum_tracking", "pushsum")})
+    choices = tuned_steps(cells, grid, batch_runs=batch_runs)
+    return [{"process": label, "algorithm": algorithm, **outcome_row(choices[(label, algorithm)])}
+            for label, algorithm in cells]
 
 
 # -- SCAFFOLD ---------------------------------------------------------------------------------------
@@ -226,19 +231,22 @@ PAPER_RIDGE = "ridge:clients=16,samples=100,dim=100,reg=0.01"
 def scaffold_against_focus(
     *, problem: str = PAPER_RIDGE, participation: str = ARBITRARY, local_steps: int = 5, rounds: int = 500,
     grid: Sequence[float] = lr_grid(5e-5, 5e-3, 7), eval_every: int = 5, seeds: int = 3,
+    batch_runs: int | str = "auto",
 ) -> list[dict]:
     """Tuned FOCUS and SCAFFOLD on the paper's ridge under arbitrary participation: rounds and
     vectors communicated (down + up) to 1e-8. The step is tuned on seed 0, then run on seeds
     0..``seeds``-1 (the participation's draws): per-seed rounds and vectors ("never": math.inf)."""
+    algorithms = ("focus", "scaffold")
+    setup = tune_setup(problem=problem, participation=participation, rounds=rounds, local_steps=local_steps,
+                      target=TARGET, eval_every=eval_every)
+    choices = tuned_steps({algorithm: (algorithm, setup) for algorithm in algorithms}, grid, batch_runs=batch_runs)
+    per_seed = over_seeds({algorithm: (algorithm, choices[algorithm].lr, setup) for algorithm in algorithms}, seeds,
+                          batch_runs=batch_runs)
     rows = []
-    for algorithm in ("focus", "scaffold"):
-        setup = tune_setup(problem=problem, participation=participation, rounds=rounds, local_steps=local_steps,
-                          target=TARGET, eval_every=eval_every)
-        best = outcome_row(tuned(algorithm, setup, grid))
-        per_seed = [run_trial(algorithm, best["lr"], TuneSetup(setup.run.replace(seed=seed), setup.target))
-                    for seed in range(seeds)]
+    for algorithm in algorithms:
+        best = outcome_row(choices[algorithm])
         reached = [math.inf if t["first_round_below_target"] is None else t["first_round_below_target"]
-                   for t in per_seed]
+                   for t in per_seed[algorithm]]
         comm = make_algorithm(algorithm).communication()
         vectors = comm.down + comm.up
         rows.append({"algorithm": algorithm, **best, "vectors_per_participant": vectors,
@@ -247,6 +255,18 @@ def scaffold_against_focus(
                      "vectors_per_seed": [r * 4 * vectors for r in reached],
                      "vectors_to_target": None if best["rounds_to_target"] is None
                      else best["rounds_to_target"] * 4 * vectors})
+    return rows
+
+
+def over_seeds(chosen: Mapping[Hashable, Trial], seeds: int, *, batch_runs: int | str = "auto"
+               ) -> dict[Hashable, list[dict]]:
+    """Each chosen trial (key -> (algorithm, lr, setup)) run on the setup's seeds 0..``seeds``-1
+    (its participation's and work's draws), all in batches of runs: the trials' rows per key."""
+    wanted = [(key, Trial(algorithm, lr, TuneSetup(setup.run.replace(seed=seed), setup.target)))
+              for key, (algorithm, lr, setup) in chosen.items() for seed in range(seeds)]
+    rows: dict[Hashable, list[dict]] = {key: [] for key in chosen}
+    for (key, _), row in zip(wanted, run_trials([trial for _, trial in wanted], batch_runs=batch_runs)):
+        rows[key].append(row)
     return rows
 
 
@@ -309,11 +329,11 @@ def partial_work_algorithms() -> tuple[str, ...]:
     return tuple(name for name in WORK_ALGORITHMS if name in ALGORITHMS and ALGORITHMS[name].partial_work)
 
 
-def work_trial(algorithm: str, lr: float, setup: TuneSetup, work: str) -> dict:
-    """:func:`focusfl.experiments.tune.run_trial` under the work process ``work``; the summary
-    row keeps the run's (round, rel_error) curve under ``curve``."""
-    row = run_trial(algorithm, lr, TuneSetup(setup.run.replace(work=work), setup.target), rows=True)
-    return {**row, "curve": [(r["round"], float(r["rel_error"])) for r in row.pop("rows")]}
+def with_curve(row: dict) -> dict:
+    """A trial's row computed with its rows (``rows=True``), the rows replaced by the run's
+    (round, rel_error) curve under ``curve``."""
+    kept = dict(row)
+    return {**kept, "curve": [(r["round"], float(r["rel_error"])) for r in kept.pop("rows")]}
 
 
 def work_verdict(row: dict) -> str:
@@ -355,7 +375,7 @@ def exactness_under_work(
     problems: dict[str, str] = WORK_PROBLEMS, works: dict[str, str] = WORK_PROCESSES,
     participations: dict[str, str] = WORK_PARTICIPATION, algorithms: Sequence[str] | None = None, *,
     rounds: int = 1000, local_steps: int = WORK_LOCAL_STEPS, grids: dict[str, Sequence[float]] = WORK_GRIDS,
-    eval_every: int = 10, predict_rounds: int | None = None,
+    eval_every: int = 10, predict_rounds: int | None = None, batch_runs: int | str = "auto",
 ) -> list[dict]:
     """Every (problem, work, participation, algorithm) at its tuned step (the rule of ``focusfl
     tune`` on the problem's grid): the outcome, its verdict and the best run's curve; FedAvg's rows
@@ -363,24 +383,30 @@ def exactness_under_work(
     ``predict_rounds`` rounds, default 5 x ``rounds``; 0: not measured)."""
     predict_rounds = 5 * rounds if predict_rounds is None else predict_rounds
     algorithms = partial_work_algorithms() if algorithms is None else tuple(algorithms)
-    rows = []
+    cells, grid_of, specs = {}, {}, {}
     for problem_label, problem in problems.items():
         for work_label, work in works.items():
             for part_label, participation in participations.items():
                 setup = tune_setup(problem=problem, participation=participation, rounds=rounds,
-                                  local_steps=local_steps, target=TARGET, eval_every=eval_every)
+                                  local_steps=local_steps, target=TARGET, eval_every=eval_every, work=work)
                 for algorithm in algorithms:
-                    choice = tuned_choice(algorithm, grids[problem_label],
-                                          lambda lr: work_trial(algorithm, lr, setup, work))
-                    best = choice.trial
-                    row = {"problem": problem_label, "work": work_label, "participation": part_label,
-                           "algorithm": algorithm, **outcome_row(choice), "curve": best["curve"]}
-                    row["verdict"] = work_verdict(row)
-                    if (predict_rounds and algorithm == "fedavg" and problem.startswith("ridge")
-                            and row["verdict"] != "diverged"):
-                        row["prediction"] = fedavg_prediction(problem, participation, work, best["lr"],
-                                                              rounds=predict_rounds, local_steps=local_steps)
-                    rows.append(row)
+                    key = (problem_label, work_label, part_label, algorithm)
+                    cells[key], grid_of[key] = (algorithm, setup), grids[problem_label]
+                    specs[key] = (problem, participation, work)
+    choices = tuned_steps(cells, grid_of, batch_runs=batch_runs, rows=True,
+                          reduce=lambda trials: with_curve(trials[0]))
+    rows = []
+    for key, (algorithm, _) in cells.items():
+        problem_label, work_label, part_label, _ = key
+        problem, participation, work = specs[key]
+        choice = choices[key]
+        row = {"problem": problem_label, "work": work_label, "participation": part_label,
+               "algorithm": algorithm, **outcome_row(choice), "curve": choice.trial["curve"]}
+        row["verdict"] = work_verdict(row)
+        if predict_rounds and algorithm == "fedavg" and problem.startswith("ridge") and row["verdict"] != "diverged":
+            row["prediction"] = fedavg_prediction(problem, participation, work, choice.lr,
+                                                  rounds=predict_rounds, local_steps=local_steps)
+        rows.append(row)
     return rows
 
 

@@ -10,7 +10,8 @@ from a FedScale-format client behaviour file (:func:`synthetic_fedscale` writes 
 on the step-size grid ``GRID`` by the rule of ``focusfl tune`` with several seeds: a step is
 ranked by the mean round at which its runs reach rel. error 1e-8 if every seed's does, else by
 its mean final error (:func:`mean_over_seeds`); each run is a :class:`RunConfig` built and
-executed by runs/driver.py (through :func:`focusfl.experiments.studies.work_trial`).
+executed by runs/driver.py, the trials of every cell in batches of runs
+(:func:`focusfl.experiments.tune.run_trials`).
 
 Verdicts are pure functions of named numbers, each returning the outcome with the criterion
 it applied; :func:`claims` states them beside the numbers. A comparison whose tuned step sits at
@@ -30,8 +31,8 @@ from ..errors import FocusflError
 from ..io.atomic import open_atomic, write_text
 from ..participation.importing import ImportOptions, import_trace, statistics_lines, trace_text
 from ..plots import legend_below, palette, pyplot
-from .studies import TARGET, work_trial
-from .tune import TuneSetup, lr_grid, pick_best, search_steps
+from .studies import TARGET, tuned_steps, with_curve
+from .tune import TuneSetup, lr_grid
 from .tune import setup as tune_setup
 from .verdicts import FOCUS, Criterion, Verdict
 
@@ -117,33 +118,40 @@ def mean_over_seeds(trials: Sequence[dict]) -> dict:
             "seeds": len(trials)}
 
 
+def tuned_cells(cells: dict, grid: Sequence[float], seeds: int, *, batch_runs: int | str = "auto") -> dict:
+    """The step of every cell (key -> (algorithm, setup)), each ranked by its mean over ``seeds``
+    seeds (:func:`mean_over_seeds`), by the search rule of ``focusfl tune``: ``grid`` extended past
+    an end until the best step is interior or bounded by a diverged step; all cells searched
+    together, their trials in batches of runs. Per key: the cell's row; ``edge``: the search hit
+    its cap with the best step still at an end."""
+    per_seed = {key: (algorithm, [TuneSetup(setup.run.replace(seed=seed), setup.target) for seed in range(seeds)])
+                for key, (algorithm, setup) in cells.items()}
+    choices = tuned_steps(per_seed, grid, batch_runs=batch_runs, rows=True,
+                          reduce=lambda trials: mean_over_seeds([with_curve(t) for t in trials]))
+    rows = {}
+    for key, choice in choices.items():
+        best = choice.trial
+        rows[key] = {"algorithm": cells[key][0], "lr": best["lr"], "rounds_to_target": best["first_round_below_target"],
+                     "final": best["final"], "diverged": best["diverged_at"] is not None, "curve": best["curve"],
+                     "edge": choice.capped, "lr_reason": choice.reason}
+    return rows
+
+
 def tuned_cell(algorithm: str, setup: TuneSetup, grid: Sequence[float], seeds: int) -> dict:
-    """The step of ``algorithm`` (mean over ``seeds`` seeds) by the search rule of ``focusfl tune``:
-    ``grid`` extended past an end until the best step is interior or bounded by a diverged step;
-    ``edge``: the search hit its cap with the best step still at an end."""
-    per_seed = [TuneSetup(setup.run.replace(seed=seed), setup.target) for seed in range(seeds)]
-
-    def evaluate(asked: dict[str, list[float]]) -> dict[str, list[dict]]:
-        return {key: [mean_over_seeds([work_trial(algorithm, lr, one, "fixed") for one in per_seed]) for lr in lrs]
-                for key, lrs in asked.items()}
-
-    choice = search_steps(evaluate, {algorithm: grid}, pick=pick_best)[algorithm]
-    best = choice.trial
-    return {"algorithm": algorithm, "lr": best["lr"], "rounds_to_target": best["first_round_below_target"],
-            "final": best["final"], "diverged": best["diverged_at"] is not None, "curve": best["curve"],
-            "edge": choice.capped, "lr_reason": choice.reason}
+    """One cell of :func:`tuned_cells`."""
+    return tuned_cells({algorithm: (algorithm, setup)}, grid, seeds)[algorithm]
 
 
-def run_study(sizes: SuiteSizes, processes: dict[str, str], algorithms: Sequence[str] = ALGORITHMS) -> list[dict]:
+def run_study(sizes: SuiteSizes, processes: dict[str, str], algorithms: Sequence[str] = ALGORITHMS, *,
+              batch_runs: int | str = "auto") -> list[dict]:
     """Every (process, algorithm) cell, tuned."""
-    grid = GRID[:: sizes.grid_every]
-    rows = []
+    cells = {}
     for label, spec in processes.items():
         setup = tune_setup(problem=PROBLEM, participation=spec, rounds=sizes.rounds, local_steps=LOCAL_STEPS,
                            target=TARGET, eval_every=sizes.eval_every)
-        for algorithm in algorithms:
-            rows.append({"process": label, **tuned_cell(algorithm, setup, grid, sizes.seeds)})
-    return rows
+        cells.update({(label, algorithm): (algorithm, setup) for algorithm in algorithms})
+    rows = tuned_cells(cells, GRID[:: sizes.grid_every], sizes.seeds, batch_runs=batch_runs)
+    return [{"process": label, **rows[(label, algorithm)]} for label, algorithm in cells]
 
 
 # -- verdicts ---------------------------------------------------------------------------------------
@@ -380,13 +388,13 @@ def plot_curves(rows: list[dict], path: Path, rounds: int) -> None:
     plt.close(fig)
 
 
-def report_section(quick: bool, images: Path) -> dict:
+def report_section(quick: bool, images: Path, batch_runs: int | str = "auto") -> dict:
     """The report section: title, claims (Claim fields) and markdown text; the figure is written
     to ``images``/suite.png and the imported trace beside the report (suite/)."""
     sizes = QUICK if quick else FULL
     spec, trace_lines = import_synthetic_trace(images.parent.parent / "suite", sizes.rounds)
     processes = {label: spec if label == TRACE else process for label, process in PROCESSES.items()}
-    rows = run_study(sizes, processes)
+    rows = run_study(sizes, processes, batch_runs=batch_runs)
     plot_curves(rows, images / "suite.png", sizes.rounds)
     grid = GRID[:: sizes.grid_every]
     text = [

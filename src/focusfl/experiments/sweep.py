@@ -651,17 +651,27 @@ def batches(tasks: list[RunTask], by_key: dict[str, SweepRun], batch_runs: int |
 
 def compute_runs(runs: Sequence[SweepRun], batch_runs: int | str = "auto") -> dict[str, Any]:
     """The results (rows kept) of ``runs`` computed in this process, in batches of runs
-    (runs.batch.group_batches), by run key: what a preset that keeps its runs in a result cache
+    (:func:`compute_configs`), by run key: what a preset that keeps its runs in a result cache
     rather than in run folders computes (each result the one the run alone gives)."""
-    problems: dict = {}
     planned = {target: sha for run in runs for target, sha in recorded_code(run.resolved["algorithm"]).items()}
-    with planned_code(planned):  # the code the runs were keyed with, or none
-        built = [build(run.config, problems=problems) for run in runs]
-    keys = {id(b): run.key for b, run in zip(built, runs)}
-    results = {}
+    results = compute_configs([run.config for run in runs], batch_runs, planned=planned)
+    return {run.key: result for run, result in zip(runs, results)}
+
+
+def compute_configs(configs: Sequence[RunConfig], batch_runs: int | str = "auto", *,
+                    planned: dict[str, str] | None = None) -> list:
+    """The results (rows kept) of the runs ``configs`` describe, computed in this process in
+    batches of runs (runs.batch.group_batches: runs of one batch key, at most ``batch_runs`` at a
+    time), in the order of ``configs``: each result the one the run alone gives. ``planned``: the
+    code of users' algorithms the runs were keyed with (algorithms/importing.py)."""
+    problems: dict = {}
+    with planned_code(planned or {}):  # the code the runs were keyed with, or none
+        built = [build(config, problems=problems) for config in configs]
+    position = {id(b): k for k, b in enumerate(built)}
+    results: list = [None] * len(built)
     for group in group_batches(built, lambda b: b.config, run_bytes, batch_runs):
         for b, result in zip(group, execute_batch(group)):
-            results[keys[id(b)]] = result
+            results[position[id(b)]] = result
     return results
 
 

@@ -31,7 +31,7 @@ import csv
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Hashable, Iterable, Mapping, NamedTuple, Sequence
 
 from ..algorithms import ALGORITHMS, make_algorithm
 from ..errors import ConfigError, DivergenceError, FocusflError
@@ -43,7 +43,7 @@ from ..runs.folder import METRICS, read_config
 from ..spec import format_spec, parse_spec
 from .aggregate import Series, _Reducer, _stats
 from .layout import RUNS
-from .sweep import SPEC_RUN_KEYS, make_experiment, restart_note, run_sweep
+from .sweep import SPEC_RUN_KEYS, compute_configs, make_experiment, restart_note, run_sweep
 
 DEFAULT_TARGET = 1e-10
 DEFAULT_VALIDATION = 0.1  # the clients' share held out to tune neural networks on
@@ -119,12 +119,63 @@ def summarize_trial(algorithm: str, lr: float, rows: Sequence[dict], diverged_at
     }
 
 
-def run_trial(algorithm: str | dict, lr: float, setup: TuneSetup, *, rows: bool = False) -> dict:
-    """Run one (algorithm, lr) pair of the grid through the one builder; returns its summary row
-    (with ``rows=True``, the run's evaluated rows too, under "rows")."""
-    result = execute(build(setup.trial(algorithm, lr)))
+def trial_row(algorithm: str | dict, lr: float, setup: TuneSetup, result, *, rows: bool = False) -> dict:
+    """The summary row of the trial (``algorithm``, ``lr``) under ``setup`` that ran to ``result``
+    (with ``rows=True``, the run's evaluated rows too, under "rows"): the one definition of a
+    trial's row, whichever way the trial was computed."""
     summary = summarize_trial(algorithm_label(algorithm), lr, result.rows, result.diverged_at, setup.target)
     return {**summary, "rows": result.rows} if rows else summary
+
+
+def run_trial(algorithm: str | dict, lr: float, setup: TuneSetup, *, rows: bool = False) -> dict:
+    """Run one (algorithm, lr) pair of the grid through the one builder; returns its summary row
+    (:func:`trial_row`)."""
+    return trial_row(algorithm, lr, setup, execute(build(setup.trial(algorithm, lr))), rows=rows)
+
+
+class Trial(NamedTuple):
+    """One trial: ``algorithm`` at step ``lr`` under ``setup``."""
+
+    algorithm: str | dict
+    lr: float
+    setup: TuneSetup
+
+
+def run_trials(trials: Sequence[Trial], *, rows: bool = False, batch_runs: int | str = "auto") -> list[dict]:
+    """:func:`run_trial` of every (algorithm, lr, setup) of ``trials``, in their order, computed in
+    batches of runs (sweep.compute_configs: the trials of one problem and algorithm stepped
+    together, at most ``batch_runs`` at a time); each row the one the trial alone gives."""
+    results = compute_configs([setup.trial(algorithm, lr) for algorithm, lr, setup in trials], batch_runs)
+    return [trial_row(algorithm, lr, setup, result, rows=rows)
+            for (algorithm, lr, setup), result in zip(trials, results)]
+
+
+def trial_evaluator(cells: Mapping[Hashable, tuple], *, rows: bool = False, batch_runs: int | str = "auto",
+                    reduce: Callable[[list[dict]], dict] | None = None
+                    ) -> Callable[[dict[Hashable, list[float]]], dict[Hashable, list[dict]]]:
+    """The ``evaluate`` of :func:`search_steps` for several searches at once: ``cells`` maps each
+    search's key to (algorithm, setup) or (algorithm, [setup, ...]) (one setup per seed, say).
+    Every trial a round of the search asks for (each key's steps, under each of its setups) runs
+    in one call of :func:`run_trials`, so that the trials of all the searches are computed in
+    batches; a step's row is ``reduce`` of its trials' rows (one per setup, in their order;
+    default: the first). A search's choice depends on its own trials alone, so searching
+    several keys together chooses what searching each alone does."""
+    def setups(key) -> Sequence[TuneSetup]:
+        given = cells[key][1]
+        return [given] if isinstance(given, TuneSetup) else list(given)
+
+    def evaluate(asked: dict[Hashable, list[float]]) -> dict[Hashable, list[dict]]:
+        wanted = [(key, lr, one) for key, lrs in asked.items() for lr in lrs for one in setups(key)]
+        found = iter(run_trials([Trial(cells[key][0], lr, one) for key, lr, one in wanted], rows=rows,
+                                batch_runs=batch_runs))
+        out: dict[Hashable, list[dict]] = {}
+        for key, lrs in asked.items():
+            for _ in lrs:
+                trials = [next(found) for _ in setups(key)]
+                out.setdefault(key, []).append(trials[0] if reduce is None else reduce(trials))
+        return out
+
+    return evaluate
 
 
 def algorithm_label(algorithm: str | dict) -> str:
