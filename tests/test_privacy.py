@@ -4,6 +4,7 @@ dp-accounting recomputed from the run's own participation, and the bad --dp opti
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 
@@ -394,6 +395,21 @@ def test_the_privacy_study_section_judges_its_claim_from_its_runs():
     assert "MNIST half of the study was skipped" in section.text[-1]
 
 
+def test_the_studys_runs_in_batches_are_the_runs_alone(monkeypatch):
+    """The study's runs go through the batches of runs (the report's --batch-runs): the same rows
+    as one at a time, and auto really stacks several runs."""
+    from focusfl.experiments import sweep
+    from focusfl.experiments.privacy_study import QUICK_PRIVACY, study_rows
+
+    sizes = dataclasses.replace(QUICK_PRIVACY, rounds=12, seeds=1)
+    groups, execute_batch = [], sweep.execute_batch
+    monkeypatch.setattr(sweep, "execute_batch", lambda runs: groups.append(len(runs)) or execute_batch(runs))
+    alone = study_rows(sizes, 1)
+    assert set(groups) == {1}
+    groups.clear()
+    assert study_rows(sizes, "auto") == alone and max(groups) > 1
+
+
 def test_the_mnist_half_of_the_study_runs_end_to_end_on_digits(monkeypatch):
     """The quick MNIST study on the test digits: its runs, its table of test accuracies and its
     claim, judged by its own criterion from those runs (the ridge half is stubbed here: the test
@@ -413,7 +429,7 @@ def test_the_mnist_half_of_the_study_runs_end_to_end_on_digits(monkeypatch):
     private = [r for r in rows if r["mode"] == "local"]
     assert all(r["epsilon_max"] <= 8.0 * 1.001 for r in private)  # the budget is spent, not exceeded
     assert max(r["epsilon_max"] for r in private) > 8.0 * 0.95
-    monkeypatch.setattr(privacy_study, "study_rows", lambda s: rows if s == sizes else _ridge_stub(s))
+    monkeypatch.setattr(privacy_study, "study_rows", lambda s, batch_runs="auto": rows if s == sizes else _ridge_stub(s))
     section = privacy_study.privacy_section(quick=True, data=str(digits))
     mnist = [c for c in section.claims if c.where.endswith("MNIST")]
     assert [c.where for c in mnist] == ["local DP, MNIST"]

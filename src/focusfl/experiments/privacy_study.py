@@ -35,7 +35,8 @@ from ..privacy import central_covers, message_vectors
 from ..privacy.accounting import Accountant, amplification, noise_multiplier
 from ..privacy.mechanism import vector_fields
 from ..runs.config import RunConfig
-from ..runs.driver import build, execute
+from ..runs.driver import build
+from .sweep import compute_configs
 from .verdicts import Claim, Criterion, Section, ahead, all_of
 
 ALGORITHMS = ("focus", "sg_focus", "scaffold", "fedavg", "fedau")
@@ -167,16 +168,18 @@ def calibrated_sigma(counts: np.ndarray, rounds: int, budget: float, delta: floa
     return hi  # the side that stays within the budget
 
 
-def study_rows(sizes: PrivacySizes) -> list[dict]:
+def study_rows(sizes: PrivacySizes, batch_runs: int | str = "auto") -> list[dict]:
     """One row per (mode, process, budget, algorithm, seed): the final value of ``sizes.metric``
     (ridge: the relative error; MNIST: the test accuracy), sigma, C and the largest per-client
-    epsilon the run reported; budget inf: the run without DP."""
-    rows = []
+    epsilon the run reported; budget inf: the run without DP. The runs are computed together, in
+    batches of ``batch_runs`` (sweep.compute_configs: each the run alone's result)."""
+    planned = []  # (the row's settings, the run's config)
     made = {a: make_algorithm(a) for a in sizes.algorithms}  # what each sends, and whether central DP covers it
     for participation in PROCESSES:
         for seed in range(sizes.seeds):
             clips = {a: pilot_clip(a, participation, seed, sizes) for a in sizes.algorithms}
-            rows += [_run_row(a, participation, seed, math.inf, "none", None, None, sizes) for a in sizes.algorithms]
+            planned += [_planned_run(a, participation, seed, math.inf, "none", None, None, sizes)
+                        for a in sizes.algorithms]
             built = build(_config(sizes.algorithms[0], participation, seed, sizes.rounds, sizes))
             counts = built.participation.rows(0, sizes.rounds).sum(axis=0)
             sigmas: dict[tuple, float] = {}  # (mode, budget, vectors): the algorithms that send as many share it
@@ -189,19 +192,20 @@ def study_rows(sizes: PrivacySizes) -> list[dict]:
                         key = (mode, budget, message_vectors(made[algorithm]))
                         if key not in sigmas:
                             sigmas[key] = calibrated_sigma(counts, sizes.rounds, budget, sizes.delta, key[2], amp)
-                        sigma = sigmas[key]
-                        rows.append(_run_row(algorithm, participation, seed, budget, mode, sigma, clips[algorithm],
-                                             sizes))
-    return rows
+                        planned.append(_planned_run(algorithm, participation, seed, budget, mode, sigmas[key],
+                                                    clips[algorithm], sizes))
+    results = compute_configs([config for _, config in planned], batch_runs)
+    return [{**row, "final": result.last_row[sizes.metric], "epsilon_max": result.last_row.get("epsilon_max", math.inf)}
+            for (row, _), result in zip(planned, results)]
 
 
-def _run_row(algorithm: str, participation: str, seed: int, budget: float, mode: str, sigma: float | None,
-             clip: float | None, sizes: PrivacySizes) -> dict:
+def _planned_run(algorithm: str, participation: str, seed: int, budget: float, mode: str, sigma: float | None,
+                 clip: float | None, sizes: PrivacySizes) -> tuple[dict, RunConfig]:
+    """A study run: its row's settings and its config (evaluated at its start and its end)."""
     dp = "none" if sigma is None else f"clip={clip:.6g},noise={sigma:.6g},mode={mode},delta={sizes.delta:g}"
-    built = build(_config(algorithm, participation, seed, sizes.rounds, sizes, eval_every=sizes.rounds, dp=dp))
-    last = execute(built, keep_rows=False).last_row
-    return {"mode": mode, "participation": participation, "budget": budget, "algorithm": algorithm, "seed": seed,
-            "sigma": sigma, "clip": clip, "final": last[sizes.metric], "epsilon_max": last.get("epsilon_max", math.inf)}
+    row = {"mode": mode, "participation": participation, "budget": budget, "algorithm": algorithm, "seed": seed,
+           "sigma": sigma, "clip": clip}
+    return row, _config(algorithm, participation, seed, sizes.rounds, sizes, eval_every=sizes.rounds, dp=dp)
 
 
 def finals(rows: list[dict], mode: str, participation: str, budget: float, algorithm: str) -> list[float]:
@@ -281,11 +285,11 @@ def table(rows: list[dict], algorithms: tuple = ALGORITHMS) -> list[str]:
 ISSUE_PRIVACY = "focusfl issue 43 (privacy under arbitrary participation)"
 
 
-def privacy_section(quick: bool, data: str | None = None) -> Section:
+def privacy_section(quick: bool, data: str | None = None, batch_runs: int | str = "auto") -> Section:
     """The report's section: the tables of final values against epsilon and the claims per mode,
-    on ridge and (with ``data``, an .npz of digits) on MNIST."""
+    on ridge and (with ``data``, an .npz of digits) on MNIST; the runs in batches of ``batch_runs``."""
     sizes = QUICK_PRIVACY if quick else FULL_PRIVACY
-    rows = study_rows(sizes)
+    rows = study_rows(sizes, batch_runs)
     ran = (f"{sizes.problem}, {sizes.rounds} rounds, {sizes.seeds} seeds, delta = {sizes.delta:g}; sigma calibrated "
            "so the most-spending client ends at the budget; C = median pilot norm per algorithm")
     claims = _claims(rows, sizes, ran, "", "error")
@@ -305,7 +309,7 @@ def privacy_section(quick: bool, data: str | None = None) -> Section:
     else:
         started = time.perf_counter()
         mnist = mnist_sizes(data, quick)
-        mnist_rows = study_rows(mnist)
+        mnist_rows = study_rows(mnist, batch_runs)
         nn_seconds = time.perf_counter() - started
         ran = (f"MNIST ({Path(data).name}), logreg, {mnist.problem['clients']} clients (Dirichlet α = "
                f"{mnist.problem['alpha']:g}), minibatches of 32, {mnist.local_steps} local steps, {mnist.rounds} rounds, "

@@ -987,7 +987,7 @@ def run(args: ReportOptions) -> int:
                      lambda: bias_section(sizes), lambda: fedsum_section(sizes, images),
                      lambda: studies_section(sizes, images), lambda: work_section(sizes, images),
                      lambda: suite_section(sizes, images),
-                     lambda: baselines_section(sizes), lambda: privacy_section(sizes.quick, args.data),
+                     lambda: baselines_section(sizes), lambda: privacy_section(sizes.quick, args.data, sizes.batch_runs),
                      lambda: nn_section(args.data, QUICK_STUDY if args.quick else FULL_STUDY, images,
                                         study_folder, args.workers)):
             start = time.perf_counter()
