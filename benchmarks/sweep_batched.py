@@ -13,8 +13,11 @@ mode in a process of its own, at :func:`report_sizes` (between the quick report'
 full ones: about a minute or two one run at a time on a 2-core machine), with ``--batch-runs 1``
 against ``auto``; the figures are not drawn (they are not computation and cost both the same),
 and the sections' report.md text and summary rows are compared for equality. ``--only report``
-times that part alone. No GPU is
-timed here (n/a). The last line is for scripts:
+times that part alone. Where torch sees a CUDA device, ``gpu_speedup`` is
+benchmarks/batched_nn.py's (focus-cifar10's final runs, 5 algorithms x 2 processes x 3 seeds,
+``--gpu-rounds`` rounds each, default 1,000 as the issue asks: one batch against one at a time,
+their rows compared); elsewhere n/a. ``--only gpu`` times that part alone. The last line is for
+scripts:
 
     tune_speedup=X tune_end_to_end=Y report_convex_speedup=Z gpu_speedup=W|n/a identical=yes|no
 """
@@ -152,11 +155,16 @@ def identical(first: Path, second: Path) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="folder for the two tunes (default: a temporary one)")
-    parser.add_argument("--only", choices=("tune", "report"), help="time one part only (the other's ratio: n/a)")
+    parser.add_argument("--only", choices=("tune", "report", "gpu"), help="time one part only (the others: n/a)")
+    parser.add_argument("--gpu-rounds", type=int, default=1000, help="rounds of each focus-cifar10 run on a GPU")
     args = parser.parse_args()
-    tune_speedup = end_to_end = report_speedup = "n/a"
+    tune_speedup = end_to_end = report_speedup = gpu_speedup = "n/a"
     same = True
-    if args.only != "report":
+    if args.only in (None, "gpu") and gpu_available():
+        # First, in a process of its own: CUDA started here would stay for the CPU parts' children.
+        gpu_speedup, same_gpu = timed_gpu(args.gpu_rounds)
+        same = same and same_gpu
+    if args.only in (None, "tune"):
         with tempfile.TemporaryDirectory(prefix="focusfl-batched-") as tmp:
             root = Path(args.out or tmp)
             alone_total, alone_phase = timed_tune(root / "one-at-a-time", "1")
@@ -166,7 +174,7 @@ def main() -> None:
                   f"{alone_phase:.1f} s), batched {batched_total:.1f} s (trials {batched_phase:.1f} s); files "
                   f"identical: {same}")
         tune_speedup, end_to_end = f"{alone_phase / batched_phase:.2f}", f"{alone_total / batched_total:.2f}"
-    if args.only != "tune":
+    if args.only in (None, "report"):
         report_alone, cpu_alone, digest_alone = report_convex("1")
         report_batched, cpu_batched, digest_batched = report_convex("auto")
         same_report = digest_alone == digest_batched
@@ -175,7 +183,28 @@ def main() -> None:
               f"{report_batched:.1f} s (CPU {cpu_batched:.1f} s); report text and summary rows identical: {same_report}")
         report_speedup = f"{report_alone / report_batched:.2f}"
     print(f"tune_speedup={tune_speedup} tune_end_to_end={end_to_end} report_convex_speedup={report_speedup} "
-          f"gpu_speedup=n/a identical={'yes' if same else 'no'}")
+          f"gpu_speedup={gpu_speedup} identical={'yes' if same else 'no'}")
+
+
+def gpu_available() -> bool:
+    """Whether torch sees a CUDA device (asked in a child: this process stays without CUDA)."""
+    proc = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
+                          capture_output=True, text=True)
+    return proc.stdout.strip() == "True"
+
+
+def timed_gpu(rounds: int) -> tuple[str, bool]:
+    """benchmarks/batched_nn.py on the GPU: its gpu_speedup and whether the rows were identical."""
+    script = Path(__file__).resolve().parent / "batched_nn.py"
+    proc = subprocess.run([sys.executable, str(script), "--device", "cuda", "--rounds", str(rounds)],
+                          capture_output=True, text=True)
+    print(proc.stdout.strip())
+    lines = proc.stdout.strip().splitlines()
+    if not lines or not lines[-1].startswith("gpu_speedup="):
+        print(f"batched_nn.py failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
+        return "failed", False
+    last = dict(item.split("=", 1) for item in lines[-1].split())
+    return last["gpu_speedup"], last["identical"] == "yes"
 
 
 if __name__ == "__main__":
