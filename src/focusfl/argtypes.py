@@ -37,10 +37,13 @@ def batch_runs_value(text: str) -> int | str:
     return "auto" if text == "auto" else positive_int(text)
 
 
-BATCH_RUNS_HELP = ("runs stepped together in one batch (same problem and algorithm; their clients' work stacked "
+# --batch-runs: what it does, then where it is recorded (run folders' config.json, where a command
+# writes them; the report's convex runs have none).
+BATCH_RUNS_WHAT = ("runs stepped together in one batch (same problem and algorithm; their clients' work stacked "
                    "in one client round): auto (as many as fit a fixed memory budget, at most 32), a count, or 1 "
-                   "(one run at a time); recorded in each run's config.json; the results are the same bytes "
-                   "whatever the batch (docs/performance.md)")
+                   "(one run at a time)")
+BATCH_RUNS_SAME = "the results are the same bytes whatever the batch (docs/performance.md)"
+BATCH_RUNS_HELP = f"{BATCH_RUNS_WHAT}; recorded in each run's config.json; {BATCH_RUNS_SAME}"
 
 
 def true_or_false(text: str) -> bool:

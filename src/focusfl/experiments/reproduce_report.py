@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from ..argtypes import BATCH_RUNS_HELP, batch_runs_value
+from ..argtypes import BATCH_RUNS_SAME, BATCH_RUNS_WHAT, batch_runs_value
 from ..data.loaders import read_npz_dataset
 from ..errors import ConfigError, FocusflError
 from ..io.atomic import write_csv
@@ -946,7 +946,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where the neural-network study keeps its runs (default OUT/nn-study): a folder of an "
                         "earlier `reproduce report` or `reproduce nn-study` with the same sizes is reused, its "
                         "finished runs skipped")
-    parser.add_argument("--batch-runs", type=batch_runs_value, default="auto", metavar="auto|K", help=BATCH_RUNS_HELP)
+    parser.add_argument("--batch-runs", type=batch_runs_value, default="auto", metavar="auto|K",
+                        help=f"{BATCH_RUNS_WHAT}, for the runs of the convex and privacy sections; the report is "
+                             f"{BATCH_RUNS_SAME.removeprefix('the results are ')}")
 
 
 @dataclass(frozen=True)
