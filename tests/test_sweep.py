@@ -497,6 +497,32 @@ def test_a_worker_that_ignores_sigterm_is_killed_after_the_grace():
     assert not deaf.is_alive() and deaf.exitcode == -9
 
 
+def _worker_whose_run_takes_the_first_sigterm(ready) -> None:
+    """A worker whose run's handler takes the first SIGTERM and stops; idle again, it waits."""
+    import signal as _signal
+    import time as _time
+
+    _signal.signal(_signal.SIGTERM, lambda signum, frame: _signal.signal(_signal.SIGTERM, _signal.SIG_DFL))
+    ready.set()
+    _time.sleep(600)
+
+
+def test_a_worker_whose_run_took_the_first_sigterm_is_stopped_by_another_not_killed():
+    """The full-disk sweep once waited the whole 60 s grace for a worker whose run had stopped on
+    the first SIGTERM: the signal is sent again, so such a worker ends by SIGTERM (-15), not by
+    the SIGKILL (-9) at the end of the grace."""
+    import multiprocessing as mp
+
+    from focusfl.experiments.executors import STOP_GRACE_SECONDS, _stop_workers
+
+    ready = mp.get_context("spawn").Event()
+    worker = mp.get_context("spawn").Process(target=_worker_whose_run_takes_the_first_sigterm, args=(ready,))
+    worker.start()
+    assert ready.wait(120)
+    _stop_workers([worker], grace=STOP_GRACE_SECONDS)
+    assert not worker.is_alive() and worker.exitcode == -15
+
+
 @pytest.mark.parametrize("cause", ["changed code", "full disk"])
 def test_what_ends_a_sweep_ends_it_also_from_a_ray_task(cause):
     """Ray hands a task's error back wrapped (RayTaskError, the original as ``cause``): a changed

@@ -17,6 +17,7 @@ same bytes whichever executor ran it, given the same torch thread count (``DEFAU
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.connection
 import os
 import signal
 import socket
@@ -256,20 +257,28 @@ def _init_worker(threads: int, parent: int) -> None:
 # (seen in CI: the sweep printed its full-disk line, then waited 300 s at exit for a worker) keeps
 # the sweep, and whoever reads its output, waiting for ever.
 STOP_GRACE_SECONDS = 60.0
+RESEND_SECONDS = 0.5
 
 
 def _stop_workers(processes, grace: float = STOP_GRACE_SECONDS) -> None:
     """SIGTERM to every live worker (a run checkpoints and stops at the end of its round), then
-    SIGKILL to those still alive ``grace`` seconds later; returns when all have exited."""
-    for process in processes:
-        if process.is_alive():
-            process.terminate()
+    SIGKILL to those still alive ``grace`` seconds later; returns when all have exited.
+
+    SIGTERM is sent again every RESEND_SECONDS: a run's handler takes the first one, and its
+    worker, idle once the run has stopped, would otherwise wait out the whole grace (a second
+    SIGTERM only asks a run again to stop at the end of its round)."""
     deadline = time.monotonic() + grace
+    alive = [process for process in processes if process.is_alive()]
+    while alive and time.monotonic() < deadline:
+        for process in alive:
+            process.terminate()
+        left = max(0.0, deadline - time.monotonic())
+        multiprocessing.connection.wait([process.sentinel for process in alive], min(RESEND_SECONDS, left))
+        alive = [process for process in alive if process.is_alive()]
+    for process in alive:
+        process.kill()
     for process in processes:
-        process.join(max(0.0, deadline - time.monotonic()))
-        if process.is_alive():
-            process.kill()
-            process.join()
+        process.join()
 
 
 class LocalExecutor:
