@@ -724,8 +724,9 @@ def test_sg_focus_is_the_authors_client_server_loop_in_float64(monkeypatch):
     from focusfl.experiments.authors_loop import compare, comparison_config
 
     fixture = Path(__file__).resolve().parent / "fixtures" / "mnist1500.npz"
-    result = compare(comparison_config(str(fixture), clients=4, rounds=6, local_steps=3))
-    assert result.participants > 0 and result.rounds == 6
+    # 3 rounds: more participations than clients, so some client comes back with its memory (grad_prev).
+    result = compare(comparison_config(str(fixture), clients=4, rounds=3, local_steps=3))
+    assert result.participants > 4 and result.rounds == 3
     assert result.max_relative_gap < 1e-10
     # The check can fail: an authors' loop that forgets grad_prev (plain local SGD sums) differs.
     from focusfl.experiments import authors_loop
