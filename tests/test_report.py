@@ -271,7 +271,7 @@ def test_report_and_study_commands_refuse_bad_input_in_one_line(tmp_path):
     assert sorted(p.name for p in users.iterdir()) == ["notes.txt"]
 
 
-def test_nn_study_and_report_commands_run_as_a_user_types_them(tmp_path):
+def test_nn_study_and_report_commands_run_as_a_user_types_them(tmp_path, monkeypatch):
     """``reproduce nn-study`` at toy sizes; the same command again reuses every run and writes the
     same summary; then the whole ``reproduce report`` on the same digits, reusing that study
     (``--nn-study``, as its help offers) rather than running it a third time. The report once
@@ -290,7 +290,14 @@ def test_nn_study_and_report_commands_run_as_a_user_types_them(tmp_path):
     assert "(quick: toy sizes, not findings)" in text.splitlines()[0] and "None" not in text
     assert "What drives the gap" in text and "| suspected driver | verdict |" in text
     first = (study / "summary.csv").read_bytes()
-    again = run_main(*command)  # in this process: what is checked is the reuse
+    # In this process: what is checked is the reuse and summary.csv, so the rerun keeps the first
+    # run's figures instead of drawing them again (most of its time after the authors' loop).
+    from focusfl.experiments import reproduce_nn
+
+    monkeypatch.setattr(reproduce_nn, "plot_training_bands", lambda *args, **kwargs: None)
+    monkeypatch.setattr(reproduce_nn, "plot_label_histograms", lambda *args, **kwargs: None)
+    again = run_main(*command)
+    monkeypatch.undo()
     sweeps = [line for line in again.stdout.splitlines() if line.startswith("sweep ")]
     assert again.returncode == 0 and sweeps and all(", 0 to run;" in line for line in sweeps)  # every run reused
     assert (study / "summary.csv").read_bytes() == first
