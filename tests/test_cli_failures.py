@@ -52,6 +52,17 @@ def test_output_piped_into_head_ends_quietly():
     assert proc.wait(timeout=120) == 0 and first.startswith(b"bernoulli") and err == ""
 
 
+
+def test_version_into_a_closed_pipe_ends_quietly():
+    """`focusfl --version` prints before any parser is built: into a reader that has gone, it
+    still ends without a traceback (the shortcut sits inside main's handling of a broken pipe)."""
+    proc = subprocess.Popen([sys.executable, "-m", "focusfl.cli", "--version"], env=cli_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # `| head -0`: the reader went away before the line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0 and err == "", err
+
+
 # From 0.3 s: the first ~0.1 s is the interpreter's own start-up, before any focusfl code can act.
 @pytest.mark.parametrize("delay", [0.3, 0.4, 0.6, 1.0, 2.5])
 def test_ctrl_c_during_start_up_is_one_line_and_writes_nothing(tmp_path, delay):

@@ -935,10 +935,10 @@ def _no_flower(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Parse and run a command; every failure is one line on stderr and an exit status:
     2 for bad input or an environment problem, 1 for a diverged run, 128+N for signal N."""
-    if (sys.argv[1:] if argv is None else argv) == ["--version"]:
-        print(VERSION)  # what argparse prints, without building every command's parser first
-        return 0
     try:
+        if (sys.argv[1:] if argv is None else argv) == ["--version"]:
+            print(VERSION)  # what argparse prints, without building every command's parser first
+            return 0
         with _interrupts_deferred():
             parser = build_parser(_command_of(argv))  # the command's modules (most import torch)
         args = parser.parse_args(argv)
