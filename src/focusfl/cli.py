@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import __version__
-from .argtypes import BATCH_RUNS_HELP, batch_runs_value, non_negative_int, positive_int
+from .argtypes import BATCH_RUNS_HELP, batch_runs_value, non_negative_int, positive_float, positive_int
 from .errors import DivergenceError, FocusflError
 from .io.atomic import disk_full, full_disk, no_space
 
@@ -592,6 +592,15 @@ def _add_sweep(sub) -> None:
     p.add_argument("--executor", choices=["local", "ray"], default="local",
                    help="local: this machine; ray: tasks on a Ray cluster (pip install '.[ray]' in a clone)")
     p.add_argument("--address", help="with --executor ray: the cluster's address (default: start a local Ray)")
+    p.add_argument("--gpus-per-task", type=positive_float, metavar="G",
+                   help="with --executor ray: GPUs each task asks Ray for (0.25: four tasks share a GPU; above 1 a "
+                   "whole number); Ray places the task on a GPU it assigns and --device cuda|auto computes there "
+                   "(default: none)")
+    p.add_argument("--cpus-per-task", type=positive_float, metavar="C",
+                   help="with --executor ray: CPUs each task asks Ray for (fractional up to 1; default: --threads)")
+    p.add_argument("--retries", type=non_negative_int, metavar="N",
+                   help="with --executor ray: times Ray runs a task again when its node or worker is lost; with a "
+                   "shared sweep folder a run resumes from its last checkpoint (default: 3)")
     p.add_argument("--checkpoint-every", type=non_negative_int, metavar="R",
                    help="each run saves a checkpoint every R rounds (default: once a minute)")
     p.add_argument("--band", choices=["std", "minmax"],
@@ -610,7 +619,8 @@ def _cmd_sweep(args) -> int:
     out = Path(args.out or f"runs/{Path(args.experiment).stem}")
     report = run_sweep(experiment, out, workers=args.workers, threads=args.threads, executor=args.executor,
                        address=args.address, checkpoint_every=args.checkpoint_every, band=args.band,
-                       progress=True, tensorboard=args.tensorboard, batch_runs=args.batch_runs)
+                       progress=True, tensorboard=args.tensorboard, batch_runs=args.batch_runs,
+                       gpus_per_task=args.gpus_per_task, cpus_per_task=args.cpus_per_task, retries=args.retries)
     _print_summary(out / "summary.csv")
     print(f"{report.total} runs: {report.skipped} finished earlier, {report.ran} ran"
           f"{f' ({report.resumed} resumed)' if report.resumed else ''}, {len(report.failed)} failed; "

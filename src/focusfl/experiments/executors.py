@@ -9,13 +9,23 @@ same bytes whichever executor ran it, given the same torch thread count (``DEFAU
   context (a fork of a process that has started torch's thread pools is unsafe); each worker
   sets its own torch thread count, ignores Ctrl-C while idle, and is stopped with SIGTERM (a
   run then saves a checkpoint at the end of its round) when the sweep stops or dies.
-- ``ray`` submits ``ray.remote`` tasks to a cluster (``ray.init(address=...)``). A task writes
-  its run folder in place when the sweep folder is visible on its node (one machine, or a shared
-  file system); otherwise it runs in a temporary folder and ships the files back to the driver,
-  which publishes them (such a run cannot be resumed half way, only rerun).
+- ``ray`` submits ``ray.remote`` tasks to a cluster (``ray.init(address=...)``), a run or a
+  batch of runs each (the local executor's batches). A task asks Ray for what it needs:
+  ``cpus_per_task`` CPUs (default: its torch threads) and ``gpus_per_task`` GPUs (fractional:
+  0.25 packs four tasks on a GPU); Ray then places it and sets its ``CUDA_VISIBLE_DEVICES`` to the
+  GPU it assigned, so ``--device cuda`` (or ``auto``) computes there and never on a GPU another
+  task holds. A task writes its run folders in place when the sweep folder is visible on its node
+  (one machine, or a shared file system); otherwise it runs in a temporary folder and ships the
+  files back to the driver, which publishes them.
+  A task lost with its node (or its worker process) is run again by Ray, at most ``retries``
+  times: where the sweep folder is shared, the new attempt resumes each run from the checkpoint
+  the lost one left (``checkpoint_every``), so a lost node costs the rounds since its last
+  checkpoint and the files are the bytes of a sweep that lost none; a shipped run starts again.
 """
 from __future__ import annotations
 
+import fcntl
+import math
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -38,13 +48,14 @@ from .. import __version__
 from ..algorithms.importing import ChangedCode, algorithm_imports, planned_code
 from ..errors import ConfigError, DataError, DiskFullError, FocusflError
 from ..io.atomic import disk_full, full_disk
-from ..io.folders import MARKER, open_output
+from ..io.folders import LOCK_SUFFIX, MARKER, _sibling, open_output
 from ..runs.batch import BatchEntry, BatchOutcome, run_batch_to_folders
 from ..runs.config import BATCH_RUNS, RunConfig
-from ..runs.folder import Interrupted, _clear, resume_folder, run_to_folder
+from ..runs.folder import Interrupted, _clear, resume_folder, run_state, run_to_folder
 from ..threads import DEFAULT_THREADS
 
 EXECUTORS = ("local", "ray")
+RAY_RETRIES = 3  # Ray's own default for a task lost with its node or worker (max_retries)
 CONNECT_SECONDS = 5.0  # --address HOST:PORT: how long to wait for a Ray head to accept a connection
 
 
@@ -91,7 +102,7 @@ def _run_task(task: RunTask) -> dict:
             with tempfile.TemporaryDirectory(prefix="focusfl-run-") as tmp:
                 out = Path(tmp) / "run"
                 result = run_to_folder(config, out, checkpoint_every=0, curve=False,
-                                       allow_model_import=task.allow_model_import)
+                                       allow_model_import=task.allow_model_import, extra=extra)
                 files = {entry.name: entry.read_bytes() for entry in out.iterdir()
                          if entry.is_file() and not entry.name.startswith(".")}
             return _outcome(result, started, files=files)
@@ -342,37 +353,138 @@ def ray_runtime_env() -> dict:
     return {"env_vars": {"PYTHONPATH": path}}
 
 
-def _ray_task(task: RunTask, threads: int) -> dict:
-    """A Ray task: one run, in place when the sweep folder is visible here, else shipped back."""
+def _ray_item(item: RunTask | BatchTask, threads: int) -> dict:
+    """A Ray task: a run or a batch of runs, in place when the sweep folder is visible here, else
+    shipped back. Returns ``outcomes`` (one per run, as run_task gives it) and where it ran:
+    ``node`` (Ray's node id), ``gpus`` (the GPU ids Ray assigned it: its CUDA_VISIBLE_DEVICES),
+    ``started`` / ``ended`` (wall-clock seconds)."""
+    import ray
+
+    started = time.time()
     torch.set_num_threads(threads)
-    sweep_folder = Path(task.out).parent.parent
-    if not (sweep_folder / MARKER).is_file():
-        task = replace(task, ship=True, resume=False)
-    outcome = run_task(task)
-    outcome.setdefault("version", __version__)
-    return outcome
+    tasks = item.tasks if isinstance(item, BatchTask) else (item,)
+    sweep_folder = Path(tasks[0].out).parent.parent
+    shared = (sweep_folder / MARKER).is_file()
+    # A task run again after its node was lost finds the checkpoints the lost attempt left: it
+    # resumes from them (the folder's state now, not the one the sweep planned with).
+    if shared:
+        for task in tasks:
+            _wait_for_writer(Path(task.out))
+    fresh = tuple(_as_found(task, shared) for task in tasks)
+    resumed_here = [task.key for task, planned in zip(fresh, tasks) if task.resume and not planned.resume]
+    if not isinstance(item, BatchTask):
+        outcomes = [run_task(fresh[0])]
+    elif shared:
+        outcomes = run_batch_task(replace(item, tasks=fresh))
+    else:
+        outcomes = _shipped_batch(replace(item, tasks=fresh))
+    if any(outcome["status"] == "interrupted" for outcome in outcomes):
+        # A signal stopped the runs (a node shutting down: preemption, a reboot) and they saved
+        # their checkpoints. The worker exits as a lost one does, so that Ray runs the task again
+        # (on another node), and the new attempt resumes them; a cancelled task is not retried.
+        os._exit(1)
+    for outcome in outcomes:
+        outcome.setdefault("version", __version__)
+    context = ray.get_runtime_context()
+    return {"outcomes": outcomes, "node": context.get_node_id(), "gpus": [str(g) for g in ray.get_gpu_ids()],
+            "visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "assigned": context.get_assigned_resources(),
+            "started": started, "ended": time.time(), "resumed_after_loss": resumed_here}
+
+
+LOST_WRITER_SECONDS = 120.0  # how long a retried task waits for the lost attempt's worker to be gone
+
+
+def _wait_for_writer(out: Path) -> None:
+    """Wait, a bounded time, until no process holds the run folder's lock: the worker of a lost
+    attempt may still be dying when Ray starts the new one (past the bound, the run fails in one
+    line naming the holder, as any second writer does)."""
+    lock = _sibling(out, LOCK_SUFFIX)
+    deadline = time.monotonic() + LOST_WRITER_SECONDS
+    while time.monotonic() < deadline:
+        try:
+            fd = os.open(lock, os.O_RDONLY)
+        except OSError:
+            return  # no lock file: nobody writes the folder
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        finally:
+            os.close(fd)
+        time.sleep(0.5)
+
+
+def _shipped_batch(batch: BatchTask) -> list[dict]:
+    """A batch of runs in a temporary folder, each run's files returned as bytes (``files``) for
+    the driver to publish: a node without the sweep folder still steps its runs together."""
+    with tempfile.TemporaryDirectory(prefix="focusfl-batch-") as tmp:
+        here = tuple(replace(task, out=str(Path(tmp) / task.key), ship=False, resume=False, checkpoint_every=0)
+                     for task in batch.tasks)
+        outcomes = run_batch_task(replace(batch, tasks=here))
+        for task, outcome in zip(here, outcomes):
+            if outcome["status"] in ("complete", "diverged"):
+                outcome["files"] = {entry.name: entry.read_bytes() for entry in Path(task.out).iterdir()
+                                    if entry.is_file() and not entry.name.startswith(".")}
+    return outcomes
+
+
+def _as_found(task: RunTask, shared: bool) -> RunTask:
+    if not shared:
+        return replace(task, ship=True, resume=False)
+    if not task.resume and run_state(Path(task.out), task.key) == "resume":
+        return replace(task, resume=True)
+    return task
+
+
+def check_resource(value: float | None, option: str) -> float | None:
+    """A task's request of CPUs or GPUs as Ray takes it: a number > 0, whole above 1 (Ray packs
+    fractions of one CPU or GPU, not of several); ConfigError (one line) otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ConfigError(f"{option} must be a positive number, got {value!r}")
+    if value > 1 and value != int(value):
+        raise ConfigError(f"{option} above 1 must be a whole number (Ray shares one device between tasks, "
+                          f"not several), got {value:g}")
+    return float(value)
 
 
 class RayExecutor:
-    def __init__(self, address: str | None, threads: int | None):
+    def __init__(self, address: str | None, threads: int | None, *, gpus_per_task: float | None = None,
+                 cpus_per_task: float | None = None, retries: int = RAY_RETRIES):
         try:
             import ray  # noqa: F401
         except ImportError:
             raise ConfigError("--executor ray needs Ray: pip install ray, or '.[ray]' in a clone of focusfl "
                               "(Flower's simulation extra brings it too)") from None
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise ConfigError(f"--retries must be a whole number >= 0, got {retries!r}")
         self.address = address
         self.threads = threads or DEFAULT_THREADS
+        self.gpus = check_resource(gpus_per_task, "--gpus-per-task")
+        self.cpus = check_resource(cpus_per_task, "--cpus-per-task") or float(self.threads)
+        self.retries = retries
         self.slots = 1
+        self.placements: list[dict] = []  # where each task ran (node, GPUs, times), in the order received
         self._started = False
 
     def describe(self) -> str:
         where = self.address or "a local Ray"
-        return f"Ray tasks on {where}, {self.threads} CPU(s) each"
+        gpus = f", {self.gpus:g} GPU" if self.gpus else ""
+        return (f"Ray tasks on {where}, {self.cpus:g} CPU(s){gpus} and {self.threads} thread(s) each, "
+                f"up to {self.retries} retries on a lost node")
 
     def check(self) -> None:
         """Connect to the cluster ``--address`` names before anything is written: a wrong address
-        is one line and leaves no folder behind. (A local cluster starts with the first run.)"""
-        if self.address is not None:
+        is one line and leaves no folder behind; so is a GPU request no node can meet. (A local
+        cluster without GPU requests starts with the first run.)"""
+        import ray
+
+        if self.gpus and self.address is None and not ray.is_initialized() and torch.cuda.device_count() == 0:
+            raise ConfigError(f"--gpus-per-task {self.gpus:g}: this machine has no GPU for a local Ray; "
+                              "give --address of a cluster with GPUs, or leave --gpus-per-task out")
+        if self.address is not None or self.gpus:
             self._connect()
 
     def _connect(self):
@@ -390,47 +502,68 @@ class RayExecutor:
                 raise ConfigError(f"cannot connect to Ray at {self.address or 'a new local cluster'}: "
                                   f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
             self._started = True
-        cpus = int(ray.cluster_resources().get("CPU", 1))
-        self.slots = max(1, cpus // self.threads)
+        nodes = [node.get("Resources", {}) for node in ray.nodes() if node.get("Alive")]
+        if self.gpus:
+            most = max((node.get("GPU", 0) for node in nodes), default=0)
+            if most < self.gpus:
+                where = self.address or "the local Ray"
+                raise ConfigError(f"--gpus-per-task {self.gpus:g}: no node of the Ray cluster at {where} has "
+                                  f"{'a GPU' if most == 0 else f'{self.gpus:g} GPUs (at most {most:g})'}")
+        self.slots = max(1, sum(int(_fits(node, self.cpus, self.gpus)) for node in nodes))
         return ray
 
-    def run(self, tasks: Iterable[RunTask]) -> Iterator[tuple[RunTask, dict]]:
+    def run(self, tasks: Iterable[RunTask | BatchTask]) -> Iterator[tuple[RunTask, dict]]:
+        """(task, outcome) per run; ``tasks`` may hold batches of runs (BatchTask)."""
         tasks = list(tasks)
         if not tasks:
             return
         ray = self._connect()
-        remote = ray.remote(num_cpus=self.threads, max_retries=0)(_ray_task)
+        # retry_exceptions stays off: a task raises only what ends the sweep (a full disk, changed
+        # code); a run's own failure is its outcome. max_retries covers a lost worker or node.
+        remote = ray.remote(_ray_item).options(num_cpus=self.cpus, num_gpus=self.gpus or 0,
+                                               max_retries=self.retries, retry_exceptions=False)
         queue = iter(tasks)
         pending: dict = {}
-        # At most a few tasks per CPU in flight: the driver's wait stays cheap on 10^5 runs.
+        # At most a few tasks per slot in flight: the driver's wait stays cheap on 10^5 runs.
         limit = 2 * self.slots + 2
         try:
             while True:
-                for task in queue:
-                    pending[remote.remote(task, self.threads)] = task
+                for item in queue:
+                    pending[remote.remote(item, self.threads)] = item
                     if len(pending) >= limit:
                         break
                 if not pending:
                     return
                 done, _ = ray.wait(list(pending), num_returns=1)
                 for ref in done:
-                    task = pending.pop(ref)
-                    yield task, self._receive(ray, ref, task)
+                    item = pending.pop(ref)
+                    yield from self._receive(ray, ref, item)
         except BaseException:
             for ref in pending:
                 ray.cancel(ref)
             raise
 
-    def _receive(self, ray, ref, task: RunTask) -> dict:
+    def _receive(self, ray, ref, item: RunTask | BatchTask) -> list[tuple[RunTask, dict]]:
+        tasks = item.tasks if isinstance(item, BatchTask) else (item,)
         try:
-            outcome = ray.get(ref)
-        except Exception as exc:  # the task or its worker died
+            answer = ray.get(ref)
+        except Exception as exc:  # the task or its worker died, retries spent
             _stop_on_sweep_error(getattr(exc, "cause", None))  # Ray wraps what the task raised
             text = str(exc).strip().splitlines()
-            return {"status": "failed", "error": f"Ray: {type(exc).__name__}: {text[-1] if text else ''}"}
+            failed = {"status": "failed", "error": f"Ray: {type(exc).__name__}: {text[-1] if text else ''}"}
+            return [(task, dict(failed)) for task in tasks]
+        placement = {key: answer[key] for key in ("node", "gpus", "visible", "assigned", "started", "ended",
+                                              "resumed_after_loss")}
+        self.placements.append({"runs": [task.key for task in tasks], **placement})
+        return [(task, self._publish(task, outcome, placement)) for task, outcome in zip(tasks, answer["outcomes"])]
+
+    def _publish(self, task: RunTask, outcome: dict, placement: dict) -> dict:
         if outcome.get("version", __version__) != __version__:
             return {"status": "failed", "error": f"the Ray worker runs focusfl {outcome['version']}, "
                                                   f"this driver {__version__}: install the same version on every node"}
+        outcome = {**outcome, "node": placement["node"]}
+        if task.key in placement["resumed_after_loss"]:
+            outcome["retried"] = True
         files = outcome.pop("files", None)
         if files is not None and outcome["status"] in ("complete", "diverged"):
             try:
@@ -445,6 +578,14 @@ class RayExecutor:
 
             ray.shutdown()
             self._started = False
+
+
+def _fits(node: dict, cpus: float, gpus: float | None) -> int:
+    """How many tasks asking ``cpus`` CPUs and ``gpus`` GPUs a node with ``node`` resources runs at once."""
+    counts = [int(node.get("CPU", 0) / cpus + 1e-9) if cpus else 10**6]
+    if gpus:
+        counts.append(int(node.get("GPU", 0) / gpus + 1e-9))
+    return min(counts)
 
 
 def _check_listening(address: str) -> None:
@@ -463,13 +604,18 @@ def _check_listening(address: str) -> None:
                           "machine") from None
 
 
-def make_executor(name: str, *, workers: int = 1, threads: int | None = None, address: str | None = None):
+def make_executor(name: str, *, workers: int = 1, threads: int | None = None, address: str | None = None,
+                  gpus_per_task: float | None = None, cpus_per_task: float | None = None, retries: int | None = None):
     if name not in EXECUTORS:
         raise ConfigError(f"--executor must be one of {', '.join(EXECUTORS)}, got {name!r}")
     if threads is not None and threads < 1:
         raise ConfigError(f"--threads must be >= 1, got {threads}")
     if name == "ray":
-        return RayExecutor(address, threads)
-    if address is not None:
-        raise ConfigError("--address is the address of a Ray cluster: give it with --executor ray")
+        return RayExecutor(address, threads, gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task,
+                           retries=RAY_RETRIES if retries is None else retries)
+    given = [option for option, value in (("--address", address), ("--gpus-per-task", gpus_per_task),
+                                          ("--cpus-per-task", cpus_per_task), ("--retries", retries))
+             if value is not None]
+    if given:
+        raise ConfigError(f"{given[0]} is for the tasks of a Ray cluster: give it with --executor ray")
     return LocalExecutor(workers, threads)

@@ -18,3 +18,4 @@ def axis_columns(has_work: bool) -> tuple[str, ...]:
         return AXIS_COLUMNS
     at = AXIS_COLUMNS.index("participation") + 1
     return (*AXIS_COLUMNS[:at], WORK_COLUMN, *AXIS_COLUMNS[at:])
+STATUS = "status.json"  # what a running sweep is doing, for another shell to read (sweep.SweepStatus)

@@ -44,7 +44,7 @@ from ..algorithms.importing import imports_permitted, is_algorithm_import, plann
 from ..engine.simulate import ENGINES, SCHEDULES
 from ..errors import ConfigError, FocusflError
 from ..privacy.config import parse_dp
-from ..io.atomic import write_text
+from ..io.atomic import write_json, write_text
 from ..io.folders import finish_waiting, open_store
 from ..runs.config import DTYPES, RunConfig, field_defaults, run_key  # noqa: F401 (re-exported)
 from ..runs.batch import batch_size, group_batches, run_bytes
@@ -55,7 +55,7 @@ from ..spec import format_spec, parse_spec
 from ..threads import DEFAULT_THREADS
 from .aggregate import aggregate
 from .executors import BatchTask, RunTask, make_executor
-from .layout import EXPERIMENT, RUNS
+from .layout import EXPERIMENT, RUNS, STATUS
 
 MAX_RUNS = 100_000
 MAX_FILE_BYTES = 1 << 20
@@ -558,6 +558,9 @@ def run_sweep(
     tensorboard: str | Path | None = None,
     experiment_identity: dict | None = None,
     batch_runs: int | str = "auto",
+    gpus_per_task: float | None = None,
+    cpus_per_task: float | None = None,
+    retries: int | None = None,
 ) -> SweepReport:
     """Run every run of ``experiment`` not yet finished in ``out``, then write results.csv,
     summary.csv and the figures from all of them (or what ``tables(experiment, runs, folder,
@@ -566,12 +569,17 @@ def run_sweep(
     finished earlier included unless their log is complete already. ``experiment_identity``:
     what makes two experiments the same (io.folders.open_store refuses a folder of another).
     ``batch_runs``: runs stepped together in one batch (runs/batch.py), ``auto`` or a count;
-    each run's config.json records it. Ray runs its tasks one run at a time (no batches)."""
+    each run's config.json records it; a Ray task runs a batch. ``gpus_per_task``,
+    ``cpus_per_task``, ``retries``: what each Ray task asks for, and how often Ray runs a task
+    lost with its node again (executors.RayExecutor). While a Ray sweep's runs go, ``status.json``
+    in ``out`` says how many are queued, running (on which nodes), done, retried and failed, and the
+    ETA (:func:`write_status`)."""
     root = None
     if tensorboard is not None:
         require()
         root = check_root(tensorboard, out, what="the sweep folder")
-    pool = make_executor(executor, workers=workers, threads=threads, address=address)  # checks Ray is there
+    pool = make_executor(executor, workers=workers, threads=threads, address=address,  # checks Ray is there
+                         gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task, retries=retries)
     try:
         # The executor's threads per worker are the runs' threads: part of each run and its key.
         runs = expand(experiment, threads=pool.threads, allow_model_import=allow_model_import)
@@ -583,8 +591,7 @@ def run_sweep(
     except BaseException:
         pool.close()
         raise
-    if executor == "local":
-        batch_size(batch_runs, 1)  # a bad value is one line before anything is written
+    batch_size(batch_runs, 1)  # a bad value is one line before anything is written
     report = SweepReport(total=len(runs), runs=runs)
     started = time.monotonic()
     with open_store(out, kind=kind, experiment=experiment_identity) as store:
@@ -611,10 +618,13 @@ def run_sweep(
                   f"{report.resumed} to resume, {len(tasks) - report.resumed} to run; {pool.describe()}"
                   + (f"; TensorBoard logs in {root}" if root is not None else ""))
         by_key = {run.key: run for run in runs}
-        items = tasks if executor != "local" else batches(tasks, by_key, batch_runs)
+        items = batches(tasks, by_key, batch_runs)
         exit_code = None
+        # A sweep on Ray says what it does in status.json (on one machine, the terminal line does).
+        status = SweepStatus(store.path / STATUS if executor == "ray" else None, total=len(runs),
+                             skipped=report.skipped, queued=len(tasks), slots=pool.slots)
         try:
-            for task, outcome in _with_progress(pool.run(items), len(tasks), progress, pool.slots):
+            for task, outcome in _with_progress(status.follow(pool.run(items)), len(tasks), progress, pool.slots):
                 if outcome.get("restarted"):
                     report.restarted.append({"run": task.key, **by_key[task.key].axes, "reason": outcome["restarted"]})
                 if outcome["status"] in ("complete", "diverged"):
@@ -627,12 +637,13 @@ def run_sweep(
                     report.failed.append({"run": task.key, **by_key[task.key].axes, "error": outcome.get("error", "")})
         finally:
             pool.close()
+            status.finish()
         if report.interrupted:
             raise Interrupted(f"sweep interrupted: {report.interrupted} run(s) stopped with a checkpoint; "
                               "run the same command again to continue", exit_code or 130)
         report.written = (tables or aggregate)(experiment, runs, store.path, band=band or experiment.band,
                                                failures=report.failed)
-        store.mark([EXPERIMENT, *report.written], folders=[RUNS])
+        store.mark([EXPERIMENT, STATUS, *report.written], folders=[RUNS])
     report.seconds = time.monotonic() - started
     return report
 
@@ -710,17 +721,75 @@ def _log_run(root: Path | None, run: SweepRun, folder: Path) -> int:
     return 1
 
 
+class SweepStatus:
+    """What a sweep is doing, in ``status.json`` of its folder for another shell (or a notebook)
+    to read while it runs: runs ``total``, ``finished_earlier``, ``queued`` (not yet started),
+    ``running`` (at most the executor's slots) with ``nodes`` (Ray's node id: runs finished there),
+    ``done``, ``retried`` (resumed after their node was lost), ``failed``, ``interrupted``,
+    ``eta_seconds`` (the runs left at the pace so far; null before the first finishes) and
+    ``state`` (running / finished / stopped). Rewritten atomically after each run; never read by
+    focusfl, and no result file depends on it. ``path`` None: kept in memory only."""
+
+    def __init__(self, path: Path | None, *, total: int, skipped: int, queued: int, slots: int):
+        self.path, self.slots = path, slots
+        self.counts = {"total": total, "finished_earlier": skipped, "to_run": queued, "done": 0, "retried": 0,
+                       "failed": 0, "interrupted": 0}
+        self.nodes: dict[str, int] = {}
+        self.started = time.monotonic()
+        self.write("running")
+
+    def follow(self, outcomes: Iterable):
+        for task, outcome in outcomes:
+            status = outcome["status"]
+            key = "done" if status in ("complete", "diverged") else "interrupted" if status == "interrupted" else "failed"
+            self.counts[key] += 1
+            self.counts["retried"] += bool(outcome.get("retried"))
+            if outcome.get("node"):
+                self.nodes[outcome["node"]] = self.nodes.get(outcome["node"], 0) + 1
+            self.write("running")
+            yield task, outcome
+
+    def left(self) -> int:
+        counts = self.counts
+        return counts["to_run"] - counts["done"] - counts["failed"] - counts["interrupted"]
+
+    def eta(self) -> float | None:
+        finished = self.counts["to_run"] - self.left()
+        if not finished:
+            return None
+        return round((time.monotonic() - self.started) / finished * self.left(), 1)
+
+    def write(self, state: str) -> None:
+        if self.path is None:
+            return
+        left = self.left()
+        running = min(self.slots, left) if state == "running" else 0
+        write_json(self.path, {"state": state, **self.counts, "queued": left - running, "running": running,
+                               "nodes": dict(sorted(self.nodes.items())), "eta_seconds": self.eta(),
+                               "elapsed_seconds": round(time.monotonic() - self.started, 1)})
+
+    def finish(self) -> None:
+        self.write("finished" if self.left() == 0 else "stopped")
+
+
 def _with_progress(outcomes: Iterable, total: int, progress: bool, slots: int):
-    """Pass outcomes through, showing runs done / running / failed and an ETA."""
+    """Pass outcomes through, showing runs done / running (on how many nodes) / retried / failed
+    and an ETA, on one updating line."""
     if not progress or total == 0:
         yield from outcomes
         return
-    failed = 0
+    failed = retried = 0
+    nodes: set[str] = set()
     with tqdm(total=total, desc="runs", unit="run", disable=None, leave=False) as bar:
         bar.set_postfix_str(f"running {min(slots, total)}, failed 0", refresh=False)
         for task, outcome in outcomes:
             failed += outcome["status"] not in ("complete", "diverged", "interrupted")
+            retried += bool(outcome.get("retried"))
+            if outcome.get("node"):
+                nodes.add(outcome["node"])
             bar.update(1)
-            bar.set_postfix_str(f"running {min(slots, total - bar.n)}, failed {failed}", refresh=True)
+            where = f" on {len(nodes)} node(s)" if nodes else ""
+            again = f", retried {retried}" if retried else ""
+            bar.set_postfix_str(f"running {min(slots, total - bar.n)}{where}{again}, failed {failed}", refresh=True)
             yield task, outcome
 
