@@ -18,6 +18,10 @@ Checks (each passes or fails by the criterion printed beside it):
 - batched runs: focus-cifar10's final runs (5 algorithms x 2 processes x 3 seeds, 40 rounds) one
   at a time and as one batch of runs (benchmarks/batched_nn.py) give the same rows; the batch's
   throughput against one at a time is printed beside it (issue 41's GPU figure).
+- ray sweep packed: runs of the MNIST CNN on a local Ray at `--gpus-per-task 0.25` (four runs
+  share the GPU; on a CPU the GPU is declared to Ray only) give the tables of one run at a time in
+  this process (benchmarks/ray_sweep.py); the throughput ratio is printed beside it. Left out,
+  with a line that says so, where Ray is not installed.
 
 Figures (not pass/fail): the appendix-G CIFAR round (benchmarks/paper_cifar.py's workload) in
 seconds, with deterministic kernels and without, the grouped floor (every active client's
@@ -218,6 +222,15 @@ def check_batched_runs(device: str, sizes: Sizes) -> tuple[bool, str]:
                   f"{'identical' if same else 'DIFFERENT'}; one batch {speedup:.2f}x the throughput of one at a time")
 
 
+def check_ray_sweep(device: str, sizes: Sizes) -> tuple[bool, str]:
+    """A sweep on a local Ray at --gpus-per-task 0.25 against one run at a time (benchmarks/ray_sweep.py)."""
+    from ray_sweep import packing
+
+    ratio, same, runs = packing(device, sizes.small)
+    return same, (f"{runs} runs at --gpus-per-task 0.25: results.csv and summary.csv "
+                  f"{'identical' if same else 'DIFFERENT'}; {ratio:.2f}x the throughput of one at a time")
+
+
 # -- the CIFAR round ---------------------------------------------------------------------------------
 def _seconds(fn: Callable[[], None], device: torch.device) -> float:
     if device.type == "cuda":
@@ -314,6 +327,12 @@ def main(argv: list[str] | None = None) -> int:
             "preset end to end": lambda: check_preset(args.device, sizes, work),
             "batched runs = runs alone": lambda: check_batched_runs(args.device, sizes),
         }
+        try:
+            import ray  # noqa: F401
+
+            checks["ray sweep packed = runs alone"] = lambda: check_ray_sweep(args.device, sizes)
+        except ImportError:
+            print("skip ray sweep packed: Ray is not installed (pip install ray)")
         for check, run in checks.items():
             start = time.perf_counter()
             try:
