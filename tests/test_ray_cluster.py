@@ -214,3 +214,21 @@ def test_bad_resource_options_are_one_line_through_the_entry_point(tmp_path, arg
     proc = run_cli(*command, *args)
     assert_one_line_error(proc, 2, contains=message)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("device,gpus,message", [
+    ("cuda", None, "device 'cuda' on Ray needs --gpus-per-task"),
+    ("cuda:0", None, "device 'cuda:0' on Ray needs --gpus-per-task"),
+    ("cuda:1", 0.25, "a Ray task sees only the GPU\\(s\\) Ray assigned it"),
+    ("cuda:2", 2, "a Ray task sees only the GPU\\(s\\) Ray assigned it"),
+])
+def test_runs_on_a_gpu_need_a_gpu_request_and_the_gpu_ray_assigns(device, gpus, message):
+    from focusfl.errors import ConfigError
+    from focusfl.experiments.executors import make_executor
+
+    executor = make_executor("ray", gpus_per_task=gpus)
+    with pytest.raises(ConfigError, match=message):
+        executor.check_devices(["cpu", device])
+    executor.check_devices(["cpu"])
+    if gpus:
+        executor.check_devices(["cuda", "cuda:0", f"cuda:{max(0, int(gpus) - 1)}"])

@@ -361,6 +361,11 @@ def _ray_item(item: RunTask | BatchTask, threads: int) -> dict:
     import ray
 
     started = time.time()
+    if not ray.get_gpu_ids():
+        # A task that asked for no GPU computes on none, whatever Ray's version does with its
+        # CUDA_VISIBLE_DEVICES (Ray says it will stop hiding the GPUs from such tasks): --device
+        # auto then means the CPU, never a GPU another task holds.
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
     torch.set_num_threads(threads)
     tasks = item.tasks if isinstance(item, BatchTask) else (item,)
     sweep_folder = Path(tasks[0].out).parent.parent
@@ -474,6 +479,19 @@ class RayExecutor:
         gpus = f", {self.gpus:g} GPU" if self.gpus else ""
         return (f"Ray tasks on {where}, {self.cpus:g} CPU(s){gpus} and {self.threads} thread(s) each, "
                 f"up to {self.retries} retries on a lost node")
+
+    def check_devices(self, devices: Iterable[str]) -> None:
+        """The runs' devices against the GPUs a task asks for, before anything is written: a run
+        on ``cuda`` needs ``--gpus-per-task`` (a task that asks for none sees no GPU), and a task
+        sees only the GPUs Ray assigned it, as ``cuda:0`` up (``cuda`` or ``auto`` takes them)."""
+        for device in sorted(set(devices)):
+            if device.startswith("cuda") and not self.gpus:
+                raise ConfigError(f"device {device!r} on Ray needs --gpus-per-task (a task that asks Ray for no GPU "
+                                  "sees none)")
+            index = device.partition(":")[2]
+            if index.isdigit() and int(index) >= max(1, int(self.gpus or 0)):
+                raise ConfigError(f"device {device!r}: a Ray task sees only the GPU(s) Ray assigned it, from cuda:0; "
+                                  "give device 'cuda' (or 'auto')")
 
     def check(self) -> None:
         """Connect to the cluster ``--address`` names before anything is written: a wrong address

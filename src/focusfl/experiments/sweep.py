@@ -587,6 +587,8 @@ def run_sweep(
         pool.close()
         raise
     try:
+        if executor == "ray":
+            pool.check_devices(run.config.device for run in runs)
         pool.check()  # reaches a Ray cluster now: a wrong address must leave no folder behind
     except BaseException:
         pool.close()
