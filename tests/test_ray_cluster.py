@@ -143,9 +143,16 @@ def test_a_node_lost_mid_sweep_costs_nothing(cluster, tmp_path):
     replacement = None
     try:
         deadline = time.monotonic() + 240
-        while not list((out / "runs").glob(".*partial/checkpoint.pt")):  # a run is half way on it
+        while True:  # status.json (refreshed every 2 s) says a run is running, on the doomed node
+            seen = json.loads((out / "status.json").read_text()) if (out / "status.json").is_file() else {}
+            if seen.get("running_on"):
+                result["seen_running"] = seen["running_on"]
+                break
             assert time.monotonic() < deadline and thread.is_alive(), result
             time.sleep(0.1)
+        while not list((out / "runs").glob(".*partial/checkpoint.pt")):  # a run is half way on it
+            assert time.monotonic() < deadline and thread.is_alive(), result
+            time.sleep(0.05)
         cluster.remove_node(doomed, allow_graceful=False)
         replacement = cluster.add_node(num_cpus=1, num_gpus=2)
         thread.join(300)
@@ -159,6 +166,8 @@ def test_a_node_lost_mid_sweep_costs_nothing(cluster, tmp_path):
     assert tables(out) == tables(quiet)
     status = json.loads((out / "status.json").read_text())
     assert status["retried"] >= 1 and status["done"] == 2 and status["failed"] == 0
+    assert status["state"] == "finished" and status["running"] == status["queued"] == 0
+    assert sum(status["nodes"].values()) == 2 and result["seen_running"] == {doomed.node_id: 1}
     cluster.remove_node(replacement)
 
 

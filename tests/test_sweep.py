@@ -545,7 +545,7 @@ def test_what_ends_a_sweep_ends_it_also_from_a_ray_task(cause):
 
     executor = RayExecutor.__new__(RayExecutor)
     with pytest.raises(type(raised)) as caught:
-        executor._receive(SimpleNamespace(get=get), ref=None, item=None)
+        executor._receive(SimpleNamespace(get=get), ref=None, item=SimpleNamespace(key="run"))
     assert caught.value is raised
 
     class Crashed(RuntimeError):  # a worker that died: one failed run, the sweep goes on
@@ -554,7 +554,7 @@ def test_what_ends_a_sweep_ends_it_also_from_a_ray_task(cause):
     def crash(ref):
         raise Crashed("worker died")
 
-    [(_, outcome)] = executor._receive(SimpleNamespace(get=crash), ref=None, item=None)
+    [(_, outcome)] = executor._receive(SimpleNamespace(get=crash), ref=None, item=SimpleNamespace(key="run"))
     assert outcome["status"] == "failed" and "worker died" in outcome["error"]
 
 

@@ -353,7 +353,7 @@ def ray_runtime_env() -> dict:
     return {"env_vars": {"PYTHONPATH": path}}
 
 
-def _ray_item(item: RunTask | BatchTask, threads: int) -> dict:
+def _ray_item(item: RunTask | BatchTask, threads: int, tracker=None) -> dict:
     """A Ray task: a run or a batch of runs, in place when the sweep folder is visible here, else
     shipped back. Returns ``outcomes`` (one per run, as run_task gives it) and where it ran:
     ``node`` (Ray's node id), ``gpus`` (the GPU ids Ray assigned it: its CUDA_VISIBLE_DEVICES),
@@ -361,13 +361,15 @@ def _ray_item(item: RunTask | BatchTask, threads: int) -> dict:
     import ray
 
     started = time.time()
+    tasks = item.tasks if isinstance(item, BatchTask) else (item,)
+    if tracker is not None:  # fire and forget: a lost tracker costs the status file, not the runs
+        tracker.start.remote([task.key for task in tasks], ray.get_runtime_context().get_node_id())
     if not ray.get_gpu_ids():
         # A task that asked for no GPU computes on none, whatever Ray's version does with its
         # CUDA_VISIBLE_DEVICES (Ray says it will stop hiding the GPUs from such tasks): --device
         # auto then means the CPU, never a GPU another task holds.
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     torch.set_num_threads(threads)
-    tasks = item.tasks if isinstance(item, BatchTask) else (item,)
     sweep_folder = Path(tasks[0].out).parent.parent
     shared = (sweep_folder / MARKER).is_file()
     # A task run again after its node was lost finds the checkpoints the lost attempt left: it
@@ -472,6 +474,7 @@ class RayExecutor:
         self.retries = retries
         self.slots = 1
         self.placements: list[dict] = []  # where each task ran (node, GPUs, times), in the order received
+        self.on_progress = None  # called with the runs running and where (run's docstring)
         self._started = False
 
     def describe(self) -> str:
@@ -531,7 +534,9 @@ class RayExecutor:
         return ray
 
     def run(self, tasks: Iterable[RunTask | BatchTask]) -> Iterator[tuple[RunTask, dict]]:
-        """(task, outcome) per run; ``tasks`` may hold batches of runs (BatchTask)."""
+        """(task, outcome) per run; ``tasks`` may hold batches of runs (BatchTask). While they
+        run, ``on_progress`` (when set) gets ``{"running": {run key: node}, "retried": n}`` every
+        PROGRESS_SECONDS that it changed."""
         tasks = list(tasks)
         if not tasks:
             return
@@ -540,29 +545,50 @@ class RayExecutor:
         # code); a run's own failure is its outcome. max_retries covers a lost worker or node.
         remote = ray.remote(_ray_item).options(num_cpus=self.cpus, num_gpus=self.gpus or 0,
                                                max_retries=self.retries, retry_exceptions=False)
+        tracker = _start_tracker(ray)
         queue = iter(tasks)
         pending: dict = {}
+        self._seen: dict = {}
+        self._finished: set[str] = set()
+        shown = None
         # At most a few tasks per slot in flight: the driver's wait stays cheap on 10^5 runs.
         limit = 2 * self.slots + 2
         try:
             while True:
                 for item in queue:
-                    pending[remote.remote(item, self.threads)] = item
+                    pending[remote.remote(item, self.threads, tracker)] = item
                     if len(pending) >= limit:
                         break
                 if not pending:
                     return
-                done, _ = ray.wait(list(pending), num_returns=1)
+                done, _ = ray.wait(list(pending), num_returns=1,
+                                   timeout=PROGRESS_SECONDS if self.on_progress else None)
+                if done or self.on_progress:
+                    self._seen = _snapshot(ray, tracker, self._seen)
                 for ref in done:
                     item = pending.pop(ref)
                     yield from self._receive(ray, ref, item)
+                if self.on_progress:
+                    progress = self._progress()
+                    if progress != shown:
+                        self.on_progress(progress)
+                        shown = progress
         except BaseException:
             for ref in pending:
                 ray.cancel(ref)
             raise
+        finally:
+            if tracker is not None:
+                ray.kill(tracker)
+
+    def _progress(self) -> dict:
+        running = {key: node for key, (node, _) in self._seen.items() if key not in self._finished}
+        return {"running": dict(sorted(running.items())),
+                "retried": sum(attempts > 1 for _, attempts in self._seen.values())}
 
     def _receive(self, ray, ref, item: RunTask | BatchTask) -> list[tuple[RunTask, dict]]:
         tasks = item.tasks if isinstance(item, BatchTask) else (item,)
+        self._finished = getattr(self, "_finished", set()) | {task.key for task in tasks}
         try:
             answer = ray.get(ref)
         except Exception as exc:  # the task or its worker died, retries spent
@@ -571,7 +597,10 @@ class RayExecutor:
             failed = {"status": "failed", "error": f"Ray: {type(exc).__name__}: {text[-1] if text else ''}"}
             return [(task, dict(failed)) for task in tasks]
         placement = {key: answer[key] for key in ("node", "gpus", "visible", "assigned", "started", "ended",
-                                              "resumed_after_loss")}
+                                                  "resumed_after_loss")}
+        seen = getattr(self, "_seen", {})
+        attempts = {task.key: seen.get(task.key, ("", 1))[1] for task in tasks}
+        placement["retried"] = [key for key, count in attempts.items() if count > 1]
         self.placements.append({"runs": [task.key for task in tasks], **placement})
         return [(task, self._publish(task, outcome, placement)) for task, outcome in zip(tasks, answer["outcomes"])]
 
@@ -580,7 +609,7 @@ class RayExecutor:
             return {"status": "failed", "error": f"the Ray worker runs focusfl {outcome['version']}, "
                                                   f"this driver {__version__}: install the same version on every node"}
         outcome = {**outcome, "node": placement["node"]}
-        if task.key in placement["resumed_after_loss"]:
+        if task.key in placement["resumed_after_loss"] or task.key in placement["retried"]:
             outcome["retried"] = True
         files = outcome.pop("files", None)
         if files is not None and outcome["status"] in ("complete", "diverged"):
@@ -596,6 +625,32 @@ class RayExecutor:
 
             ray.shutdown()
             self._started = False
+
+
+PROGRESS_SECONDS = 2.0  # how often a Ray sweep asks its tracker which runs are running where
+
+
+def _start_tracker(ray):
+    """The sweep's tracker actor (ray_tracker.py), on the driver's node (it outlives any worker
+    node lost), asking for no CPU; None where it cannot start (the runs go on without it)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from .ray_tracker import Tracker
+
+    try:
+        here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=True)
+        return ray.remote(Tracker).options(num_cpus=0, scheduling_strategy=here).remote()
+    except Exception:  # a Ray without node affinity, or a client connection: no live status
+        return None
+
+
+def _snapshot(ray, tracker, last: dict) -> dict:
+    if tracker is None:
+        return last
+    try:
+        return ray.get(tracker.snapshot.remote(), timeout=PROGRESS_SECONDS)
+    except Exception:  # a tracker busy or lost: the last snapshot stands
+        return last
 
 
 def _fits(node: dict, cpus: float, gpus: float | None) -> int:

@@ -625,6 +625,8 @@ def run_sweep(
         # A sweep on Ray says what it does in status.json (on one machine, the terminal line does).
         status = SweepStatus(store.path / STATUS if executor == "ray" else None, total=len(runs),
                              skipped=report.skipped, queued=len(tasks), slots=pool.slots)
+        if status.path is not None:
+            pool.on_progress = status.progress  # which runs run where, between finished runs
         try:
             for task, outcome in _with_progress(status.follow(pool.run(items)), len(tasks), progress, pool.slots):
                 if outcome.get("restarted"):
@@ -725,9 +727,10 @@ def _log_run(root: Path | None, run: SweepRun, folder: Path) -> int:
 
 class SweepStatus:
     """What a sweep is doing, in ``status.json`` of its folder for another shell (or a notebook)
-    to read while it runs: runs ``total``, ``finished_earlier``, ``queued`` (not yet started),
-    ``running`` (at most the executor's slots) with ``nodes`` (Ray's node id: runs finished there),
-    ``done``, ``retried`` (resumed after their node was lost), ``failed``, ``interrupted``,
+    to read while it runs: runs ``total``, ``finished_earlier``, ``to_run``, ``queued`` (not yet
+    started), ``running`` with ``running_on`` (Ray's node id: runs running there now), ``nodes``
+    (node id: runs finished there), ``done``, ``retried`` (run again after their node or worker
+    was lost), ``failed``, ``interrupted``,
     ``eta_seconds`` (the runs left at the pace so far; null before the first finishes) and
     ``state`` (running / finished / stopped). Rewritten atomically after each run; never read by
     focusfl, and no result file depends on it. ``path`` None: kept in memory only."""
@@ -737,6 +740,8 @@ class SweepStatus:
         self.counts = {"total": total, "finished_earlier": skipped, "to_run": queued, "done": 0, "retried": 0,
                        "failed": 0, "interrupted": 0}
         self.nodes: dict[str, int] = {}
+        self.running_on: dict[str, str] | None = None  # run key -> node, where the executor says
+        self.retried_live = 0
         self.started = time.monotonic()
         self.write("running")
 
@@ -750,6 +755,11 @@ class SweepStatus:
                 self.nodes[outcome["node"]] = self.nodes.get(outcome["node"], 0) + 1
             self.write("running")
             yield task, outcome
+
+    def progress(self, info: dict) -> None:
+        """The executor's word on the runs running now and where, and the runs it ran again."""
+        self.running_on, self.retried_live = info["running"], info["retried"]
+        self.write("running")
 
     def left(self) -> int:
         counts = self.counts
@@ -765,8 +775,17 @@ class SweepStatus:
         if self.path is None:
             return
         left = self.left()
-        running = min(self.slots, left) if state == "running" else 0
-        write_json(self.path, {"state": state, **self.counts, "queued": left - running, "running": running,
+        on: dict[str, int] = {}
+        if self.running_on is not None:
+            for node in self.running_on.values():
+                on[node] = on.get(node, 0) + 1
+            running = min(len(self.running_on), left)
+        else:
+            running = min(self.slots, left)
+        running = running if state == "running" else 0
+        counts = {**self.counts, "retried": max(self.counts["retried"], self.retried_live)}
+        write_json(self.path, {"state": state, **counts, "queued": left - running, "running": running,
+                               "running_on": dict(sorted(on.items())) if state == "running" else {},
                                "nodes": dict(sorted(self.nodes.items())), "eta_seconds": self.eta(),
                                "elapsed_seconds": round(time.monotonic() - self.started, 1)})
 
