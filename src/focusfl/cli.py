@@ -594,7 +594,7 @@ def _add_sweep(sub) -> None:
     p.add_argument("--address", help="with --executor ray: the cluster's address (default: start a local Ray)")
     p.add_argument("--gpus-per-task", type=positive_float, metavar="G",
                    help="with --executor ray: GPUs each task asks Ray for (0.25: four tasks share a GPU; above 1 a "
-                   "whole number); Ray places the task on a GPU it assigns and --device cuda|auto computes there "
+                   "whole number); Ray places the task on a GPU it assigns, where runs on device 'cuda' compute "
                    "(default: none)")
     p.add_argument("--cpus-per-task", type=positive_float, metavar="C",
                    help="with --executor ray: CPUs each task asks Ray for (fractional up to 1; default: --threads)")

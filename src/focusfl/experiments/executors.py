@@ -13,7 +13,7 @@ same bytes whichever executor ran it, given the same torch thread count (``DEFAU
   batch of runs each (the local executor's batches). A task asks Ray for what it needs:
   ``cpus_per_task`` CPUs (default: its torch threads) and ``gpus_per_task`` GPUs (fractional:
   0.25 packs four tasks on a GPU); Ray then places it and sets its ``CUDA_VISIBLE_DEVICES`` to the
-  GPU it assigned, so ``--device cuda`` (or ``auto``) computes there and never on a GPU another
+  GPU it assigned, so a run on ``cuda`` computes there and never on a GPU another
   task holds. A task writes its run folders in place when the sweep folder is visible on its node
   (one machine, or a shared file system); otherwise it runs in a temporary folder and ships the
   files back to the driver, which publishes them.
@@ -366,8 +366,8 @@ def _ray_item(item: RunTask | BatchTask, threads: int, tracker=None) -> dict:
         tracker.start.remote([task.key for task in tasks], ray.get_runtime_context().get_node_id())
     if not ray.get_gpu_ids():
         # A task that asked for no GPU computes on none, whatever Ray's version does with its
-        # CUDA_VISIBLE_DEVICES (Ray says it will stop hiding the GPUs from such tasks): --device
-        # auto then means the CPU, never a GPU another task holds.
+        # CUDA_VISIBLE_DEVICES (Ray says it will stop hiding the GPUs from such tasks): it never
+        # computes on a GPU another task holds.
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     torch.set_num_threads(threads)
     sweep_folder = Path(tasks[0].out).parent.parent
@@ -486,7 +486,7 @@ class RayExecutor:
     def check_devices(self, devices: Iterable[str]) -> None:
         """The runs' devices against the GPUs a task asks for, before anything is written: a run
         on ``cuda`` needs ``--gpus-per-task`` (a task that asks for none sees no GPU), and a task
-        sees only the GPUs Ray assigned it, as ``cuda:0`` up (``cuda`` or ``auto`` takes them)."""
+        sees only the GPUs Ray assigned it, as ``cuda:0`` up (``cuda`` takes the first)."""
         for device in sorted(set(devices)):
             if device.startswith("cuda") and not self.gpus:
                 raise ConfigError(f"device {device!r} on Ray needs --gpus-per-task (a task that asks Ray for no GPU "
@@ -494,7 +494,7 @@ class RayExecutor:
             index = device.partition(":")[2]
             if index.isdigit() and int(index) >= max(1, int(self.gpus or 0)):
                 raise ConfigError(f"device {device!r}: a Ray task sees only the GPU(s) Ray assigned it, from cuda:0; "
-                                  "give device 'cuda' (or 'auto')")
+                                  "give device 'cuda'")
 
     def check(self) -> None:
         """Connect to the cluster ``--address`` names before anything is written: a wrong address
