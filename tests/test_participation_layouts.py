@@ -31,13 +31,15 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import pickle
+import subprocess
 from datetime import datetime, timedelta
 
 import numpy as np
 import pytest
 
-from cli_harness import assert_one_line_error, run_cli, run_cli_together, run_main
+from cli_harness import assert_one_line_error, cli_env, focusfl_command, run_cli, run_cli_together, run_main
 from focusfl.cli import main
 from focusfl.errors import DataError
 from focusfl.participation import importing, make_participation, summarize
@@ -538,3 +540,38 @@ def test_import_help_lists_the_new_options():
     for option in ("--start", "--window", "--skip-bad-devices", "--assign", "--index-column", "--capacity",
                    "--work-out", "--plot"):
         assert option in proc.stdout
+
+
+# -- a reader that has gone ------------------------------------------------------------------
+def _closed_reader(args: list[str]) -> subprocess.CompletedProcess:
+    """``focusfl ARGS | head -1`` at its worst: the reader has gone before the first line (its end
+    of the pipe is closed before focusfl starts), so every print meets a broken pipe."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run([*focusfl_command(), *args], stdout=write, stderr=subprocess.PIPE, text=True,
+                              env=cli_env(), timeout=300)
+    finally:
+        os.close(write)
+
+
+def test_an_import_into_a_closed_reader_writes_every_output(tmp_path):
+    behave, capacity = tmp_path / "client_behave_trace", tmp_path / "client_device_capacity"
+    behave.write_bytes(pickle.dumps(BEHAVE))
+    capacity.write_bytes(pickle.dumps(CAPACITY))
+    matrix = tmp_path / "m.csv"
+    matrix.write_text("1,0,1\n0,1,1\n")
+    forms = {
+        "matrix --out": (["matrix", str(matrix)], ["--out"]),
+        "fedscale --out --work-out --plot": (["fedscale", str(behave), "--round-seconds", "10", "--capacity",
+                                              str(capacity), "--deadline", "12", "--batch-size", "20",
+                                              "--local-steps", "8"], ["--out", "--work-out", "--plot"]),
+        "matrix --plot": (["matrix", str(matrix)], ["--plot"]),
+    }
+    for k, (form, (args, outputs)) in enumerate(forms.items()):
+        files = {"--out": tmp_path / f"t{k}.csv", "--work-out": tmp_path / f"w{k}.csv", "--plot": tmp_path / f"p{k}.png"}
+        proc = _closed_reader(["participation", "import", *args,
+                               *(a for o in outputs for a in (o, str(files[o])))])
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, (form, proc.stderr)
+        for option in outputs:
+            assert files[option].is_file() and files[option].stat().st_size > 0, (form, option)

@@ -363,19 +363,23 @@ def _cmd_participation_import(args) -> int:
                             start=args.start, window=args.window, skip_bad_devices=args.skip_bad_devices,
                             assign=args.assign, index_column=args.index_column)
     trace = import_trace(args.format, args.path, options, capacity)
-    print("\n".join(statistics_lines(trace)))
+    lines = statistics_lines(trace)
     texts = []
     if out is not None:
         check_trace_size(trace)
         texts.append((out, trace_text(trace), f"--participation trace:path={out}"))
     if work_out is not None:
         texts.append((work_out, work_trace_text(trace), f"--work trace:path={work_out}"))
+    # Every file is written before a line is printed: a reader that has gone (`| head -1`) ends
+    # the printing, never an output.
     for path, text, replay in texts:  # every check passed before anything is written
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text(path, text)
-        print(f"wrote {path} (replay it with {replay})")
+        lines.append(f"wrote {path} (replay it with {replay})")
     if args.plot:
-        _write_raster(trace.mask, args.plot, f"{args.format} {Path(args.path).name}")
+        _write_raster(trace.mask, args.plot, f"{args.format} {Path(args.path).name}", say=False)
+        lines.append(f"wrote {args.plot}")
+    print("\n".join(lines))
     return 0
 
 
@@ -419,14 +423,15 @@ def _check_raster_target(plot: str) -> None:
     check_figure_targets([plot], "--plot")
 
 
-def _write_raster(mask, plot: str, title: str) -> None:
+def _write_raster(mask, plot: str, title: str, say: bool = True) -> None:
     from .io.figures import figure_files
     from .participation.plots import plot_raster
 
     Path(plot).parent.mkdir(parents=True, exist_ok=True)
     with figure_files([plot], "--plot") as (scratch,):
         plot_raster(mask, scratch, title=title)
-    print(f"wrote {plot}")
+    if say:
+        print(f"wrote {plot}")
 
 
 # -- work ----------------------------------------------------------------------------------------
