@@ -269,7 +269,7 @@ class _SpecOrSubcommand(argparse._SubParsersAction):
 
 
 def _add_participation_import(commands) -> None:
-    from .participation.importing import ASSIGNMENTS, CONDITIONS, FORMATS, IDLE, INDEX_CHOICES, RULES
+    from .participation.importing import ABSENT, ASSIGNMENTS, CONDITIONS, FORMATS, IDLE, INDEX_CHOICES, RULES
 
     p = commands.add_parser("import", help="convert a FedScale, FLASH or clients x rounds availability file into "
                             "a participation trace, with its statistics")
@@ -297,6 +297,9 @@ def _add_participation_import(commands) -> None:
                    "order (sorted), or FedScale's keys[(k + 1) %% len] in the pickle's order (fedscale)")
     p.add_argument("--index-column", choices=INDEX_CHOICES, default="auto", help="matrix (.csv): whether the first "
                    "column names the clients (auto: a non-numeric first column, or a header that names it)")
+    p.add_argument("--absent", choices=ABSENT, help="devices never available in the imported rounds: keep them as "
+                   "empty columns (every device keeps its index; replay with absent=true) or drop them (default: keep "
+                   "for matrix, drop for fedscale, flash and ready)")
     p.add_argument("--capacity", metavar="FILE", help="fedscale: FedScale's device capacity pickle "
                    "(client_device_capacity); each device's local steps per round then come from its speeds")
     p.add_argument("--deadline", type=float, metavar="D", help="with --capacity: a round's deadline in seconds")
@@ -337,8 +340,8 @@ def _capacity_options(args):
 def _cmd_participation_import(args) -> int:
     from .errors import ConfigError
     from .io.atomic import write_text
-    from .participation.importing import (ImportOptions, check_trace_size, import_trace, statistics_lines, trace_text,
-                                          work_trace_text)
+    from .participation.importing import (ImportOptions, check_trace_size, import_trace, replay_spec, statistics_lines,
+                                          trace_text, work_trace_text)
     from .participation.trace import is_focusfl_trace
 
     out = Path(args.out) if args.out else None
@@ -361,13 +364,13 @@ def _cmd_participation_import(args) -> int:
     options = ImportOptions(round_seconds=args.round_seconds, rounds=args.rounds, clients=args.clients,
                             rule=args.rule, ready=tuple(c.strip() for c in args.ready.split(",")), idle=args.idle,
                             start=args.start, window=args.window, skip_bad_devices=args.skip_bad_devices,
-                            assign=args.assign, index_column=args.index_column)
+                            assign=args.assign, index_column=args.index_column, absent=args.absent)
     trace = import_trace(args.format, args.path, options, capacity)
     lines = statistics_lines(trace)
     texts = []
     if out is not None:
         check_trace_size(trace)
-        texts.append((out, trace_text(trace), f"--participation trace:path={out}"))
+        texts.append((out, trace_text(trace), f"--participation {replay_spec(trace, out)}"))
     if work_out is not None:
         texts.append((work_out, work_trace_text(trace), f"--work trace:path={work_out}"))
     # Every file is written before a line is printed: a reader that has gone (`| head -1`) ends
@@ -804,7 +807,8 @@ def _command_texts(command: str | None = None) -> dict[str, tuple[str, str]]:
             "--capacity adds its device speeds as a work trace), flash (FLASH's state-trace JSON: a device is ready "
             "while charging, on WiFi and idle, or the --ready conditions, on FLASH's clock), ready (FLASH's ready "
             "windows JSON) and matrix (clients x rounds, 0/1 or True/False, FedStale's layouts). Devices never "
-            "available are dropped (docs/participation.md).",
+            "available stay as empty columns in a matrix and are dropped from a timed recording (--absent; "
+            "docs/participation.md).",
             _examples("focusfl participation import fedscale client_behave_trace --round-seconds 60 --rounds 1440 "
                       "--clients 100 --out trace.csv",
                       "focusfl participation import flash state_traces.json --round-seconds 300 --ready charging,wifi "

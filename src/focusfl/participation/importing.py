@@ -89,6 +89,11 @@ SHOWN_CLIENTS = 50  # rows of the per-client table the command prints
 
 
 ASSIGNMENTS = ("sorted", "fedscale")
+# What becomes of a device never available in the imported rounds: kept as an empty column (its
+# index stays the recording's) or dropped; default: kept for a matrix (its rows are the
+# experiment's clients, as FedStale reads them), dropped for a timed recording (a population
+# sample, whose devices outside the imported rounds are no experiment's clients).
+ABSENT = ("keep", "drop")
 # FLASH's time 0 (models/timer.py, Timer.refer_time): its rounds' clock starts there.
 FLASH_REFER_TIME = "2020-01-02 00:00:00"
 EARLIEST = "earliest"
@@ -109,6 +114,7 @@ class ImportOptions:
     skip_bad_devices: bool = False  # fedscale, flash, ready: import the rest, naming what was skipped
     assign: str = "sorted"  # fedscale: which recording client k replays
     index_column: str = "auto"  # matrix: whether the first column names the clients
+    absent: str | None = None  # keep or drop the devices never available (None: keep for matrix, else drop)
 
 
 @dataclass
@@ -130,6 +136,7 @@ class ImportedTrace:
     skipped: list[str] = field(default_factory=list)
     steps: np.ndarray | None = None
     too_slow: list[str] = field(default_factory=list)
+    absent: list[str] = field(default_factory=list)  # devices kept as columns that never take part
 
     def statistics(self) -> ParticipationStats:
         return summarize(self.mask)
@@ -165,7 +172,12 @@ def import_trace(fmt: str, path: str | Path, options: ImportOptions,
         raise DataError(f"{fmt} trace: file {str(path)!r} not found")
     trace = read_fedscale(path, options, capacity) if fmt == "fedscale" else FORMATS[fmt](path, options)
     trace.asked = options.clients
-    return drop_never_available(trace)
+    return drop_never_available(trace, keep=keeps_absent(fmt, options))
+
+
+def keeps_absent(fmt: str, options: ImportOptions) -> bool:
+    """Whether devices never available stay as columns (see ABSENT)."""
+    return options.absent == "keep" if options.absent is not None else fmt == "matrix"
 
 
 def check_options(fmt: str, options: ImportOptions) -> None:
@@ -201,6 +213,8 @@ def check_options(fmt: str, options: ImportOptions) -> None:
     if options.index_column not in INDEX_CHOICES:
         raise ConfigError(f"--index-column must be one of {', '.join(INDEX_CHOICES)}, got {options.index_column!r}")
     _only(fmt, ("matrix",), "--index-column", options.index_column != "auto")
+    if options.absent is not None and options.absent not in ABSENT:
+        raise ConfigError(f"--absent must be one of {', '.join(ABSENT)}, got {options.absent!r}")
 
 
 def _only(fmt: str, formats: tuple[str, ...], option: str, given: bool) -> None:
@@ -208,17 +222,26 @@ def _only(fmt: str, formats: tuple[str, ...], option: str, given: bool) -> None:
         raise ConfigError(f"{option} applies to {' and '.join(formats)} traces only, not {fmt}")
 
 
-def drop_never_available(trace: ImportedTrace) -> ImportedTrace:
+def drop_never_available(trace: ImportedTrace, keep: bool = False) -> ImportedTrace:
+    """The trace without the devices never available in it, or with them named in ``absent``
+    (``keep``: their columns stay, so every later device keeps its index)."""
     seen = trace.mask.any(axis=0)
     if seen.all():
         return trace
     if not seen.any():
         raise DataError(f"{trace.source}: no device is available in any of the {trace.mask.shape[0]} rounds imported")
-    keep = np.flatnonzero(seen)
     slow = set(trace.too_slow)
+    if keep:
+        return replace(trace, absent=[name for name, ok in zip(trace.names, seen) if not ok and name not in slow])
+    keep = np.flatnonzero(seen)
     dropped = [name for name, ok in zip(trace.names, seen) if not ok and name not in slow]
     return replace(trace, mask=trace.mask[:, keep], names=[trace.names[k] for k in keep],
                    dropped=trace.dropped + dropped, steps=None if trace.steps is None else trace.steps[keep])
+
+
+def replay_spec(trace: ImportedTrace, path: Path | str) -> str:
+    """The participation SPEC that replays the trace written to ``path``."""
+    return f"trace:path={path}" + (",absent=true" if not trace.mask.any(axis=0).all() else "")
 
 
 def trace_text(trace: ImportedTrace) -> str:
@@ -249,6 +272,9 @@ def statistics_lines(trace: ImportedTrace, shown: int = SHOWN_CLIENTS) -> list[s
                      f"{_listed(trace.too_slow)}")
     if trace.dropped:
         lines.append(f"dropped {len(trace.dropped)} device(s) never available in these rounds: {_listed(trace.dropped)}")
+    if trace.absent:
+        lines.append(f"kept {len(trace.absent)} device(s) never available in these rounds (empty columns; "
+                     f"replay with absent=true): {_listed(trace.absent)}")
     lines += [f"mean active per round {stats.mean_active:.3f}, empty rounds {stats.empty_rounds}",
               f"tau_max {stats.tau_max}, tau_avg {stats.tau_avg:.3f}",
               f"p_i: min {stats.p.min():.4f}, mean {stats.p.mean():.4f}, max {stats.p.max():.4f}; "
