@@ -287,6 +287,26 @@ def test_ready_windows_import_as_flash_checks_them(tmp_path):
     assert np.array_equal(shifted.mask, flash[:, flash.any(axis=0)])
 
 
+
+def test_ready_windows_with_reversed_spells_import_without_them(tmp_path):
+    """The published ready_strict.json holds 4 spells that end before they start in 3 devices
+    (e.g. [112762, 112759]): FLASH's start <= now <= end never matches one, and the device's
+    other spells are read as they are; focusfl skips the spell, not the device, and says so."""
+    ready = {"a": [[0.0, 30.0], [112762.0, 112759.0], [40.0, 70.0]],
+             "b": [[50.0, 45.0], [10.0, 25.0], [90.0, 80.0]],
+             "c": [[5.0, 60.0]]}
+    path = tmp_path / "ready_strict.json"
+    path.write_text(json.dumps(ready))
+    out = tmp_path / "ready.csv"
+    proc = run_cli("participation", "import", "ready", str(path), "--round-seconds", "5", "--rounds", "20",
+                   "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "skipped 3 spell(s) that end before they start (never matched by start <= t <= end) in 2 device(s), " \
+           "their other spells kept: a (1), b (2)" in proc.stdout
+    flash = np.array([[any(a <= 5 * r <= b for a, b in ready[uid]) for uid in sorted(ready)] for r in range(20)])
+    assert np.array_equal(load_trace(out), flash)  # 0 mismatching client-rounds
+
+
 # -- FedScale ---------------------------------------------------------------------------------
 # Insertion order 30, 10, 20 (FedScale's keys order); sorted order 10, 20, 30.
 BEHAVE = {

@@ -137,6 +137,7 @@ class ImportedTrace:
     steps: np.ndarray | None = None
     too_slow: list[str] = field(default_factory=list)
     absent: list[str] = field(default_factory=list)  # devices kept as columns that never take part
+    impossible: dict[str, int] = field(default_factory=dict)  # device -> its spells skipped (end before start)
 
     def statistics(self) -> ParticipationStats:
         return summarize(self.mask)
@@ -154,6 +155,7 @@ class Availability:
     span: float
     wraps: bool = True
     truncate: bool = False
+    impossible: int = 0  # spells read and skipped: they end before they start (no time is inside one)
 
 
 # -- the command's entry point ---------------------------------------------------------------------
@@ -267,6 +269,10 @@ def statistics_lines(trace: ImportedTrace, shown: int = SHOWN_CLIENTS) -> list[s
                      f"all {trace.offered} imported")
     if trace.skipped:
         lines.append(f"skipped {len(trace.skipped)} device(s) with malformed records: {_listed(trace.skipped)}")
+    if trace.impossible:
+        lines.append(f"skipped {sum(trace.impossible.values())} spell(s) that end before they start (never matched "
+                     f"by start <= t <= end) in {len(trace.impossible)} device(s), their other spells kept: "
+                     + _listed([f"{name} ({count})" for name, count in trace.impossible.items()]))
     if trace.too_slow:
         lines.append(f"dropped {len(trace.too_slow)} device(s) that cannot finish one local step before the deadline: "
                      f"{_listed(trace.too_slow)}")
@@ -780,7 +786,9 @@ def read_ready(path: Path, options: ImportOptions) -> ImportedTrace:
     mask = availability_mask(devices, options.round_seconds, rounds, options.rule, start=start + options.window)
     source = (f"ready {path.name!r}, {options.round_seconds:g} s rounds from {start:g} s, "
               f"available in its spells {_checked_when(options)}")
-    return ImportedTrace(mask, [str(k) for k in ids], source=source, skipped=skipped, offered=len(data))
+    impossible = {str(k): d.impossible for k, d in zip(ids, devices) if d.impossible}
+    return ImportedTrace(mask, [str(k) for k in ids], source=source, skipped=skipped, offered=len(data),
+                         impossible=impossible)
 
 
 def ready_start(start: str | None) -> float:
@@ -799,16 +807,17 @@ def _ready_device(what: str, key: Any, entry: Any) -> Availability:
     where = f"{what}: device {key!r}"
     if not isinstance(entry, list):
         raise DataError(f"{where} must be a list of [start, end] spells in seconds, got {type(entry).__name__}")
-    spells = []
+    spells, impossible = [], 0
     for k, spell in enumerate(entry):
         if not isinstance(spell, list) or len(spell) != 2:
             raise DataError(f"{where}: spell {k} must be [start, end], got {str(spell)[:40]!r}")
         a, b = (_signed_seconds(where, f"spell {k}", v) for v in spell)
-        if b < a:
-            raise DataError(f"{where}: spell {k} ends at {b:g} s before it starts at {a:g} s")
+        if b < a:  # FLASH's start <= now <= end never matches it; the device's other spells stand
+            impossible += 1
+            continue
         spells.append((a, b))
     starts, ends = merged(spells)
-    return Availability(starts, ends, origin=0.0, span=0.0, wraps=False)
+    return Availability(starts, ends, origin=0.0, span=0.0, wraps=False, impossible=impossible)
 
 
 def _signed_seconds(where: str, name: str, value: Any) -> float:
