@@ -439,10 +439,12 @@ def _hostile(folder) -> dict[str, tuple[str, ...]]:
                "neg_capacity.pkl": {1: {"computation": -1.0, "communication": 5.0}},
                "zero_bw.pkl": {1: {"computation": 1.0, "communication": 0}},
                "str_capacity.pkl": {1: {"computation": "fast", "communication": 5.0}},
-               "list_capacity.pkl": [1.0, 2.0]}
+               "list_capacity.pkl": [1.0, 2.0],
+               "huge_capacity.pkl": {1: {"computation": 10 ** 400, "communication": 5.0}},
+               "huge_behave.pkl": {1: {"active": [0], "inactive": [10 ** 400], "finish_time": 100}}}
     texts = {"ready_trunc.json": '{"u": [[1, 2]', "ready_reversed.json": '{"u": [[5, 2]]}',
              "ready_nan.json": '{"u": [[NaN, 2]]}', "ready_shape.json": '{"u": [[1, 2, 3]]}',
-             "ready_list.json": "[[1, 2]]", "ready_good.json": '{"u": [[0, 20]]}',
+             "ready_list.json": "[[1, 2]]", "ready_huge.json": '{"u": [[0, 1%s]]}' % ("0" * 400), "ready_good.json": '{"u": [[0, 20]]}',
              "flash.json": json.dumps({"1": {"messages": f"{_stamp(1)}\twifi\n{_stamp(9)}\t4g\n"}}),
              "labels_ragged.csv": ",a,b\nx,1,0\ny,1\n", "labels_cell.csv": ",a,b\nx,1,maybe\n",
              "labels_empty.csv": ",a,b\nx,1,\n", "labels_header.csv": ",a,b,c\nx,1,0\n",
@@ -460,6 +462,10 @@ def _hostile(folder) -> dict[str, tuple[str, ...]]:
         "capacity negative": ("fedscale", "behave.pkl", *s10, "--capacity", "neg_capacity.pkl", *priced),
         "capacity zero bandwidth": ("fedscale", "behave.pkl", *s10, "--capacity", "zero_bw.pkl", *priced),
         "capacity string": ("fedscale", "behave.pkl", *s10, "--capacity", "str_capacity.pkl", *priced),
+        "capacity integer too large for a float": ("fedscale", "behave.pkl", *s10, "--capacity", "huge_capacity.pkl",
+                                                   *priced),
+        "behaviour integer too large for a float": ("fedscale", "huge_behave.pkl", *s10),
+        "ready integer too large for a float": ("ready", "ready_huge.json", *s10),
         "capacity not a dict": ("fedscale", "behave.pkl", *s10, "--capacity", "list_capacity.pkl", *priced),
         "capacity missing": ("fedscale", "behave.pkl", *s10, "--capacity", "none.pkl", *priced),
         "capacity without deadline": ("fedscale", "behave.pkl", *s10, "--capacity", "capacity.pkl",
@@ -500,7 +506,7 @@ def _hostile(folder) -> dict[str, tuple[str, ...]]:
     }
 
 
-TYPED = ("capacity runs code", "capacity zero bandwidth", "capacity without deadline", "work-out exists",
+TYPED = ("capacity runs code", "capacity integer too large for a float", "capacity zero bandwidth", "capacity without deadline", "work-out exists",
          "ready reversed", "flash start bad", "window for fedscale", "labels bad cell", "index column for npy")
 
 

@@ -621,9 +621,9 @@ def _fedscale_client(what: str, key: Any, entry: Any) -> Availability:
 def _seconds(where: str, name: str, value: Any, unit: str = "seconds") -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise DataError(f"{where}: {name} must be a number of {unit}, got {type(value).__name__}")
-    number = float(value)
+    number = _as_float(value)
     if not math.isfinite(number):
-        raise DataError(f"{where}: {name} must be finite, got {value!r}")
+        raise DataError(f"{where}: {name} must be finite, got {str(value)[:30]!r}")
     if number < 0:
         raise DataError(f"{where}: {name} must not be negative, got {value!r}")
     return number
@@ -821,9 +821,18 @@ def _ready_device(what: str, key: Any, entry: Any) -> Availability:
 
 
 def _signed_seconds(where: str, name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    number = _as_float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+    if not math.isfinite(number):
         raise DataError(f"{where}: {name} must hold finite numbers of seconds, got {str(value)[:30]!r}")
-    return float(value)
+    return number
+
+
+def _as_float(value: int | float) -> float:
+    """``float(value)``, inf for an integer too large for a float (its sign kept)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 # -- availability matrices ------------------------------------------------------------------------
