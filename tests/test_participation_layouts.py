@@ -387,6 +387,14 @@ def test_device_capacity_becomes_a_work_trace_that_replays_with_the_participatio
                    "--participation", f"trace:path={out}", "--work", f"trace:path={work}", "--rounds",
                    str(len(mask)), "--local-steps", "8", "--out", str(tmp_path / "run"))
     assert run.returncode == 0, run.stderr
+    # The participation trace wraps; the work trace beside it does not: a longer run is refused in
+    # one line that says which rounds work.csv covers and what to do.
+    longer = run_cli("run", "--algorithm", "fedavg", "--problem", "ridge:clients=2,dim=3,samples=5",
+                     "--participation", f"trace:path={out}", "--work", f"trace:path={work}", "--rounds",
+                     str(len(mask) + 5), "--local-steps", "8", "--out", str(tmp_path / "longer"))
+    last = max(int(line.split(",")[0]) for line in work.read_text().splitlines()[1:])
+    assert_one_line_error(longer, 2, f"work.csv covers rounds 0..{last} and, unlike a participation trace, does not "
+                                     f"wrap around; run at most {last + 1} rounds (or import more --rounds)")
 
 
 def test_deadline_steps_is_fedscales_price_inverted():

@@ -310,7 +310,7 @@ def _add_participation_import(commands) -> None:
                    "does (the algorithm's local_steps)")
     p.add_argument("--plot", help="write the imported trace's availability raster to this PNG, PDF or SVG file")
     p.add_argument("--work-out", help="with --capacity: write the work trace (round,client,steps) to this new .csv; "
-                   "`--work trace:path=FILE` replays it")
+                   "`--work trace:path=FILE` replays it for the imported rounds (it does not wrap around)")
     p.set_defaults(handler=_cmd_participation_import)
 
 
