@@ -341,6 +341,72 @@ def test_fedscale_assignment_is_fedscales_own(tmp_path):
                                                   for r in range(10)]))
 
 
+class FedScaleClient:
+    """FedScale's ClientMetadata.is_active (fedscale/cloud/internal/client_metadata.py, fedscale 1.0
+    on PyPI) re-created: a spell index kept between calls, moved on by one when the time of the
+    cycle is past the spell's end, wrapped past the last; active inside the indexed spell."""
+
+    def __init__(self, trace: dict) -> None:
+        self.trace, self.index = trace, 0
+
+    def is_active(self, cur_time: float) -> bool:
+        norm = cur_time % self.trace["finish_time"]
+        if norm > self.trace["inactive"][self.index]:
+            self.index += 1
+        self.index %= len(self.trace["active"])
+        return self.trace["active"][self.index] <= norm <= self.trace["inactive"][self.index]
+
+
+# FedScale's unit-test fixture as the issue reports it: 1-second rounds, a 10-second cycle whose
+# last spell ends at finish_time.
+FEDSCALE_FIXTURE = {"active": [1, 3, 6, 9], "inactive": [1, 4, 7, 10], "finish_time": 10}
+
+
+def _fedscale_walk(traces: list[dict], seconds: float, rounds: int) -> np.ndarray:
+    clients = [FedScaleClient(t) for t in traces]
+    return np.array([[c.is_active(r * seconds) for c in clients] for r in range(rounds)])
+
+
+def test_fedscale_semantics_walk_the_spells_as_is_active_does(tmp_path):
+    path = tmp_path / "client_behave_trace"
+    path.write_bytes(pickle.dumps({1: FEDSCALE_FIXTURE, 2: {"active": [0], "inactive": [10], "finish_time": 10}}))
+    out, clean = tmp_path / "fedscale.csv", tmp_path / "replay.csv"
+    procs = run_cli_together([("participation", "import", "fedscale", str(path), "--round-seconds", "1", "--rounds", "30",
+                               "--semantics", "fedscale", "--out", str(out)),
+                              ("participation", "import", "fedscale", str(path), "--round-seconds", "1", "--rounds", "30",
+                               "--out", str(clean))])
+    assert all(proc.returncode == 0 for proc in procs), [proc.stderr for proc in procs]
+    fedscale, replay = load_trace(out)[:, 0], load_trace(clean)[:, 0]
+    assert "".join(".1"[int(v)] for v in fedscale) == ".1.11.11.1.........1.........1"
+    assert "".join(".1"[int(v)] for v in replay) == ".1.11.11.1.1.11.11.1.1.11.11.1"
+    assert np.array_equal(load_trace(out), _fedscale_walk([FEDSCALE_FIXTURE, {"active": [0], "inactive": [10],
+                                                                               "finish_time": 10}], 1, 30))
+    # 60 devices of sorted random spells, cycles of 50..400 s, 7 s rounds: 0 mismatching client-rounds.
+    rng = np.random.default_rng(5)
+    traces = {}
+    for k in range(60):
+        finish = float(rng.integers(50, 400))
+        cuts = np.sort(rng.choice(np.arange(1, int(finish)), size=2 * int(rng.integers(1, 6)), replace=False))
+        active, inactive = cuts[0::2].tolist(), cuts[1::2].tolist()
+        if k % 4 == 0:
+            inactive[-1] = finish  # a last spell that ends at finish_time
+        traces[k] = {"active": active, "inactive": inactive, "finish_time": finish}
+    many = tmp_path / "many.pkl"
+    many.write_bytes(pickle.dumps(traces))
+    walked = import_trace("fedscale", many, ImportOptions(round_seconds=7, rounds=300, semantics="fedscale",
+                                                          absent="keep"))
+    expected = _fedscale_walk([traces[k] for k in range(60)], 7, 300)
+    assert int((walked.mask != expected).sum()) == 0
+    assert not np.array_equal(walked.mask, import_trace("fedscale", many, ImportOptions(
+        round_seconds=7, rounds=300, absent="keep")).mask)
+    for bad in (("--semantics", "fedscale", "--rule", "whole"), ("--semantics", "sometimes")):
+        assert_one_line_error(run_main("participation", "import", "fedscale", str(path), "--round-seconds", "1", *bad), 2)
+    flash = tmp_path / "flash.json"
+    _flash_file(flash)
+    assert_one_line_error(run_main("participation", "import", "flash", str(flash), "--round-seconds", "1",
+                                   "--semantics", "fedscale"), 2, "fedscale traces only")
+
+
 def test_asking_more_clients_than_recorded_says_so(tmp_path):
     path = tmp_path / "client_behave_trace"
     path.write_bytes(pickle.dumps(BEHAVE))

@@ -269,7 +269,7 @@ class _SpecOrSubcommand(argparse._SubParsersAction):
 
 
 def _add_participation_import(commands) -> None:
-    from .participation.importing import ABSENT, ASSIGNMENTS, CONDITIONS, FORMATS, IDLE, INDEX_CHOICES, RULES
+    from .participation.importing import ABSENT, ASSIGNMENTS, CONDITIONS, FORMATS, IDLE, INDEX_CHOICES, RULES, SEMANTICS
 
     p = commands.add_parser("import", help="convert a FedScale, FLASH or clients x rounds availability file into "
                             "a participation trace, with its statistics")
@@ -295,6 +295,10 @@ def _add_participation_import(commands) -> None:
                    "whose records are malformed instead of refusing the file")
     p.add_argument("--assign", choices=ASSIGNMENTS, default="sorted", help="fedscale: client k replays the k-th id in "
                    "order (sorted), or FedScale's keys[(k + 1) %% len] in the pickle's order (fedscale)")
+    p.add_argument("--semantics", choices=SEMANTICS, default="replay", help="fedscale: replay every spell of every "
+                   "cycle of a client's trace (replay, the recording as recorded), or walk its spells as FedScale's "
+                   "ClientMetadata.is_active does, once a round at its start (fedscale, to compare with FedScale's "
+                   "own runs)")
     p.add_argument("--index-column", choices=INDEX_CHOICES, default="auto", help="matrix (.csv): whether the first "
                    "column names the clients (auto: a non-numeric first column, or a header that names it)")
     p.add_argument("--absent", choices=ABSENT, help="devices never available in the imported rounds: keep them as "
@@ -364,7 +368,8 @@ def _cmd_participation_import(args) -> int:
     options = ImportOptions(round_seconds=args.round_seconds, rounds=args.rounds, clients=args.clients,
                             rule=args.rule, ready=tuple(c.strip() for c in args.ready.split(",")), idle=args.idle,
                             start=args.start, window=args.window, skip_bad_devices=args.skip_bad_devices,
-                            assign=args.assign, index_column=args.index_column, absent=args.absent)
+                            assign=args.assign, index_column=args.index_column, absent=args.absent,
+                            semantics=args.semantics)
     trace = import_trace(args.format, args.path, options, capacity)
     lines = statistics_lines(trace)
     texts = []

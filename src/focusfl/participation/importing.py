@@ -94,6 +94,9 @@ ASSIGNMENTS = ("sorted", "fedscale")
 # experiment's clients, as FedStale reads them), dropped for a timed recording (a population
 # sample, whose devices outside the imported rounds are no experiment's clients).
 ABSENT = ("keep", "drop")
+# How a FedScale trace is read each round: ``replay`` (every spell of every cycle, the recording
+# as recorded) or ``fedscale`` (ClientMetadata.is_active's own walk through the spell list).
+SEMANTICS = ("replay", "fedscale")
 # FLASH's time 0 (models/timer.py, Timer.refer_time): its rounds' clock starts there.
 FLASH_REFER_TIME = "2020-01-02 00:00:00"
 EARLIEST = "earliest"
@@ -115,6 +118,7 @@ class ImportOptions:
     assign: str = "sorted"  # fedscale: which recording client k replays
     index_column: str = "auto"  # matrix: whether the first column names the clients
     absent: str | None = None  # keep or drop the devices never available (None: keep for matrix, else drop)
+    semantics: str = "replay"  # fedscale: replay every spell, or FedScale's is_active walk
 
 
 @dataclass
@@ -156,6 +160,7 @@ class Availability:
     wraps: bool = True
     truncate: bool = False
     impossible: int = 0  # spells read and skipped: they end before they start (no time is inside one)
+    listed: tuple[np.ndarray, np.ndarray] | None = None  # fedscale: (active, inactive) in the file's order
 
 
 # -- the command's entry point ---------------------------------------------------------------------
@@ -215,6 +220,12 @@ def check_options(fmt: str, options: ImportOptions) -> None:
     if options.index_column not in INDEX_CHOICES:
         raise ConfigError(f"--index-column must be one of {', '.join(INDEX_CHOICES)}, got {options.index_column!r}")
     _only(fmt, ("matrix",), "--index-column", options.index_column != "auto")
+    if options.semantics not in SEMANTICS:
+        raise ConfigError(f"--semantics must be one of {', '.join(SEMANTICS)}, got {options.semantics!r}")
+    _only(fmt, ("fedscale",), "--semantics", options.semantics != "replay")
+    if options.semantics == "fedscale" and options.rule != "start":
+        raise ConfigError("--semantics fedscale checks a client at the round's start (FedScale's is_active(cur_time)); "
+                          "it takes --rule start only")
     if options.absent is not None and options.absent not in ABSENT:
         raise ConfigError(f"--absent must be one of {', '.join(ABSENT)}, got {options.absent!r}")
 
@@ -507,9 +518,14 @@ def read_fedscale(path: Path, options: ImportOptions, capacity: CapacityOptions 
                                        lambda name, entry: _fedscale_client(what, parse[name][1], entry), options)
     rounds = _rounds_for(options, max(d.span for d in devices))
     _check_mask_size(rounds, len(devices), what)
-    mask = availability_mask(devices, options.round_seconds, rounds, options.rule)
-    source = f"fedscale {path.name!r}, {options.round_seconds:g} s rounds, availability at the round's " + \
-        ("start" if options.rule == "start" else "start and throughout")
+    if options.semantics == "fedscale":
+        mask = fedscale_walk_mask(devices, options.round_seconds, rounds)
+        source = (f"fedscale {path.name!r}, {options.round_seconds:g} s rounds, FedScale's is_active at the round's "
+                  "start (its spell index walked once a round)")
+    else:
+        mask = availability_mask(devices, options.round_seconds, rounds, options.rule)
+        source = f"fedscale {path.name!r}, {options.round_seconds:g} s rounds, availability at the round's " + \
+            ("start" if options.rule == "start" else "start and throughout")
     if options.assign == "fedscale":
         source += ", FedScale's assignment (client c = k + 1 replays the recording keys[c % len] in the pickle's order)"
     trace = ImportedTrace(mask, names, source=source, skipped=skipped,
@@ -615,7 +631,37 @@ def _fedscale_client(what: str, key: Any, entry: Any) -> Availability:
         if b < a:
             raise DataError(f"{where}: a spell becomes inactive at {b:g} s before it becomes active at {a:g} s")
     starts, ends = merged(list(zip(active, inactive)))
-    return Availability(starts, ends, origin=0.0, span=period)
+    return Availability(starts, ends, origin=0.0, span=period,
+                        listed=(np.array(active, dtype=np.float64), np.array(inactive, dtype=np.float64)))
+
+
+def fedscale_walk_mask(devices: list[Availability], round_seconds: float, rounds: int) -> np.ndarray:
+    """[rounds, devices] bool: FedScale's ``ClientMetadata.is_active(cur_time)`` called once a round
+    at cur_time = r S, each device keeping its own spell index k (from 0): norm = cur_time %
+    finish_time; k advances by one when norm > inactive[k], wrapping to 0 past the last spell;
+    available when active[k] <= norm <= inactive[k]. The index moves at most one spell a call, so
+    a call that passes several spells lags behind the recording, and a last spell that ends at
+    finish_time is never passed (norm < finish_time): from the second cycle on, the device is
+    available only in that spell. A device with no spell is never available. Rounds are a
+    Python loop, every device at once."""
+    count = np.array([0 if d.listed is None else d.listed[0].size for d in devices], dtype=np.int64)
+    offset = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
+    active = np.concatenate([d.listed[0] for d in devices if d.listed is not None] + [np.zeros(0)])
+    inactive = np.concatenate([d.listed[1] for d in devices if d.listed is not None] + [np.zeros(0)])
+    period = np.array([d.span for d in devices], dtype=np.float64)
+    spelled = count > 0
+    index = np.zeros(len(devices), dtype=np.int64)
+    safe = np.where(spelled, count, 1)
+    mask = np.zeros((rounds, len(devices)), dtype=bool)
+    if not spelled.any():
+        return mask
+    for r in range(rounds):
+        norm = np.mod(r * round_seconds, period)
+        at = np.where(spelled, offset + index, 0)
+        index = np.where(norm > inactive[at], index + 1, index) % safe
+        at = np.where(spelled, offset + index, 0)
+        mask[r] = spelled & (active[at] <= norm) & (norm <= inactive[at])
+    return mask
 
 
 def _seconds(where: str, name: str, value: Any, unit: str = "seconds") -> float:
