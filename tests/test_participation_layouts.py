@@ -265,6 +265,54 @@ def test_flash_bad_devices_are_refused_or_skipped_and_named(tmp_path):
     assert np.array_equal(load_trace(out), flash)
 
 
+def test_flash_devices_whose_time_goes_back_are_read_as_flash_reads_them(tmp_path):
+    """FLASH's Timer does not check time order: it reads the events in the file's order, a spell
+    may close before it opens (never matched), and its span is last minus first event (negative
+    when the last is the earlier: Python's modulo then reads back from the first event)."""
+    devices = dict(FLASH_DEVICES)
+    devices["c"] = [(100, "battery_charged_on"), (130, "wifi"), (170, "screen_lock"), (150, "screen_unlock"),
+                    (200, "screen_lock"), (260, "battery_charged_off"), (240, "4g"), (400, "70%")]
+    devices["d"] = [(500, "battery_charged_on"), (510, "wifi"), (300, "screen_lock"), (350, "4g"),
+                    (90, "screen_unlock")]  # the last event is the earliest: a negative span
+    path = tmp_path / "state_traces.json"
+    data = _flash_file(path, devices)
+    out = tmp_path / "flash.csv"
+    proc = run_cli("participation", "import", "flash", str(path), "--round-seconds", "15", "--rounds", "60",
+                   "--absent", "keep", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "read 2 device(s) whose time goes back in the file's order, as FLASH's Timer reads them: c, d" in proc.stdout
+    timers = {uid: FlashTimer(entry["messages"]) for uid, entry in data.items()}
+    flash = np.array([[timers[uid].ready(15 * r, 0) for uid in sorted(devices)] for r in range(60)])
+    assert flash[:, 2].any() and flash[:, 3].any()  # both devices are ready in some rounds, as in FLASH
+    assert int((load_trace(out) != flash).sum()) == 0
+
+
+def test_flash_assignment_draws_each_client_a_recording_with_replacement(tmp_path):
+    path = tmp_path / "state_traces.json"
+    data = _flash_file(path)
+    out = tmp_path / "flash.csv"
+    proc = run_cli("participation", "import", "flash", str(path), "--round-seconds", "15", "--rounds", "40",
+                   "--assign", "flash", "--seed", "3", "--clients", "6", "--absent", "keep", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    drawn = np.random.default_rng(3).integers(0, 2, size=6)  # NumPy's PCG64, the recordings in id order
+    uids = sorted(data)
+    header = out.read_text().splitlines()[1]
+    assert header == ",".join(f"client_{k}:{uids[d]}" for k, d in enumerate(drawn))
+    assert "FLASH's assignment (each client a recording drawn with replacement, seed 3)" in out.read_text()
+    timers = {uid: FlashTimer(entry["messages"]) for uid, entry in data.items()}
+    flash = np.array([[timers[uids[d]].ready(15 * r, 0) for d in drawn] for r in range(40)])
+    assert np.array_equal(load_trace(out), flash)
+    again = import_trace("flash", path, ImportOptions(round_seconds=15, rounds=40, assign="flash", seed=3, clients=6,
+                                                      absent="keep"))
+    assert np.array_equal(again.mask, flash)  # seeded: the same draw
+    for bad in (("--seed", "-1", "--assign", "flash"), ("--seed", "2"), ("--assign", "flash", "--seed", "x")):
+        assert_one_line_error(run_main("participation", "import", "flash", str(path), "--round-seconds", "15", *bad), 2)
+    behave = tmp_path / "behave.pkl"
+    behave.write_bytes(pickle.dumps(BEHAVE))
+    assert_one_line_error(run_main("participation", "import", "fedscale", str(behave), "--round-seconds", "15",
+                                   "--assign", "flash"), 2, "flash traces only")
+
+
 # -- FLASH's ready windows ------------------------------------------------------------------
 def test_ready_windows_import_as_flash_checks_them(tmp_path):
     """lh-ycx/leaf data/ready_strict.json: {uid: [[start, end], ...]} (floats, possibly

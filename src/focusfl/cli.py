@@ -293,8 +293,10 @@ def _add_participation_import(commands) -> None:
                    "seconds into the round (FLASH's selection window; its default configuration uses 20)")
     p.add_argument("--skip-bad-devices", action="store_true", help="fedscale, flash, ready: skip (and name) devices "
                    "whose records are malformed instead of refusing the file")
-    p.add_argument("--assign", choices=ASSIGNMENTS, default="sorted", help="fedscale: client k replays the k-th id in "
-                   "order (sorted), or FedScale's keys[(k + 1) %% len] in the pickle's order (fedscale)")
+    p.add_argument("--assign", choices=ASSIGNMENTS, default="sorted", help="client k replays the k-th id in order "
+                   "(sorted); fedscale: FedScale's keys[(k + 1) %% len] in the pickle's order (fedscale); flash: a "
+                   "recording drawn at random with replacement for each client, as FLASH does, from --seed (flash)")
+    p.add_argument("--seed", type=int, default=0, help="with --assign flash: the seed of the draw (default 0)")
     p.add_argument("--semantics", choices=SEMANTICS, default="replay", help="fedscale: replay every spell of every "
                    "cycle of a client's trace (replay, the recording as recorded), or walk its spells as FedScale's "
                    "ClientMetadata.is_active does, once a round at its start (fedscale, to compare with FedScale's "
@@ -369,7 +371,7 @@ def _cmd_participation_import(args) -> int:
                             rule=args.rule, ready=tuple(c.strip() for c in args.ready.split(",")), idle=args.idle,
                             start=args.start, window=args.window, skip_bad_devices=args.skip_bad_devices,
                             assign=args.assign, index_column=args.index_column, absent=args.absent,
-                            semantics=args.semantics)
+                            semantics=args.semantics, seed=args.seed)
     trace = import_trace(args.format, args.path, options, capacity)
     lines = statistics_lines(trace)
     texts = []

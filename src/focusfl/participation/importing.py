@@ -35,9 +35,9 @@ says when a client takes part in it: ``start`` (default) if it is available at t
 end. ``rounds`` defaults to the span of the recording (FedScale: the longest finish_time; FLASH:
 from the start to the last event; ready: to the last spell's end); ``clients`` keeps the first N
 devices (in the order of their ids); a recording with fewer devices is imported whole, and the
-command says so. Devices never available in the imported rounds are dropped (the trace
-participation refuses a client that never takes part; they are named in the result);
-``skip_bad_devices`` skips (and names) devices whose records are malformed, as FLASH does.
+command says so. Devices never available in the imported rounds are kept as empty columns
+(``absent``: by default for a matrix) or dropped, and named; ``skip_bad_devices`` skips (and
+names) devices whose records are malformed, as FLASH does.
 
 Every input is untrusted: its size is checked before it is read and before the memory for
 the parse and for the mask is allocated; a pickle is read by an unpickler that knows no class
@@ -88,7 +88,7 @@ TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 SHOWN_CLIENTS = 50  # rows of the per-client table the command prints
 
 
-ASSIGNMENTS = ("sorted", "fedscale")
+ASSIGNMENTS = ("sorted", "fedscale", "flash")
 # What becomes of a device never available in the imported rounds: kept as an empty column (its
 # index stays the recording's) or dropped; default: kept for a matrix (its rows are the
 # experiment's clients, as FedStale reads them), dropped for a timed recording (a population
@@ -115,7 +115,8 @@ class ImportOptions:
     start: str | None = None  # flash: a time or "earliest" (default FLASH's refer_time); ready: seconds (default 0)
     window: float = 0.0  # flash, ready: readiness is checked this many seconds into the round
     skip_bad_devices: bool = False  # fedscale, flash, ready: import the rest, naming what was skipped
-    assign: str = "sorted"  # fedscale: which recording client k replays
+    assign: str = "sorted"  # fedscale, flash: which recording client k replays
+    seed: int = 0  # --assign flash: the draw of each client's recording
     index_column: str = "auto"  # matrix: whether the first column names the clients
     absent: str | None = None  # keep or drop the devices never available (None: keep for matrix, else drop)
     semantics: str = "replay"  # fedscale: replay every spell, or FedScale's is_active walk
@@ -142,6 +143,7 @@ class ImportedTrace:
     too_slow: list[str] = field(default_factory=list)
     absent: list[str] = field(default_factory=list)  # devices kept as columns that never take part
     impossible: dict[str, int] = field(default_factory=dict)  # device -> its spells skipped (end before start)
+    backward: list[str] = field(default_factory=list)  # flash: devices whose time goes back, read in file order
 
     def statistics(self) -> ParticipationStats:
         return summarize(self.mask)
@@ -216,7 +218,13 @@ def check_options(fmt: str, options: ImportOptions) -> None:
     _only(fmt, ("fedscale", "flash", "ready"), "--skip-bad-devices", options.skip_bad_devices)
     if options.assign not in ASSIGNMENTS:
         raise ConfigError(f"--assign must be one of {', '.join(ASSIGNMENTS)}, got {options.assign!r}")
-    _only(fmt, ("fedscale",), "--assign fedscale", options.assign != "sorted")
+    _only(fmt, ("fedscale",), "--assign fedscale", options.assign == "fedscale")
+    _only(fmt, ("flash",), "--assign flash", options.assign == "flash")
+    if isinstance(options.seed, bool) or not isinstance(options.seed, int) or options.seed < 0:
+        raise ConfigError(f"--seed must be an integer >= 0, got {options.seed!r}")
+    _only(fmt, ("flash",), "--seed (with --assign flash)", options.seed != 0)
+    if options.seed != 0 and options.assign != "flash":
+        raise ConfigError("--seed draws FLASH's assignment: it applies with --assign flash")
     if options.index_column not in INDEX_CHOICES:
         raise ConfigError(f"--index-column must be one of {', '.join(INDEX_CHOICES)}, got {options.index_column!r}")
     _only(fmt, ("matrix",), "--index-column", options.index_column != "auto")
@@ -280,6 +288,9 @@ def statistics_lines(trace: ImportedTrace, shown: int = SHOWN_CLIENTS) -> list[s
                      f"all {trace.offered} imported")
     if trace.skipped:
         lines.append(f"skipped {len(trace.skipped)} device(s) with malformed records: {_listed(trace.skipped)}")
+    if trace.backward:
+        lines.append(f"read {len(trace.backward)} device(s) whose time goes back in the file's order, as FLASH's "
+                     f"Timer reads them: {_listed(trace.backward)}")
     if trace.impossible:
         lines.append(f"skipped {sum(trace.impossible.values())} spell(s) that end before they start (never matched "
                      f"by start <= t <= end) in {len(trace.impossible)} device(s), their other spells kept: "
@@ -361,10 +372,15 @@ def availability_mask(devices: list[Availability], round_seconds: float, rounds:
 
 def _covered(device: Availability, begin: np.ndarray, length: float) -> np.ndarray:
     """Whether the device is available throughout [t, t + length] for each t of ``begin``."""
-    if device.starts.size == 0 or (device.wraps and device.span <= 0):
+    if device.starts.size == 0 or (device.wraps and device.span == 0):
         return np.zeros(begin.shape, dtype=bool)
     if not device.wraps:
         return _cover(device, begin, begin + length)
+    if device.span < 0:  # FLASH: a last event before the first; the time point of its modulo only
+        if length:
+            return np.zeros(begin.shape, dtype=bool)
+        a = device.origin + np.mod(np.trunc(begin - device.origin), device.span)
+        return _cover(device, a, a)
     if length >= device.span:  # the window sees every time of the recording
         whole = _cover(device, np.array([device.origin]), np.array([device.origin + device.span]))
         return np.full(begin.shape, bool(whole[0]))
@@ -700,14 +716,20 @@ def read_flash(path: Path, options: ImportOptions) -> ImportedTrace:
     if not isinstance(data, dict) or not data:
         raise DataError(f"{what} must hold a non-empty JSON object of devices (uid -> its messages), "
                         f"got {type(data).__name__}")
-    ids = _first(options, _ordered_ids(list(data)))
+    ids = _ordered_ids(list(data)) if options.assign == "flash" else _first(options, _ordered_ids(list(data)))
     ids, events, skipped = _devices(what, ids, [data[key] for key in ids],
                                     lambda key, entry: _flash_events(what, key, entry), options)
     if not any(times for times, _ in events):
         raise DataError(f"{what}: no device has any event")
-    start = flash_start(options.start, min(times[0] for times, _ in events if times))
+    backward = [str(key) for key, (times, _) in zip(ids, events) if any(b < a for a, b in zip(times, times[1:]))]
+    names = [str(k) for k in ids]
+    if options.assign == "flash":
+        drawn = flash_assignment(len(ids), options.clients or len(ids), options.seed)
+        names = [f"{k}:{names[d]}" for k, d in enumerate(drawn)]
+        events = [events[d] for d in drawn]
+    start = flash_start(options.start, min(min(times) for times, _ in events if times))
     devices = [_flash_device(times, states, options) for times, states in events]
-    last = max(times[-1] for times, _ in events if times)
+    last = max(max(times) for times, _ in events if times)
     # Default: the rounds from the start to the last event; a recording that ends before the start
     # (FLASH replays each device's own span, wrapped, at any time) gets its longest device's span.
     span = last - start if last > start else max(d.span for d in devices)
@@ -717,7 +739,17 @@ def read_flash(path: Path, options: ImportOptions) -> ImportedTrace:
     ready = " and ".join({"idle": f"idle ({options.idle.replace('_', ' ')})"}.get(c, c) for c in options.ready)
     source = (f"flash {path.name!r}, {options.round_seconds:g} s rounds from {_when(start)}, ready = {ready}, "
               f"{_checked_when(options)}")
-    return ImportedTrace(mask, [str(k) for k in ids], source=source, skipped=skipped, offered=len(data))
+    if options.assign == "flash":
+        source += f", FLASH's assignment (each client a recording drawn with replacement, seed {options.seed})"
+    return ImportedTrace(mask, names, source=source, skipped=skipped, backward=backward,
+                         offered=None if options.assign == "flash" else len(data))
+
+
+def flash_assignment(recordings: int, clients: int, seed: int) -> np.ndarray:
+    """FLASH's kind of assignment: each of ``clients`` clients replays a recording drawn uniformly
+    with replacement, here from NumPy's PCG64 seeded with ``seed`` (the same draw on any machine;
+    not FLASH's own generator): the indices into the recordings in id order."""
+    return np.random.default_rng(seed).integers(0, recordings, size=clients)
 
 
 def _checked_when(options: ImportOptions) -> str:
@@ -755,7 +787,8 @@ EPOCH = datetime(1970, 1, 1)
 
 
 def _flash_events(what: str, key: Any, entry: Any) -> tuple[list[float], list[str]]:
-    """(times in seconds, states) of one device, in the file's order; timestamps never go back."""
+    """(times in seconds, states) of one device, in the file's order (FLASH's Timer reads them so,
+    whether or not time goes back)."""
     where = f"{what}: device {key!r}"
     if not isinstance(entry, dict) or not isinstance(entry.get("messages"), str):
         raise DataError(f"{where} must be an object whose 'messages' is a string of 'time<TAB>state' lines")
@@ -773,8 +806,6 @@ def _flash_events(what: str, key: Any, entry: Any) -> tuple[list[float], list[st
             raise DataError(f"{where} line {number}: {stamp[:30]!r} is not a time YYYY-mm-dd HH:MM:SS") from None
         if state not in FLASH_EVENTS and not BATTERY_LEVEL.fullmatch(state):
             raise DataError(f"{where} line {number}: unknown state {state[:30]!r}")
-        if times and seconds < times[-1]:
-            raise DataError(f"{where} line {number}: time {stamp} is before the previous event's")
         times.append(seconds)
         states.append(state)
     return times, states
@@ -784,9 +815,13 @@ def _flash_device(times: list[float], states: list[str], options: ImportOptions)
     """The device's ready spells as FLASH's Timer finds them (models/timer.py): a spell opens at
     the first event after which every condition of ``ready`` holds and closes at the first event
     after which one does not; a spell still open at the last event is not kept (the Timer only
-    appends closed spells). The clock wraps around the device's own span, first to last event,
-    and reads whole seconds (the Timer's int())."""
-    if len(times) < 2 or times[-1] == times[0]:
+    appends closed spells). The clock wraps around the device's own span, first to last event in
+    the file's order, and reads whole seconds (the Timer's int()). Where time goes back, a spell
+    may close before it opens: merged() keeps it apart and no time is inside it, as in FLASH's
+    merge and its start <= now <= end; a last event before the first gives a negative span,
+    which FLASH's modulo (Python's, the sign of the divisor) reads backwards from the first
+    event (:func:`_covered`)."""
+    if len(times) < 2 or times[-1] == times[0]:  # the Timer's int(trace_end - trace_start) == 0: never ready
         return Availability(np.zeros(0), np.zeros(0), origin=times[0] if times else 0.0, span=0.0)
     need = [options.idle if c == "idle" else c for c in options.ready]
     held = {"charging": False, "wifi": False, "screen_off": False, "locked": False}
