@@ -5,7 +5,9 @@
 - ``fedscale``: FedScale's client behaviour trace (``client_behave_trace``), a pickle of
   ``{client_id: {"active": [t, ...], "inactive": [t, ...], "finish_time": T, ...}}``: client i is
   available from active[k] to inactive[k] (seconds), and its trace repeats with period
-  finish_time (FedScale's ``Client.isActive`` tests ``cur_time % finish_time``). Other keys
+  finish_time (FedScale's ``Client.isActive`` tests ``cur_time % finish_time``); ``semantics``
+  ``fedscale`` walks the spells as FedScale's ``ClientMetadata.is_active`` does instead
+  (:func:`fedscale_walk_mask`). Other keys
   (``duration``, ``model``) are ignored. ``assign``: ``sorted`` (client k replays the k-th id in
   order) or ``fedscale`` (FedScale's own: client c = k + 1 replays ``keys[c % len]`` in the
   pickle's order). With FedScale's device capacity file (``client_device_capacity``) each device's
