@@ -130,8 +130,7 @@ def test_matrix_round_trip(files, name):
     out = files / f"{name}.csv"
     assert main(["participation", "import", "matrix", str(files / name), "--out", str(out)]) == 0
     trace = load_trace(out)
-    keep = MATRIX.any(axis=1)  # client 2 is never available: dropped
-    assert np.array_equal(trace, MATRIX[keep].T.astype(bool))
+    assert np.array_equal(trace, MATRIX.T.astype(bool))  # client 2, never available, kept (FedStale's rows)
     assert np.array_equal(imported("matrix", files / name, rounds=3, clients=2).mask, MATRIX[:2, :3].T.astype(bool))
 
 
@@ -251,7 +250,7 @@ def test_every_bad_file_and_option_is_one_line_exit_2_in_process(tmp_path, capsy
     ("nofinish.pkl", "finish_time"), ("zerofinish.pkl", "positive"), ("set.pkl", "holds a set"),
     ("bytes.pkl", "holds a bytes"), ("numpy.pkl", "refers to numpy"), ("code.pkl", "refers to io.open"),
     ("empty.pkl", "truncated"), ("truncated.json", "not valid JSON"), ("list.json", "JSON object"),
-    ("state.json", "unknown state"), ("time.json", "is not a time"), ("backwards.json", "before the previous"),
+    ("state.json", "unknown state"), ("time.json", "is not a time"), ("backwards.json", "no device is available"),
     ("nomessages.json", "'messages'"), ("deep.json", "not valid JSON"), ("two.csv", "only 0 and 1"),
     ("ragged.csv", "different lengths"), ("zeros.csv", "no device is available"), ("words.csv", "not numeric"),
 ])
@@ -335,10 +334,45 @@ def test_import_starts_without_torch(files):
         modules = imported_modules(proc.stderr)
         assert "focusfl.participation.importing" in modules, argv
         assert "torch" not in modules and "focusfl.work" not in modules, argv
-    assert np.array_equal(load_trace(files / "trace.csv"), MATRIX[MATRIX.any(axis=1)].T.astype(bool))
+    assert np.array_equal(load_trace(files / "trace.csv"), MATRIX.T.astype(bool))
     # `focusfl --version` builds no command's parser
     proc = run_cli("--version", cwd=files, env=env)
     assert proc.returncode == 0 and proc.stdout.startswith("focusfl ") and "torch" not in imported_modules(proc.stderr)
     # the control: a command that needs torch is seen importing it
     proc = run_cli("algorithms", cwd=files, env=env)
     assert proc.returncode == 0 and "torch" in imported_modules(proc.stderr)
+
+
+def test_a_matrix_keeps_its_never_available_clients_so_indices_do_not_shift(tmp_path):
+    """FedStale keeps every client of a matrix (e.g. Germany and Finland never available in
+    availability_matrix_global_mean.csv): client k stays the k-th row, and the trace replays
+    with absent=true and all the clients."""
+    countries = ["Ireland", "Germany", "Great Britain", "France", "Sweden", "Finland", "Belgium"]
+    rng = np.random.default_rng(3)
+    matrix = rng.random((7, 12)) < 0.5
+    matrix[[1, 5]] = False
+    matrix[[0, 2, 3, 4, 6], 0] = True
+    path = tmp_path / "gm.csv"
+    path.write_text("," + ",".join(str(r) for r in range(12)) + "\n"
+                    + "".join(f"{c}," + ",".join(str(int(v)) for v in row) + "\n" for c, row in zip(countries, matrix)))
+    out = tmp_path / "gm_trace.csv"
+    proc = run_cli("participation", "import", "matrix", str(path), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "kept 2 device(s) never available in these rounds (empty columns; replay with absent=true): " \
+           "Germany, Finland" in proc.stdout
+    assert f"--participation trace:path={out},absent=true" in proc.stdout
+    assert np.array_equal(load_trace(out), matrix.T)  # FedStale's read_csv(index_col=0), every client
+    run = run_cli("run", "--algorithm", "fedavg", "--problem", "ridge:clients=7,dim=3,samples=5", "--participation",
+                  f"trace:path={out},absent=true", "--rounds", "12", "--local-steps", "1", "--out", str(tmp_path / "r"))
+    assert run.returncode == 0, run.stderr
+    dropped = tmp_path / "gm_dropped.csv"
+    proc = run_main("participation", "import", "matrix", str(path), "--absent", "drop", "--out", str(dropped))
+    assert proc.returncode == 0 and "dropped 2 device(s) never available in these rounds: Germany, Finland" in proc.stdout
+    assert np.array_equal(load_trace(dropped), matrix[[0, 2, 3, 4, 6]].T)
+    # A timed recording drops them by default and keeps them when asked.
+    behave = tmp_path / "behave.pkl"
+    behave.write_bytes(pickle.dumps(FEDSCALE))
+    kept = import_trace("fedscale", behave, ImportOptions(round_seconds=10, absent="keep"))
+    assert kept.names == ["0", "1", "7"] and kept.absent == ["7"] and not kept.mask[:, 2].any()
+    assert import_trace("fedscale", behave, ImportOptions(round_seconds=10)).dropped == ["7"]
+    assert_one_line_error(run_main("participation", "import", "matrix", str(path), "--absent", "sometimes"), 2)

@@ -31,13 +31,15 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import pickle
+import subprocess
 from datetime import datetime, timedelta
 
 import numpy as np
 import pytest
 
-from cli_harness import assert_one_line_error, run_cli, run_cli_together, run_main
+from cli_harness import assert_one_line_error, cli_env, focusfl_command, run_cli, run_cli_together, run_main
 from focusfl.cli import main
 from focusfl.errors import DataError
 from focusfl.participation import importing, make_participation, summarize
@@ -263,6 +265,54 @@ def test_flash_bad_devices_are_refused_or_skipped_and_named(tmp_path):
     assert np.array_equal(load_trace(out), flash)
 
 
+def test_flash_devices_whose_time_goes_back_are_read_as_flash_reads_them(tmp_path):
+    """FLASH's Timer does not check time order: it reads the events in the file's order, a spell
+    may close before it opens (never matched), and its span is last minus first event (negative
+    when the last is the earlier: Python's modulo then reads back from the first event)."""
+    devices = dict(FLASH_DEVICES)
+    devices["c"] = [(100, "battery_charged_on"), (130, "wifi"), (170, "screen_lock"), (150, "screen_unlock"),
+                    (200, "screen_lock"), (260, "battery_charged_off"), (240, "4g"), (400, "70%")]
+    devices["d"] = [(500, "battery_charged_on"), (510, "wifi"), (300, "screen_lock"), (350, "4g"),
+                    (90, "screen_unlock")]  # the last event is the earliest: a negative span
+    path = tmp_path / "state_traces.json"
+    data = _flash_file(path, devices)
+    out = tmp_path / "flash.csv"
+    proc = run_cli("participation", "import", "flash", str(path), "--round-seconds", "15", "--rounds", "60",
+                   "--absent", "keep", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "read 2 device(s) whose time goes back in the file's order, as FLASH's Timer reads them: c, d" in proc.stdout
+    timers = {uid: FlashTimer(entry["messages"]) for uid, entry in data.items()}
+    flash = np.array([[timers[uid].ready(15 * r, 0) for uid in sorted(devices)] for r in range(60)])
+    assert flash[:, 2].any() and flash[:, 3].any()  # both devices are ready in some rounds, as in FLASH
+    assert int((load_trace(out) != flash).sum()) == 0
+
+
+def test_flash_assignment_draws_each_client_a_recording_with_replacement(tmp_path):
+    path = tmp_path / "state_traces.json"
+    data = _flash_file(path)
+    out = tmp_path / "flash.csv"
+    proc = run_cli("participation", "import", "flash", str(path), "--round-seconds", "15", "--rounds", "40",
+                   "--assign", "flash", "--seed", "3", "--clients", "6", "--absent", "keep", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    drawn = np.random.default_rng(3).integers(0, 2, size=6)  # NumPy's PCG64, the recordings in id order
+    uids = sorted(data)
+    header = out.read_text().splitlines()[1]
+    assert header == ",".join(f"client_{k}:{uids[d]}" for k, d in enumerate(drawn))
+    assert "FLASH's assignment (each client a recording drawn with replacement, seed 3)" in out.read_text()
+    timers = {uid: FlashTimer(entry["messages"]) for uid, entry in data.items()}
+    flash = np.array([[timers[uids[d]].ready(15 * r, 0) for d in drawn] for r in range(40)])
+    assert np.array_equal(load_trace(out), flash)
+    again = import_trace("flash", path, ImportOptions(round_seconds=15, rounds=40, assign="flash", seed=3, clients=6,
+                                                      absent="keep"))
+    assert np.array_equal(again.mask, flash)  # seeded: the same draw
+    for bad in (("--seed", "-1", "--assign", "flash"), ("--seed", "2"), ("--assign", "flash", "--seed", "x")):
+        assert_one_line_error(run_main("participation", "import", "flash", str(path), "--round-seconds", "15", *bad), 2)
+    behave = tmp_path / "behave.pkl"
+    behave.write_bytes(pickle.dumps(BEHAVE))
+    assert_one_line_error(run_main("participation", "import", "fedscale", str(behave), "--round-seconds", "15",
+                                   "--assign", "flash"), 2, "flash traces only")
+
+
 # -- FLASH's ready windows ------------------------------------------------------------------
 def test_ready_windows_import_as_flash_checks_them(tmp_path):
     """lh-ycx/leaf data/ready_strict.json: {uid: [[start, end], ...]} (floats, possibly
@@ -283,6 +333,26 @@ def test_ready_windows_import_as_flash_checks_them(tmp_path):
     shifted = import_trace("ready", path, ImportOptions(round_seconds=7, rounds=5, start="10", window=3))
     flash = np.array([[any(a <= 10 + 7 * r + 3 <= b for a, b in ready[uid]) for uid in kept] for r in range(5)])
     assert np.array_equal(shifted.mask, flash[:, flash.any(axis=0)])
+
+
+
+def test_ready_windows_with_reversed_spells_import_without_them(tmp_path):
+    """The published ready_strict.json holds 4 spells that end before they start in 3 devices
+    (e.g. [112762, 112759]): FLASH's start <= now <= end never matches one, and the device's
+    other spells are read as they are; focusfl skips the spell, not the device, and says so."""
+    ready = {"a": [[0.0, 30.0], [112762.0, 112759.0], [40.0, 70.0]],
+             "b": [[50.0, 45.0], [10.0, 25.0], [90.0, 80.0]],
+             "c": [[5.0, 60.0]]}
+    path = tmp_path / "ready_strict.json"
+    path.write_text(json.dumps(ready))
+    out = tmp_path / "ready.csv"
+    proc = run_cli("participation", "import", "ready", str(path), "--round-seconds", "5", "--rounds", "20",
+                   "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "skipped 3 spell(s) that end before they start (never matched by start <= t <= end) in 2 device(s), " \
+           "their other spells kept: a (1), b (2)" in proc.stdout
+    flash = np.array([[any(a <= 5 * r <= b for a, b in ready[uid]) for uid in sorted(ready)] for r in range(20)])
+    assert np.array_equal(load_trace(out), flash)  # 0 mismatching client-rounds
 
 
 # -- FedScale ---------------------------------------------------------------------------------
@@ -317,6 +387,72 @@ def test_fedscale_assignment_is_fedscales_own(tmp_path):
     assert ordered.names == ["10", "20"]
     assert np.array_equal(ordered.mask, np.array([[fedscale_active(BEHAVE[k], 10 * r) for k in (10, 20)]
                                                   for r in range(10)]))
+
+
+class FedScaleClient:
+    """FedScale's ClientMetadata.is_active (fedscale/cloud/internal/client_metadata.py, fedscale 1.0
+    on PyPI) re-created: a spell index kept between calls, moved on by one when the time of the
+    cycle is past the spell's end, wrapped past the last; active inside the indexed spell."""
+
+    def __init__(self, trace: dict) -> None:
+        self.trace, self.index = trace, 0
+
+    def is_active(self, cur_time: float) -> bool:
+        norm = cur_time % self.trace["finish_time"]
+        if norm > self.trace["inactive"][self.index]:
+            self.index += 1
+        self.index %= len(self.trace["active"])
+        return self.trace["active"][self.index] <= norm <= self.trace["inactive"][self.index]
+
+
+# FedScale's unit-test fixture as the issue reports it: 1-second rounds, a 10-second cycle whose
+# last spell ends at finish_time.
+FEDSCALE_FIXTURE = {"active": [1, 3, 6, 9], "inactive": [1, 4, 7, 10], "finish_time": 10}
+
+
+def _fedscale_walk(traces: list[dict], seconds: float, rounds: int) -> np.ndarray:
+    clients = [FedScaleClient(t) for t in traces]
+    return np.array([[c.is_active(r * seconds) for c in clients] for r in range(rounds)])
+
+
+def test_fedscale_semantics_walk_the_spells_as_is_active_does(tmp_path):
+    path = tmp_path / "client_behave_trace"
+    path.write_bytes(pickle.dumps({1: FEDSCALE_FIXTURE, 2: {"active": [0], "inactive": [10], "finish_time": 10}}))
+    out, clean = tmp_path / "fedscale.csv", tmp_path / "replay.csv"
+    procs = run_cli_together([("participation", "import", "fedscale", str(path), "--round-seconds", "1", "--rounds", "30",
+                               "--semantics", "fedscale", "--out", str(out)),
+                              ("participation", "import", "fedscale", str(path), "--round-seconds", "1", "--rounds", "30",
+                               "--out", str(clean))])
+    assert all(proc.returncode == 0 for proc in procs), [proc.stderr for proc in procs]
+    fedscale, replay = load_trace(out)[:, 0], load_trace(clean)[:, 0]
+    assert "".join(".1"[int(v)] for v in fedscale) == ".1.11.11.1.........1.........1"
+    assert "".join(".1"[int(v)] for v in replay) == ".1.11.11.1.1.11.11.1.1.11.11.1"
+    assert np.array_equal(load_trace(out), _fedscale_walk([FEDSCALE_FIXTURE, {"active": [0], "inactive": [10],
+                                                                               "finish_time": 10}], 1, 30))
+    # 60 devices of sorted random spells, cycles of 50..400 s, 7 s rounds: 0 mismatching client-rounds.
+    rng = np.random.default_rng(5)
+    traces = {}
+    for k in range(60):
+        finish = float(rng.integers(50, 400))
+        cuts = np.sort(rng.choice(np.arange(1, int(finish)), size=2 * int(rng.integers(1, 6)), replace=False))
+        active, inactive = cuts[0::2].tolist(), cuts[1::2].tolist()
+        if k % 4 == 0:
+            inactive[-1] = finish  # a last spell that ends at finish_time
+        traces[k] = {"active": active, "inactive": inactive, "finish_time": finish}
+    many = tmp_path / "many.pkl"
+    many.write_bytes(pickle.dumps(traces))
+    walked = import_trace("fedscale", many, ImportOptions(round_seconds=7, rounds=300, semantics="fedscale",
+                                                          absent="keep"))
+    expected = _fedscale_walk([traces[k] for k in range(60)], 7, 300)
+    assert int((walked.mask != expected).sum()) == 0
+    assert not np.array_equal(walked.mask, import_trace("fedscale", many, ImportOptions(
+        round_seconds=7, rounds=300, absent="keep")).mask)
+    for bad in (("--semantics", "fedscale", "--rule", "whole"), ("--semantics", "sometimes")):
+        assert_one_line_error(run_main("participation", "import", "fedscale", str(path), "--round-seconds", "1", *bad), 2)
+    flash = tmp_path / "flash.json"
+    _flash_file(flash)
+    assert_one_line_error(run_main("participation", "import", "flash", str(flash), "--round-seconds", "1",
+                                   "--semantics", "fedscale"), 2, "fedscale traces only")
 
 
 def test_asking_more_clients_than_recorded_says_so(tmp_path):
@@ -365,6 +501,14 @@ def test_device_capacity_becomes_a_work_trace_that_replays_with_the_participatio
                    "--participation", f"trace:path={out}", "--work", f"trace:path={work}", "--rounds",
                    str(len(mask)), "--local-steps", "8", "--out", str(tmp_path / "run"))
     assert run.returncode == 0, run.stderr
+    # The participation trace wraps; the work trace beside it does not: a longer run is refused in
+    # one line that says which rounds work.csv covers and what to do.
+    longer = run_cli("run", "--algorithm", "fedavg", "--problem", "ridge:clients=2,dim=3,samples=5",
+                     "--participation", f"trace:path={out}", "--work", f"trace:path={work}", "--rounds",
+                     str(len(mask) + 5), "--local-steps", "8", "--out", str(tmp_path / "longer"))
+    last = max(int(line.split(",")[0]) for line in work.read_text().splitlines()[1:])
+    assert_one_line_error(longer, 2, f"work.csv covers rounds 0..{last} and, unlike a participation trace, does not "
+                                     f"wrap around; run at most {last + 1} rounds (or import more --rounds)")
 
 
 def test_deadline_steps_is_fedscales_price_inverted():
@@ -385,11 +529,26 @@ def test_separated_clients_sit_out_gap_rounds_and_match_their_long_run_rate():
         assert (np.diff(np.flatnonzero(mask[:, i])) >= 4).all()
     assert np.allclose(mask.mean(axis=0), proc.nominal_p(), atol=0.015)
     assert np.allclose(proc.nominal_p(), proc.p / (1 + 3 * proc.p))
-    stats = summarize(mask)
-    assert stats.tau[stats.tau.size // 2:].min() >= 3  # every client seen: each is unseen 3 rounds after
     # Prefix-consistent, rebuilt from describe(), and rows asked out of order are the same rows.
     again = make_participation(proc.describe(), 16, seed=4)
     assert np.array_equal(again.rows(500, 800), mask[500:800]) and np.array_equal(again.rows(10, 20), mask[10:20])
+
+
+@pytest.mark.parametrize("spec, clients, seed", [("separated:gap=5,p=0.5", 12, 0), ("separated:gap=3", 16, 4),
+                                                 ("separated:gap=2,p=0.9", 5, 1), ("separated:gap=7,p=0.3", 30, 2)])
+def test_separated_delay_reaches_the_gap_before_a_client_returns(spec, clients, seed):
+    """The guarantee docs/participation.md states: tau(r - 1) >= R whenever a client seen before
+    takes part in round r. tau(r) >= R once every client was seen does not hold (the first case:
+    tau(13) = 4 with R = 5)."""
+    gap = int(spec.split("gap=")[1].split(",")[0])
+    mask = make_participation(spec, clients, seed=seed).mask(4000)
+    stats = summarize(mask)
+    seen_before = np.vstack([np.zeros((1, clients), dtype=bool), np.logical_or.accumulate(mask, axis=0)[:-1]])
+    returns = np.flatnonzero((mask & seen_before).any(axis=1))
+    assert returns.size > 1000 and returns.min() > 0
+    assert (stats.tau[returns - 1] >= gap).all()
+    if seed == 0:
+        assert stats.tau[13] == 4 < gap
 
 
 def test_separated_as_a_user_types_it():
@@ -417,10 +576,12 @@ def _hostile(folder) -> dict[str, tuple[str, ...]]:
                "neg_capacity.pkl": {1: {"computation": -1.0, "communication": 5.0}},
                "zero_bw.pkl": {1: {"computation": 1.0, "communication": 0}},
                "str_capacity.pkl": {1: {"computation": "fast", "communication": 5.0}},
-               "list_capacity.pkl": [1.0, 2.0]}
+               "list_capacity.pkl": [1.0, 2.0],
+               "huge_capacity.pkl": {1: {"computation": 10 ** 400, "communication": 5.0}},
+               "huge_behave.pkl": {1: {"active": [0], "inactive": [10 ** 400], "finish_time": 100}}}
     texts = {"ready_trunc.json": '{"u": [[1, 2]', "ready_reversed.json": '{"u": [[5, 2]]}',
              "ready_nan.json": '{"u": [[NaN, 2]]}', "ready_shape.json": '{"u": [[1, 2, 3]]}',
-             "ready_list.json": "[[1, 2]]", "ready_good.json": '{"u": [[0, 20]]}',
+             "ready_list.json": "[[1, 2]]", "ready_huge.json": '{"u": [[0, 1%s]]}' % ("0" * 400), "ready_good.json": '{"u": [[0, 20]]}',
              "flash.json": json.dumps({"1": {"messages": f"{_stamp(1)}\twifi\n{_stamp(9)}\t4g\n"}}),
              "labels_ragged.csv": ",a,b\nx,1,0\ny,1\n", "labels_cell.csv": ",a,b\nx,1,maybe\n",
              "labels_empty.csv": ",a,b\nx,1,\n", "labels_header.csv": ",a,b,c\nx,1,0\n",
@@ -438,6 +599,10 @@ def _hostile(folder) -> dict[str, tuple[str, ...]]:
         "capacity negative": ("fedscale", "behave.pkl", *s10, "--capacity", "neg_capacity.pkl", *priced),
         "capacity zero bandwidth": ("fedscale", "behave.pkl", *s10, "--capacity", "zero_bw.pkl", *priced),
         "capacity string": ("fedscale", "behave.pkl", *s10, "--capacity", "str_capacity.pkl", *priced),
+        "capacity integer too large for a float": ("fedscale", "behave.pkl", *s10, "--capacity", "huge_capacity.pkl",
+                                                   *priced),
+        "behaviour integer too large for a float": ("fedscale", "huge_behave.pkl", *s10),
+        "ready integer too large for a float": ("ready", "ready_huge.json", *s10),
         "capacity not a dict": ("fedscale", "behave.pkl", *s10, "--capacity", "list_capacity.pkl", *priced),
         "capacity missing": ("fedscale", "behave.pkl", *s10, "--capacity", "none.pkl", *priced),
         "capacity without deadline": ("fedscale", "behave.pkl", *s10, "--capacity", "capacity.pkl",
@@ -478,7 +643,7 @@ def _hostile(folder) -> dict[str, tuple[str, ...]]:
     }
 
 
-TYPED = ("capacity runs code", "capacity zero bandwidth", "capacity without deadline", "work-out exists",
+TYPED = ("capacity runs code", "capacity integer too large for a float", "capacity zero bandwidth", "capacity without deadline", "work-out exists",
          "ready reversed", "flash start bad", "window for fedscale", "labels bad cell", "index column for npy")
 
 
@@ -538,3 +703,38 @@ def test_import_help_lists_the_new_options():
     for option in ("--start", "--window", "--skip-bad-devices", "--assign", "--index-column", "--capacity",
                    "--work-out", "--plot"):
         assert option in proc.stdout
+
+
+# -- a reader that has gone ------------------------------------------------------------------
+def _closed_reader(args: list[str]) -> subprocess.CompletedProcess:
+    """``focusfl ARGS | head -1`` at its worst: the reader has gone before the first line (its end
+    of the pipe is closed before focusfl starts), so every print meets a broken pipe."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run([*focusfl_command(), *args], stdout=write, stderr=subprocess.PIPE, text=True,
+                              env=cli_env(), timeout=300)
+    finally:
+        os.close(write)
+
+
+def test_an_import_into_a_closed_reader_writes_every_output(tmp_path):
+    behave, capacity = tmp_path / "client_behave_trace", tmp_path / "client_device_capacity"
+    behave.write_bytes(pickle.dumps(BEHAVE))
+    capacity.write_bytes(pickle.dumps(CAPACITY))
+    matrix = tmp_path / "m.csv"
+    matrix.write_text("1,0,1\n0,1,1\n")
+    forms = {
+        "matrix --out": (["matrix", str(matrix)], ["--out"]),
+        "fedscale --out --work-out --plot": (["fedscale", str(behave), "--round-seconds", "10", "--capacity",
+                                              str(capacity), "--deadline", "12", "--batch-size", "20",
+                                              "--local-steps", "8"], ["--out", "--work-out", "--plot"]),
+        "matrix --plot": (["matrix", str(matrix)], ["--plot"]),
+    }
+    for k, (form, (args, outputs)) in enumerate(forms.items()):
+        files = {"--out": tmp_path / f"t{k}.csv", "--work-out": tmp_path / f"w{k}.csv", "--plot": tmp_path / f"p{k}.png"}
+        proc = _closed_reader(["participation", "import", *args,
+                               *(a for o in outputs for a in (o, str(files[o])))])
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, (form, proc.stderr)
+        for option in outputs:
+            assert files[option].is_file() and files[option].stat().st_size > 0, (form, option)

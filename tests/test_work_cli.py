@@ -184,8 +184,9 @@ def test_bias_refuses_rounds_beyond_the_trace_and_takes_its_law(tmp_path):
     trace = _steps_csv(tmp_path / "steps.csv")
     common = ["bias", "--problem", "ridge:clients=3", "--local-steps", "4", "--participation", "full",
               "--work", f"trace:path={trace}", "--mc-rounds", "4"]
-    assert_one_line_error(run_main(*common, "--rounds", "10"), 2, "has no row for round 4, client 0 (it records "
-                                                                 "rounds up to 3")
+    assert_one_line_error(run_main(*common, "--rounds", "10"), 2, "has no row for round 4, client 0: steps.csv covers "
+                                                                 "rounds 0..3 and, unlike a participation trace, "
+                                                                 "does not wrap around; run at most 4 rounds")
     proc = run_main(*common, "--rounds", "4")
     assert proc.returncode == 0, proc.stderr
     assert "step counts by the trace's recorded rows; mean E[tau_i] = 2.5 of tau = 4" in proc.stdout

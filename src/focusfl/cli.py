@@ -269,7 +269,7 @@ class _SpecOrSubcommand(argparse._SubParsersAction):
 
 
 def _add_participation_import(commands) -> None:
-    from .participation.importing import ASSIGNMENTS, CONDITIONS, FORMATS, IDLE, INDEX_CHOICES, RULES
+    from .participation.importing import ABSENT, ASSIGNMENTS, CONDITIONS, FORMATS, IDLE, INDEX_CHOICES, RULES, SEMANTICS
 
     p = commands.add_parser("import", help="convert a FedScale, FLASH or clients x rounds availability file into "
                             "a participation trace, with its statistics")
@@ -293,10 +293,19 @@ def _add_participation_import(commands) -> None:
                    "seconds into the round (FLASH's selection window; its default configuration uses 20)")
     p.add_argument("--skip-bad-devices", action="store_true", help="fedscale, flash, ready: skip (and name) devices "
                    "whose records are malformed instead of refusing the file")
-    p.add_argument("--assign", choices=ASSIGNMENTS, default="sorted", help="fedscale: client k replays the k-th id in "
-                   "order (sorted), or FedScale's keys[(k + 1) %% len] in the pickle's order (fedscale)")
+    p.add_argument("--assign", choices=ASSIGNMENTS, default="sorted", help="client k replays the k-th id in order "
+                   "(sorted); fedscale: FedScale's keys[(k + 1) %% len] in the pickle's order (fedscale); flash: a "
+                   "recording drawn at random with replacement for each client, as FLASH does, from --seed (flash)")
+    p.add_argument("--seed", type=int, default=0, help="with --assign flash: the seed of the draw (default 0)")
+    p.add_argument("--semantics", choices=SEMANTICS, default="replay", help="fedscale: replay every spell of every "
+                   "cycle of a client's trace (replay, the recording as recorded), or walk its spells as FedScale's "
+                   "ClientMetadata.is_active does, once a round at its start (fedscale, to compare with FedScale's "
+                   "own runs)")
     p.add_argument("--index-column", choices=INDEX_CHOICES, default="auto", help="matrix (.csv): whether the first "
                    "column names the clients (auto: a non-numeric first column, or a header that names it)")
+    p.add_argument("--absent", choices=ABSENT, help="devices never available in the imported rounds: keep them as "
+                   "empty columns (every device keeps its index; replay with absent=true) or drop them (default: keep "
+                   "for matrix, drop for fedscale, flash and ready)")
     p.add_argument("--capacity", metavar="FILE", help="fedscale: FedScale's device capacity pickle "
                    "(client_device_capacity); each device's local steps per round then come from its speeds")
     p.add_argument("--deadline", type=float, metavar="D", help="with --capacity: a round's deadline in seconds")
@@ -307,7 +316,7 @@ def _add_participation_import(commands) -> None:
                    "does (the algorithm's local_steps)")
     p.add_argument("--plot", help="write the imported trace's availability raster to this PNG, PDF or SVG file")
     p.add_argument("--work-out", help="with --capacity: write the work trace (round,client,steps) to this new .csv; "
-                   "`--work trace:path=FILE` replays it")
+                   "`--work trace:path=FILE` replays it for the imported rounds (it does not wrap around)")
     p.set_defaults(handler=_cmd_participation_import)
 
 
@@ -337,8 +346,8 @@ def _capacity_options(args):
 def _cmd_participation_import(args) -> int:
     from .errors import ConfigError
     from .io.atomic import write_text
-    from .participation.importing import (ImportOptions, check_trace_size, import_trace, statistics_lines, trace_text,
-                                          work_trace_text)
+    from .participation.importing import (ImportOptions, check_trace_size, import_trace, replay_spec, statistics_lines,
+                                          trace_text, work_trace_text)
     from .participation.trace import is_focusfl_trace
 
     out = Path(args.out) if args.out else None
@@ -361,21 +370,26 @@ def _cmd_participation_import(args) -> int:
     options = ImportOptions(round_seconds=args.round_seconds, rounds=args.rounds, clients=args.clients,
                             rule=args.rule, ready=tuple(c.strip() for c in args.ready.split(",")), idle=args.idle,
                             start=args.start, window=args.window, skip_bad_devices=args.skip_bad_devices,
-                            assign=args.assign, index_column=args.index_column)
+                            assign=args.assign, index_column=args.index_column, absent=args.absent,
+                            semantics=args.semantics, seed=args.seed)
     trace = import_trace(args.format, args.path, options, capacity)
-    print("\n".join(statistics_lines(trace)))
+    lines = statistics_lines(trace)
     texts = []
     if out is not None:
         check_trace_size(trace)
-        texts.append((out, trace_text(trace), f"--participation trace:path={out}"))
+        texts.append((out, trace_text(trace), f"--participation {replay_spec(trace, out)}"))
     if work_out is not None:
         texts.append((work_out, work_trace_text(trace), f"--work trace:path={work_out}"))
+    # Every file is written before a line is printed: a reader that has gone (`| head -1`) ends
+    # the printing, never an output.
     for path, text, replay in texts:  # every check passed before anything is written
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text(path, text)
-        print(f"wrote {path} (replay it with {replay})")
+        lines.append(f"wrote {path} (replay it with {replay})")
     if args.plot:
-        _write_raster(trace.mask, args.plot, f"{args.format} {Path(args.path).name}")
+        _write_raster(trace.mask, args.plot, f"{args.format} {Path(args.path).name}", say=False)
+        lines.append(f"wrote {args.plot}")
+    print("\n".join(lines))
     return 0
 
 
@@ -419,14 +433,15 @@ def _check_raster_target(plot: str) -> None:
     check_figure_targets([plot], "--plot")
 
 
-def _write_raster(mask, plot: str, title: str) -> None:
+def _write_raster(mask, plot: str, title: str, say: bool = True) -> None:
     from .io.figures import figure_files
     from .participation.plots import plot_raster
 
     Path(plot).parent.mkdir(parents=True, exist_ok=True)
     with figure_files([plot], "--plot") as (scratch,):
         plot_raster(mask, scratch, title=title)
-    print(f"wrote {plot}")
+    if say:
+        print(f"wrote {plot}")
 
 
 # -- work ----------------------------------------------------------------------------------------
@@ -809,7 +824,8 @@ def _command_texts(command: str | None = None) -> dict[str, tuple[str, str]]:
             "--capacity adds its device speeds as a work trace), flash (FLASH's state-trace JSON: a device is ready "
             "while charging, on WiFi and idle, or the --ready conditions, on FLASH's clock), ready (FLASH's ready "
             "windows JSON) and matrix (clients x rounds, 0/1 or True/False, FedStale's layouts). Devices never "
-            "available are dropped (docs/participation.md).",
+            "available stay as empty columns in a matrix and are dropped from a timed recording (--absent; "
+            "docs/participation.md).",
             _examples("focusfl participation import fedscale client_behave_trace --round-seconds 60 --rounds 1440 "
                       "--clients 100 --out trace.csv",
                       "focusfl participation import flash state_traces.json --round-seconds 300 --ready charging,wifi "

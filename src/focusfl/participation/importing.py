@@ -5,7 +5,9 @@
 - ``fedscale``: FedScale's client behaviour trace (``client_behave_trace``), a pickle of
   ``{client_id: {"active": [t, ...], "inactive": [t, ...], "finish_time": T, ...}}``: client i is
   available from active[k] to inactive[k] (seconds), and its trace repeats with period
-  finish_time (FedScale's ``Client.isActive`` tests ``cur_time % finish_time``). Other keys
+  finish_time (FedScale's ``Client.isActive`` tests ``cur_time % finish_time``); ``semantics``
+  ``fedscale`` walks the spells as FedScale's ``ClientMetadata.is_active`` does instead
+  (:func:`fedscale_walk_mask`). Other keys
   (``duration``, ``model``) are ignored. ``assign``: ``sorted`` (client k replays the k-th id in
   order) or ``fedscale`` (FedScale's own: client c = k + 1 replays ``keys[c % len]`` in the
   pickle's order). With FedScale's device capacity file (``client_device_capacity``) each device's
@@ -35,9 +37,9 @@ says when a client takes part in it: ``start`` (default) if it is available at t
 end. ``rounds`` defaults to the span of the recording (FedScale: the longest finish_time; FLASH:
 from the start to the last event; ready: to the last spell's end); ``clients`` keeps the first N
 devices (in the order of their ids); a recording with fewer devices is imported whole, and the
-command says so. Devices never available in the imported rounds are dropped (the trace
-participation refuses a client that never takes part; they are named in the result);
-``skip_bad_devices`` skips (and names) devices whose records are malformed, as FLASH does.
+command says so. Devices never available in the imported rounds are kept as empty columns
+(``absent``: by default for a matrix) or dropped, and named; ``skip_bad_devices`` skips (and
+names) devices whose records are malformed, as FLASH does.
 
 Every input is untrusted: its size is checked before it is read and before the memory for
 the parse and for the mask is allocated; a pickle is read by an unpickler that knows no class
@@ -88,7 +90,15 @@ TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 SHOWN_CLIENTS = 50  # rows of the per-client table the command prints
 
 
-ASSIGNMENTS = ("sorted", "fedscale")
+ASSIGNMENTS = ("sorted", "fedscale", "flash")
+# What becomes of a device never available in the imported rounds: kept as an empty column (its
+# index stays the recording's) or dropped; default: kept for a matrix (its rows are the
+# experiment's clients, as FedStale reads them), dropped for a timed recording (a population
+# sample, whose devices outside the imported rounds are no experiment's clients).
+ABSENT = ("keep", "drop")
+# How a FedScale trace is read each round: ``replay`` (every spell of every cycle, the recording
+# as recorded) or ``fedscale`` (ClientMetadata.is_active's own walk through the spell list).
+SEMANTICS = ("replay", "fedscale")
 # FLASH's time 0 (models/timer.py, Timer.refer_time): its rounds' clock starts there.
 FLASH_REFER_TIME = "2020-01-02 00:00:00"
 EARLIEST = "earliest"
@@ -107,8 +117,11 @@ class ImportOptions:
     start: str | None = None  # flash: a time or "earliest" (default FLASH's refer_time); ready: seconds (default 0)
     window: float = 0.0  # flash, ready: readiness is checked this many seconds into the round
     skip_bad_devices: bool = False  # fedscale, flash, ready: import the rest, naming what was skipped
-    assign: str = "sorted"  # fedscale: which recording client k replays
+    assign: str = "sorted"  # fedscale, flash: which recording client k replays
+    seed: int = 0  # --assign flash: the draw of each client's recording
     index_column: str = "auto"  # matrix: whether the first column names the clients
+    absent: str | None = None  # keep or drop the devices never available (None: keep for matrix, else drop)
+    semantics: str = "replay"  # fedscale: replay every spell, or FedScale's is_active walk
 
 
 @dataclass
@@ -130,6 +143,9 @@ class ImportedTrace:
     skipped: list[str] = field(default_factory=list)
     steps: np.ndarray | None = None
     too_slow: list[str] = field(default_factory=list)
+    absent: list[str] = field(default_factory=list)  # devices kept as columns that never take part
+    impossible: dict[str, int] = field(default_factory=dict)  # device -> its spells skipped (end before start)
+    backward: list[str] = field(default_factory=list)  # flash: devices whose time goes back, read in file order
 
     def statistics(self) -> ParticipationStats:
         return summarize(self.mask)
@@ -147,6 +163,8 @@ class Availability:
     span: float
     wraps: bool = True
     truncate: bool = False
+    impossible: int = 0  # spells read and skipped: they end before they start (no time is inside one)
+    listed: tuple[np.ndarray, np.ndarray] | None = None  # fedscale: (active, inactive) in the file's order
 
 
 # -- the command's entry point ---------------------------------------------------------------------
@@ -165,7 +183,12 @@ def import_trace(fmt: str, path: str | Path, options: ImportOptions,
         raise DataError(f"{fmt} trace: file {str(path)!r} not found")
     trace = read_fedscale(path, options, capacity) if fmt == "fedscale" else FORMATS[fmt](path, options)
     trace.asked = options.clients
-    return drop_never_available(trace)
+    return drop_never_available(trace, keep=keeps_absent(fmt, options))
+
+
+def keeps_absent(fmt: str, options: ImportOptions) -> bool:
+    """Whether devices never available stay as columns (see ABSENT)."""
+    return options.absent == "keep" if options.absent is not None else fmt == "matrix"
 
 
 def check_options(fmt: str, options: ImportOptions) -> None:
@@ -197,10 +220,24 @@ def check_options(fmt: str, options: ImportOptions) -> None:
     _only(fmt, ("fedscale", "flash", "ready"), "--skip-bad-devices", options.skip_bad_devices)
     if options.assign not in ASSIGNMENTS:
         raise ConfigError(f"--assign must be one of {', '.join(ASSIGNMENTS)}, got {options.assign!r}")
-    _only(fmt, ("fedscale",), "--assign fedscale", options.assign != "sorted")
+    _only(fmt, ("fedscale",), "--assign fedscale", options.assign == "fedscale")
+    _only(fmt, ("flash",), "--assign flash", options.assign == "flash")
+    if isinstance(options.seed, bool) or not isinstance(options.seed, int) or options.seed < 0:
+        raise ConfigError(f"--seed must be an integer >= 0, got {options.seed!r}")
+    _only(fmt, ("flash",), "--seed (with --assign flash)", options.seed != 0)
+    if options.seed != 0 and options.assign != "flash":
+        raise ConfigError("--seed draws FLASH's assignment: it applies with --assign flash")
     if options.index_column not in INDEX_CHOICES:
         raise ConfigError(f"--index-column must be one of {', '.join(INDEX_CHOICES)}, got {options.index_column!r}")
     _only(fmt, ("matrix",), "--index-column", options.index_column != "auto")
+    if options.semantics not in SEMANTICS:
+        raise ConfigError(f"--semantics must be one of {', '.join(SEMANTICS)}, got {options.semantics!r}")
+    _only(fmt, ("fedscale",), "--semantics", options.semantics != "replay")
+    if options.semantics == "fedscale" and options.rule != "start":
+        raise ConfigError("--semantics fedscale checks a client at the round's start (FedScale's is_active(cur_time)); "
+                          "it takes --rule start only")
+    if options.absent is not None and options.absent not in ABSENT:
+        raise ConfigError(f"--absent must be one of {', '.join(ABSENT)}, got {options.absent!r}")
 
 
 def _only(fmt: str, formats: tuple[str, ...], option: str, given: bool) -> None:
@@ -208,17 +245,26 @@ def _only(fmt: str, formats: tuple[str, ...], option: str, given: bool) -> None:
         raise ConfigError(f"{option} applies to {' and '.join(formats)} traces only, not {fmt}")
 
 
-def drop_never_available(trace: ImportedTrace) -> ImportedTrace:
+def drop_never_available(trace: ImportedTrace, keep: bool = False) -> ImportedTrace:
+    """The trace without the devices never available in it, or with them named in ``absent``
+    (``keep``: their columns stay, so every later device keeps its index)."""
     seen = trace.mask.any(axis=0)
     if seen.all():
         return trace
     if not seen.any():
         raise DataError(f"{trace.source}: no device is available in any of the {trace.mask.shape[0]} rounds imported")
-    keep = np.flatnonzero(seen)
     slow = set(trace.too_slow)
+    if keep:
+        return replace(trace, absent=[name for name, ok in zip(trace.names, seen) if not ok and name not in slow])
+    keep = np.flatnonzero(seen)
     dropped = [name for name, ok in zip(trace.names, seen) if not ok and name not in slow]
     return replace(trace, mask=trace.mask[:, keep], names=[trace.names[k] for k in keep],
                    dropped=trace.dropped + dropped, steps=None if trace.steps is None else trace.steps[keep])
+
+
+def replay_spec(trace: ImportedTrace, path: Path | str) -> str:
+    """The participation SPEC that replays the trace written to ``path``."""
+    return f"trace:path={path}" + (",absent=true" if not trace.mask.any(axis=0).all() else "")
 
 
 def trace_text(trace: ImportedTrace) -> str:
@@ -244,11 +290,21 @@ def statistics_lines(trace: ImportedTrace, shown: int = SHOWN_CLIENTS) -> list[s
                      f"all {trace.offered} imported")
     if trace.skipped:
         lines.append(f"skipped {len(trace.skipped)} device(s) with malformed records: {_listed(trace.skipped)}")
+    if trace.backward:
+        lines.append(f"read {len(trace.backward)} device(s) whose time goes back in the file's order, as FLASH's "
+                     f"Timer reads them: {_listed(trace.backward)}")
+    if trace.impossible:
+        lines.append(f"skipped {sum(trace.impossible.values())} spell(s) that end before they start (never matched "
+                     f"by start <= t <= end) in {len(trace.impossible)} device(s), their other spells kept: "
+                     + _listed([f"{name} ({count})" for name, count in trace.impossible.items()]))
     if trace.too_slow:
         lines.append(f"dropped {len(trace.too_slow)} device(s) that cannot finish one local step before the deadline: "
                      f"{_listed(trace.too_slow)}")
     if trace.dropped:
         lines.append(f"dropped {len(trace.dropped)} device(s) never available in these rounds: {_listed(trace.dropped)}")
+    if trace.absent:
+        lines.append(f"kept {len(trace.absent)} device(s) never available in these rounds (empty columns; "
+                     f"replay with absent=true): {_listed(trace.absent)}")
     lines += [f"mean active per round {stats.mean_active:.3f}, empty rounds {stats.empty_rounds}",
               f"tau_max {stats.tau_max}, tau_avg {stats.tau_avg:.3f}",
               f"p_i: min {stats.p.min():.4f}, mean {stats.p.mean():.4f}, max {stats.p.max():.4f}; "
@@ -318,10 +374,15 @@ def availability_mask(devices: list[Availability], round_seconds: float, rounds:
 
 def _covered(device: Availability, begin: np.ndarray, length: float) -> np.ndarray:
     """Whether the device is available throughout [t, t + length] for each t of ``begin``."""
-    if device.starts.size == 0 or (device.wraps and device.span <= 0):
+    if device.starts.size == 0 or (device.wraps and device.span == 0):
         return np.zeros(begin.shape, dtype=bool)
     if not device.wraps:
         return _cover(device, begin, begin + length)
+    if device.span < 0:  # FLASH: a last event before the first; the time point of its modulo only
+        if length:
+            return np.zeros(begin.shape, dtype=bool)
+        a = device.origin + np.mod(np.trunc(begin - device.origin), device.span)
+        return _cover(device, a, a)
     if length >= device.span:  # the window sees every time of the recording
         whole = _cover(device, np.array([device.origin]), np.array([device.origin + device.span]))
         return np.full(begin.shape, bool(whole[0]))
@@ -475,9 +536,14 @@ def read_fedscale(path: Path, options: ImportOptions, capacity: CapacityOptions 
                                        lambda name, entry: _fedscale_client(what, parse[name][1], entry), options)
     rounds = _rounds_for(options, max(d.span for d in devices))
     _check_mask_size(rounds, len(devices), what)
-    mask = availability_mask(devices, options.round_seconds, rounds, options.rule)
-    source = f"fedscale {path.name!r}, {options.round_seconds:g} s rounds, availability at the round's " + \
-        ("start" if options.rule == "start" else "start and throughout")
+    if options.semantics == "fedscale":
+        mask = fedscale_walk_mask(devices, options.round_seconds, rounds)
+        source = (f"fedscale {path.name!r}, {options.round_seconds:g} s rounds, FedScale's is_active at the round's "
+                  "start (its spell index walked once a round)")
+    else:
+        mask = availability_mask(devices, options.round_seconds, rounds, options.rule)
+        source = f"fedscale {path.name!r}, {options.round_seconds:g} s rounds, availability at the round's " + \
+            ("start" if options.rule == "start" else "start and throughout")
     if options.assign == "fedscale":
         source += ", FedScale's assignment (client c = k + 1 replays the recording keys[c % len] in the pickle's order)"
     trace = ImportedTrace(mask, names, source=source, skipped=skipped,
@@ -583,15 +649,45 @@ def _fedscale_client(what: str, key: Any, entry: Any) -> Availability:
         if b < a:
             raise DataError(f"{where}: a spell becomes inactive at {b:g} s before it becomes active at {a:g} s")
     starts, ends = merged(list(zip(active, inactive)))
-    return Availability(starts, ends, origin=0.0, span=period)
+    return Availability(starts, ends, origin=0.0, span=period,
+                        listed=(np.array(active, dtype=np.float64), np.array(inactive, dtype=np.float64)))
+
+
+def fedscale_walk_mask(devices: list[Availability], round_seconds: float, rounds: int) -> np.ndarray:
+    """[rounds, devices] bool: FedScale's ``ClientMetadata.is_active(cur_time)`` called once a round
+    at cur_time = r S, each device keeping its own spell index k (from 0): norm = cur_time %
+    finish_time; k advances by one when norm > inactive[k], wrapping to 0 past the last spell;
+    available when active[k] <= norm <= inactive[k]. The index moves at most one spell a call, so
+    a call that passes several spells lags behind the recording, and a last spell that ends at
+    finish_time is never passed (norm < finish_time): from the second cycle on, the device is
+    available only in that spell. A device with no spell is never available. Rounds are a
+    Python loop, every device at once."""
+    count = np.array([0 if d.listed is None else d.listed[0].size for d in devices], dtype=np.int64)
+    offset = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
+    active = np.concatenate([d.listed[0] for d in devices if d.listed is not None] + [np.zeros(0)])
+    inactive = np.concatenate([d.listed[1] for d in devices if d.listed is not None] + [np.zeros(0)])
+    period = np.array([d.span for d in devices], dtype=np.float64)
+    spelled = count > 0
+    index = np.zeros(len(devices), dtype=np.int64)
+    safe = np.where(spelled, count, 1)
+    mask = np.zeros((rounds, len(devices)), dtype=bool)
+    if not spelled.any():
+        return mask
+    for r in range(rounds):
+        norm = np.mod(r * round_seconds, period)
+        at = np.where(spelled, offset + index, 0)
+        index = np.where(norm > inactive[at], index + 1, index) % safe
+        at = np.where(spelled, offset + index, 0)
+        mask[r] = spelled & (active[at] <= norm) & (norm <= inactive[at])
+    return mask
 
 
 def _seconds(where: str, name: str, value: Any, unit: str = "seconds") -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise DataError(f"{where}: {name} must be a number of {unit}, got {type(value).__name__}")
-    number = float(value)
+    number = _as_float(value)
     if not math.isfinite(number):
-        raise DataError(f"{where}: {name} must be finite, got {value!r}")
+        raise DataError(f"{where}: {name} must be finite, got {str(value)[:30]!r}")
     if number < 0:
         raise DataError(f"{where}: {name} must not be negative, got {value!r}")
     return number
@@ -622,14 +718,20 @@ def read_flash(path: Path, options: ImportOptions) -> ImportedTrace:
     if not isinstance(data, dict) or not data:
         raise DataError(f"{what} must hold a non-empty JSON object of devices (uid -> its messages), "
                         f"got {type(data).__name__}")
-    ids = _first(options, _ordered_ids(list(data)))
+    ids = _ordered_ids(list(data)) if options.assign == "flash" else _first(options, _ordered_ids(list(data)))
     ids, events, skipped = _devices(what, ids, [data[key] for key in ids],
                                     lambda key, entry: _flash_events(what, key, entry), options)
     if not any(times for times, _ in events):
         raise DataError(f"{what}: no device has any event")
-    start = flash_start(options.start, min(times[0] for times, _ in events if times))
+    backward = [str(key) for key, (times, _) in zip(ids, events) if any(b < a for a, b in zip(times, times[1:]))]
+    names = [str(k) for k in ids]
+    if options.assign == "flash":
+        drawn = flash_assignment(len(ids), options.clients or len(ids), options.seed)
+        names = [f"{k}:{names[d]}" for k, d in enumerate(drawn)]
+        events = [events[d] for d in drawn]
+    start = flash_start(options.start, min(min(times) for times, _ in events if times))
     devices = [_flash_device(times, states, options) for times, states in events]
-    last = max(times[-1] for times, _ in events if times)
+    last = max(max(times) for times, _ in events if times)
     # Default: the rounds from the start to the last event; a recording that ends before the start
     # (FLASH replays each device's own span, wrapped, at any time) gets its longest device's span.
     span = last - start if last > start else max(d.span for d in devices)
@@ -639,7 +741,17 @@ def read_flash(path: Path, options: ImportOptions) -> ImportedTrace:
     ready = " and ".join({"idle": f"idle ({options.idle.replace('_', ' ')})"}.get(c, c) for c in options.ready)
     source = (f"flash {path.name!r}, {options.round_seconds:g} s rounds from {_when(start)}, ready = {ready}, "
               f"{_checked_when(options)}")
-    return ImportedTrace(mask, [str(k) for k in ids], source=source, skipped=skipped, offered=len(data))
+    if options.assign == "flash":
+        source += f", FLASH's assignment (each client a recording drawn with replacement, seed {options.seed})"
+    return ImportedTrace(mask, names, source=source, skipped=skipped, backward=backward,
+                         offered=None if options.assign == "flash" else len(data))
+
+
+def flash_assignment(recordings: int, clients: int, seed: int) -> np.ndarray:
+    """FLASH's kind of assignment: each of ``clients`` clients replays a recording drawn uniformly
+    with replacement, here from NumPy's PCG64 seeded with ``seed`` (the same draw on any machine;
+    not FLASH's own generator): the indices into the recordings in id order."""
+    return np.random.default_rng(seed).integers(0, recordings, size=clients)
 
 
 def _checked_when(options: ImportOptions) -> str:
@@ -677,7 +789,8 @@ EPOCH = datetime(1970, 1, 1)
 
 
 def _flash_events(what: str, key: Any, entry: Any) -> tuple[list[float], list[str]]:
-    """(times in seconds, states) of one device, in the file's order; timestamps never go back."""
+    """(times in seconds, states) of one device, in the file's order (FLASH's Timer reads them so,
+    whether or not time goes back)."""
     where = f"{what}: device {key!r}"
     if not isinstance(entry, dict) or not isinstance(entry.get("messages"), str):
         raise DataError(f"{where} must be an object whose 'messages' is a string of 'time<TAB>state' lines")
@@ -695,8 +808,6 @@ def _flash_events(what: str, key: Any, entry: Any) -> tuple[list[float], list[st
             raise DataError(f"{where} line {number}: {stamp[:30]!r} is not a time YYYY-mm-dd HH:MM:SS") from None
         if state not in FLASH_EVENTS and not BATTERY_LEVEL.fullmatch(state):
             raise DataError(f"{where} line {number}: unknown state {state[:30]!r}")
-        if times and seconds < times[-1]:
-            raise DataError(f"{where} line {number}: time {stamp} is before the previous event's")
         times.append(seconds)
         states.append(state)
     return times, states
@@ -706,9 +817,13 @@ def _flash_device(times: list[float], states: list[str], options: ImportOptions)
     """The device's ready spells as FLASH's Timer finds them (models/timer.py): a spell opens at
     the first event after which every condition of ``ready`` holds and closes at the first event
     after which one does not; a spell still open at the last event is not kept (the Timer only
-    appends closed spells). The clock wraps around the device's own span, first to last event,
-    and reads whole seconds (the Timer's int())."""
-    if len(times) < 2 or times[-1] == times[0]:
+    appends closed spells). The clock wraps around the device's own span, first to last event in
+    the file's order, and reads whole seconds (the Timer's int()). Where time goes back, a spell
+    may close before it opens: merged() keeps it apart and no time is inside it, as in FLASH's
+    merge and its start <= now <= end; a last event before the first gives a negative span,
+    which FLASH's modulo (Python's, the sign of the divisor) reads backwards from the first
+    event (:func:`_covered`)."""
+    if len(times) < 2 or times[-1] == times[0]:  # the Timer's int(trace_end - trace_start) == 0: never ready
         return Availability(np.zeros(0), np.zeros(0), origin=times[0] if times else 0.0, span=0.0)
     need = [options.idle if c == "idle" else c for c in options.ready]
     held = {"charging": False, "wifi": False, "screen_off": False, "locked": False}
@@ -754,7 +869,9 @@ def read_ready(path: Path, options: ImportOptions) -> ImportedTrace:
     mask = availability_mask(devices, options.round_seconds, rounds, options.rule, start=start + options.window)
     source = (f"ready {path.name!r}, {options.round_seconds:g} s rounds from {start:g} s, "
               f"available in its spells {_checked_when(options)}")
-    return ImportedTrace(mask, [str(k) for k in ids], source=source, skipped=skipped, offered=len(data))
+    impossible = {str(k): d.impossible for k, d in zip(ids, devices) if d.impossible}
+    return ImportedTrace(mask, [str(k) for k in ids], source=source, skipped=skipped, offered=len(data),
+                         impossible=impossible)
 
 
 def ready_start(start: str | None) -> float:
@@ -773,22 +890,32 @@ def _ready_device(what: str, key: Any, entry: Any) -> Availability:
     where = f"{what}: device {key!r}"
     if not isinstance(entry, list):
         raise DataError(f"{where} must be a list of [start, end] spells in seconds, got {type(entry).__name__}")
-    spells = []
+    spells, impossible = [], 0
     for k, spell in enumerate(entry):
         if not isinstance(spell, list) or len(spell) != 2:
             raise DataError(f"{where}: spell {k} must be [start, end], got {str(spell)[:40]!r}")
         a, b = (_signed_seconds(where, f"spell {k}", v) for v in spell)
-        if b < a:
-            raise DataError(f"{where}: spell {k} ends at {b:g} s before it starts at {a:g} s")
+        if b < a:  # FLASH's start <= now <= end never matches it; the device's other spells stand
+            impossible += 1
+            continue
         spells.append((a, b))
     starts, ends = merged(spells)
-    return Availability(starts, ends, origin=0.0, span=0.0, wraps=False)
+    return Availability(starts, ends, origin=0.0, span=0.0, wraps=False, impossible=impossible)
 
 
 def _signed_seconds(where: str, name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    number = _as_float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+    if not math.isfinite(number):
         raise DataError(f"{where}: {name} must hold finite numbers of seconds, got {str(value)[:30]!r}")
-    return float(value)
+    return number
+
+
+def _as_float(value: int | float) -> float:
+    """``float(value)``, inf for an integer too large for a float (its sign kept)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 # -- availability matrices ------------------------------------------------------------------------

@@ -13,8 +13,9 @@ number of rounds with success p_i, so the mean gap is R + 1/p_i and its long-run
     P(i in S) = 1 / (R + 1/p_i) = p_i / (1 + R p_i)
 
 (:meth:`nominal_p`). Every client starts free (no participation before round 0), so the first
-R rounds are drawn at the base rates; the delays (participation/statistics.py) are at least R
-once every client has been seen, since a client seen at round t is unseen in t + 1 .. t + R.
+R rounds are drawn at the base rates. A client seen at round t is unseen in t + 1 .. t + R, so
+the delay (participation/statistics.py) tau(r - 1) >= R whenever a client seen before takes part
+in round r; tau(r) itself may be below R (every client seen in the last R rounds).
 """
 from __future__ import annotations
 

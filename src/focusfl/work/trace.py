@@ -143,8 +143,18 @@ class TraceWork(WorkProcess):
     def _check_steps(self, round_: int, active: np.ndarray, steps: np.ndarray) -> None:
         missing = np.flatnonzero(steps == 0)
         if len(missing):
-            raise DataError(f"work trace {self.path.name!r} has no row for round {round_}, client {int(active[missing[0]])} "
-                            "(a trace names every active client of every round it replays)")
+            raise self._missing(round_, int(active[missing[0]]))
+
+    def _missing(self, round_: int, client: int) -> DataError:
+        """The one line for an active client without a row: the rounds the file covers, and that
+        it does not wrap (a participation trace beside it does) when the round lies beyond them."""
+        last = max(self.recorded)  # a replay starts at round 0, whatever the file's first row
+        where = f"work trace {self.path.name!r} has no row for round {round_}, client {client}"
+        if round_ > last:
+            return DataError(f"{where}: {self.path.name} covers rounds 0..{last} and, unlike a participation "
+                             f"trace, does not wrap around; run at most {last + 1} rounds (or import more --rounds)")
+        return DataError(f"{where} ({self.path.name} covers rounds 0..{last}; a trace names every active client "
+                         "of every round it replays)")
 
     def active_table(self, mask: np.ndarray) -> torch.Tensor:
         """The trace's counts of rounds 0..R-1, 0 where it has no row; DataError at the first
@@ -153,10 +163,7 @@ class TraceWork(WorkProcess):
         missing = np.argwhere(np.asarray(mask, dtype=bool) & (table.numpy() == 0))
         if len(missing):
             round_, client = (int(v) for v in missing[0])
-            last = max(self.recorded)
-            raise DataError(f"work trace {self.path.name!r} has no row for round {round_}, client {client} "
-                            f"(it records rounds up to {last}; a trace names every active client of every round "
-                            "it replays)")
+            raise self._missing(round_, client)
         return table
 
     def law(self) -> np.ndarray:
