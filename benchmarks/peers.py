@@ -385,9 +385,12 @@ def run_flower(args, config: dict) -> dict:
         final["state"] = result.arrays.to_torch_state_dict()
 
     resources = {"num_cpus": config["threads"] // config["actors"], "num_gpus": 0.0}
+    # A Ray cluster of this run's own (its own folder), never one another process started.
+    ray_dir = tempfile.mkdtemp(prefix="peers-ray-", dir="/tmp")
     run_simulation(server_app, client_app, num_supernodes=clients,
                    backend_config={"client_resources": resources,
-                                   "init_args": {"num_cpus": config["threads"], "object_store_memory": 400 * 2**20}})
+                                   "init_args": {"num_cpus": config["threads"], "object_store_memory": 400 * 2**20,
+                                                 "_temp_dir": ray_dir}})
     if len(stamps) != args.warmup + args.rounds or "state" not in final:
         raise RuntimeError(f"the Flower simulation ran {len(stamps)} of {args.warmup + args.rounds} rounds")
     model, _, _, eval_x, eval_y = load_workload(workload, clients, False)
@@ -491,7 +494,7 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=2, help="interleaved passes over the runners")
     parser.add_argument("--threads", type=int, default=2, help="threads (or processes, actors) for every runner")
     parser.add_argument("--pfl-python", default=None, help="the interpreter of pfl-research's environment")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds one runner may take")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds one runner may take")
     parser.add_argument("--small", action="store_true", help="quick check: 2 timed rounds after 1, one pass")
     parser.add_argument("--json", default=None, help="also write every result here")
     # worker mode (internal)
@@ -528,7 +531,9 @@ def main() -> None:
                     framework, config, _ = table[name]
                     result = launch(args, framework, config, setting, workload)
                     results[name].append(result)
-                    shown = result.get("error") or f"{statistics.median(result['seconds']):.3f} s/round"
+                    shown = result.get("error") or (f"{statistics.median(result['seconds']):.3f} s/round, "
+                                                    f"{result['samples_per_round']:.0f} samples/round, "
+                                                    f"final loss {result['final_loss']:.4f}")
                     print(f"  [{setting} pass {p + 1}] {name}: {shown}", flush=True)
             every[setting] = results
             print(f"\n{setting}: {clients} clients, {active} active a round, {STEPS} steps of batch {BATCH}, "
