@@ -58,6 +58,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -387,10 +388,13 @@ def run_flower(args, config: dict) -> dict:
     resources = {"num_cpus": config["threads"] // config["actors"], "num_gpus": 0.0}
     # A Ray cluster of this run's own (its own folder), never one another process started.
     ray_dir = tempfile.mkdtemp(prefix="peers-ray-", dir="/tmp")
-    run_simulation(server_app, client_app, num_supernodes=clients,
-                   backend_config={"client_resources": resources,
-                                   "init_args": {"num_cpus": config["threads"], "object_store_memory": 400 * 2**20,
-                                                 "_temp_dir": ray_dir}})
+    try:
+        run_simulation(server_app, client_app, num_supernodes=clients,
+                       backend_config={"client_resources": resources,
+                                       "init_args": {"num_cpus": config["threads"], "object_store_memory": 400 * 2**20,
+                                                     "_temp_dir": ray_dir}})
+    finally:
+        shutil.rmtree(ray_dir, ignore_errors=True)
     if len(stamps) != args.warmup + args.rounds or "state" not in final:
         raise RuntimeError(f"the Flower simulation ran {len(stamps)} of {args.warmup + args.rounds} rounds")
     model, _, _, eval_x, eval_y = load_workload(workload, clients, False)
