@@ -170,6 +170,29 @@ def test_sizes_from_options_are_checked_before_allocating(refusals, case):
     assert "more than the" in line and "available" in line
 
 
+# -- numbers in a SPEC beyond what a process computes with (issue 54) -------------------------------
+HUGE = "1" + "0" * 30
+SPEC_CASES = {
+    "separated-gap": (["--participation", f"separated:gap={HUGE}"], "separated: gap is an integer of 31 digits"),
+    "separated-gap-float": (["--participation", "separated:gap=1e300"], "gap is an integer of 301 digits"),
+    "banded-width": (["--participation", f"banded:width={HUGE}"], "banded: width is an integer of 31 digits"),
+    "bernoulli-p": (["--participation", "bernoulli:p=1" + "0" * 400], "bernoulli: p is an integer of 401 digits"),
+    "markov-rho-inf": (["--participation", "markov:p=0.5,rho=inf"], "rho"),
+    "separated-p-nan": (["--participation", "separated:p=nan"], "p"),
+    "sine-period": (["--participation", "sine:period=9223372036854775807"], "period=9,223,372,036,854,775,807"),
+    "sine-period-large": (["--participation", "sine:period=1e12"], "would need"),
+    "work-rates": (["--work", f"rates:r={HUGE}"], "work rates: r is an integer of 31 digits"),
+    "work-markov": (["--work", "markov:slow=1" + "0" * 400], "work markov: slow is an integer of 401 digits"),
+    "problem-clients": (["--problem", f"ridge:clients={HUGE}"], "clients is an integer of 31 digits"),
+}
+
+
+@REFUSAL
+@pytest.mark.parametrize("case", SPEC_CASES)
+def test_numbers_beyond_a_process_range_are_refused(refusals, case):
+    refused(refusals, "spec", case)
+
+
 # -- participation traces ---------------------------------------------------------------------------
 def _trace(tmp_path: Path, case: str) -> Path:
     npy = tmp_path / f"{case}.npy"
@@ -356,6 +379,8 @@ def _refused_args(kind: str, case: str, folder: Path) -> tuple[list[str], str]:
     if kind == "size":
         problem, contains = SIZE_CASES[case]
         return ["--problem", problem], contains
+    if kind == "spec":
+        return list(SPEC_CASES[case][0]), SPEC_CASES[case][1]
     if kind == "trace":
         path = _trace(folder, case)
         return ["--problem", "ridge:dim=5,samples=10", "--participation", f"trace:path={path}"], TRACE_CASES[case]
@@ -373,7 +398,7 @@ def _refused_args(kind: str, case: str, folder: Path) -> tuple[list[str], str]:
     return ["--problem", f"{NN},data=cifar10,data_dir={_cifar_exploit(folder)}"], "refusing to load"
 
 
-REFUSED = [("size", case) for case in SIZE_CASES] + [("trace", case) for case in TRACE_CASES] + [
+REFUSED = [("size", case) for case in SIZE_CASES] + [("spec", case) for case in SPEC_CASES] + [("trace", case) for case in TRACE_CASES] + [
     ("npz", case) for case in NPZ_CASES] + [("idx", case) for case in IDX_CASES] + [
     ("mat", case) for case in MAT_CASES] + [("cifar", "exploit")]
 

@@ -241,3 +241,29 @@ def test_plot_draws_runs_of_different_experiments_as_different_curves(tmp_path, 
     labels = curve_labels(series)
     assert len(iter_groups(series)) == 2 and len(set(labels.values())) == 2
     assert all(telling in label for label in labels.values())
+
+
+def test_one_configuration_writes_one_set_of_bytes_through_the_library_and_the_cli(tmp_path):
+    """run_to_folder in this process and `focusfl run` in a fresh one, the same options: the same
+    metrics.csv and config.json. The library's caller runs torch with two threads here (a notebook
+    keeps the machine's count), the console script with one: what a run computes before its rounds
+    (ridge's exact minimizer, the rel_error every row divides by) once took the caller's count and
+    rel_error its last digit from it. The problem is large enough for the thread count to show."""
+    from focusfl.runs.config import RunConfig
+    from focusfl.runs.folder import run_to_folder
+
+    problem = "ridge:dim=300,samples=400"
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        run_to_folder(RunConfig(algorithm="focus", problem=problem, participation="bernoulli", rounds=5,
+                                local_steps=1, lr=1e-4, seed=0), tmp_path / "library", curve=False)
+    finally:
+        torch.set_num_threads(before)
+    proc = run_cli("run", "--algorithm", "focus", "--problem", problem, "--participation", "bernoulli",
+                   "--rounds", "5", "--local-steps", "1", "--lr", "1e-4", "--seed", "0",
+                   "--out", str(tmp_path / "cli"), env=cli_env(OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr
+    assert _metrics(tmp_path / "library") == _metrics(tmp_path / "cli")
+    assert (json.loads((tmp_path / "library" / "config.json").read_text())
+            == json.loads((tmp_path / "cli" / "config.json").read_text()))

@@ -319,6 +319,24 @@ def test_nn_study_and_report_commands_run_as_a_user_types_them(tmp_path, monkeyp
     assert figures and all((out / figure).is_file() for figure in figures)
     rows = read_csv(out / "summary.csv")
     assert rows and all(row["criterion"] and row["measured"] for row in rows)
+    # Counts are spelled for their number, and the product speaks of itself, not of its tracker.
+    counts = re.findall(r": (\d+) (claims?), \d+ s$", proc.stdout, re.M)
+    assert counts and all((n == "1") == (word == "claim") for n, word in counts), counts
+    assert not re.search(r"\b1 (claims|seeds|runs|cells)\b|seed\(s\)", proc.stdout + text)
+    told = proc.stdout + text + (out / "summary.csv").read_text()
+    assert not re.search(r"\bissues? ?#?\d", told, re.I)
+
+
+def test_counts_are_spelled_for_their_number_and_user_pages_cite_no_tracker():
+    import re
+    from pathlib import Path
+
+    from focusfl.words import counted
+
+    assert (counted(1, "claim"), counted(0, "claim"), counted(2, "claim")) == ("1 claim", "0 claims", "2 claims")
+    root = Path(__file__).resolve().parents[1]
+    for page in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        assert not re.search(r"\bissues? ?#?\d", page.read_text(), re.I), page.name
 
 
 VERDICT = r"\*\*(reproduced|reproduced on another axis|not reproduced|inconclusive|inconclusive \(quick\))\*\* \(criterion:"

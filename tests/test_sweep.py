@@ -574,3 +574,16 @@ def test_a_run_killed_while_publishing_is_put_in_place_by_the_rerun(tmp_path):
     again = run_main("sweep", str(path), "--out", str(out))
     assert again.returncode == 0, again.stderr
     assert files_of(out) == files_of(whole)
+
+
+def test_the_sweeps_console_summary_counts_diverged_runs_and_prints_no_band_of_infinities(tmp_path):
+    """Two seeds of a step size that blows up: the table says "2 of 2 diverged" (not "inf
+    (inf-inf)") and the closing line "2 diverged" beside "0 failed"."""
+    from cli_harness import run_cli
+
+    experiment = write(tmp_path, 'algorithms = ["focus"]\nproblems = ["ridge:dim=3,clients=4,samples=5"]\n'
+                                 'lr = [1e30]\nseeds = 2\nrounds = 8\n')
+    proc = run_cli("sweep", str(experiment), "--out", str(tmp_path / "sweep"))
+    assert proc.returncode == 0, proc.stderr
+    assert "inf (" not in proc.stdout and "2 of 2 diverged" in proc.stdout
+    assert "2 runs: 0 finished earlier, 2 ran, 0 failed, 2 diverged;" in proc.stdout

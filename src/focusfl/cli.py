@@ -628,7 +628,7 @@ def _add_sweep(sub) -> None:
 
 
 def _cmd_sweep(args) -> int:
-    from .experiments.sweep import load_experiment, restart_note, run_sweep
+    from .experiments.sweep import counts_line, load_experiment, restart_note, run_sweep
 
     experiment = load_experiment(args.experiment, work=args.work, dp=args.dp)
     out = Path(args.out or f"runs/{Path(args.experiment).stem}")
@@ -636,10 +636,7 @@ def _cmd_sweep(args) -> int:
                        address=args.address, checkpoint_every=args.checkpoint_every, band=args.band,
                        progress=True, tensorboard=args.tensorboard, batch_runs=args.batch_runs,
                        gpus_per_task=args.gpus_per_task, cpus_per_task=args.cpus_per_task, retries=args.retries)
-    _print_summary(out / "summary.csv")
-    print(f"{report.total} runs: {report.skipped} finished earlier, {report.ran} ran"
-          f"{f' ({report.resumed} resumed)' if report.resumed else ''}, {len(report.failed)} failed; "
-          f"{report.seconds:.1f} s")
+    print(counts_line(report, _print_summary(out / "summary.csv")))
     if report.restarted:
         print(restart_note(report))
     print(f"wrote {out}/results.csv, " + ", ".join(n for n in report.written if n != "results.csv"))
@@ -653,26 +650,31 @@ def _cmd_sweep(args) -> int:
     return 0
 
 
-def _print_summary(path: Path, limit: int = 24) -> None:
+def _print_summary(path: Path, limit: int = 24) -> list[dict]:
+    """The first ``limit`` configurations of summary.csv (its rows returned); a configuration
+    with a diverged seed says so instead of a mean and range of infinities."""
     from .io.atomic import read_csv
 
     if not path.is_file():
-        return
+        return []
     rows = read_csv(path)
     if not rows:
-        return
+        return rows
     metric = rows[0]["metric"]
     final = f"final {metric} mean (min-max)"
     work = "work" in rows[0]  # a sweep with a work axis: its column beside participation
     print(f"{'participation':<22} " + (f"{'work':<16} " if work else "")
           + f"{'algorithm':<24} {'lr':>9} {'seeds':>5} {final:>34}")
     for row in rows[:limit]:
+        diverged = int(row["diverged"])
         span = f"{float(row[f'final_{metric}_mean']):.3e} ({float(row[f'final_{metric}_min']):.2e}-" \
-               f"{float(row[f'final_{metric}_max']):.2e})"
+               f"{float(row[f'final_{metric}_max']):.2e})" if not diverged else \
+            f"{diverged} of {row['seeds']} diverged"
         print(f"{row['participation'][:22]:<22} " + (f"{row['work'][:16]:<16} " if work else "")
               + f"{row['algorithm'][:24]:<24} {float(row['lr']):>9.3g} {row['seeds']:>5} {span:>34}")
     if len(rows) > limit:
         print(f"... {len(rows) - limit} more configurations in {path}")
+    return rows
 
 
 def _add_plot(sub) -> None:

@@ -97,9 +97,27 @@ def take_params(where: str, params: dict[str, Any], allowed: dict[str, Any]) -> 
         )
     merged = dict(allowed)
     for key, value in params.items():
-        default = allowed[key]
-        merged[key] = _cast_like(where, key, value, default)
+        # as given (an integer for a float key) and as cast (a float for an integer key)
+        cast = _cast_like(where, key, check_magnitude(where, key, value), allowed[key])
+        merged[key] = check_magnitude(where, key, cast)
     return merged
+
+
+# The largest integer a key may hold: counts, periods, gaps and seeds reach numpy and torch as
+# int64, and an integer beyond it (or beyond a float's range, for a probability) ended in an
+# OverflowError mid-run. Non-finite floats (inf, nan, 1e400) are each process's to refuse or allow.
+LARGEST_INTEGER = (1 << 63) - 1
+
+
+def check_magnitude(where: str, key: str, value: Any) -> Any:
+    """``value`` (a list's items too), refused in one line where it is an integer beyond
+    :data:`LARGEST_INTEGER` (``gap=1e300`` is one, as the whole number a count takes)."""
+    for item in value if isinstance(value, (list, tuple)) else (value,):
+        if isinstance(item, int) and not isinstance(item, bool) and abs(item) > LARGEST_INTEGER:
+            digits = len(str(abs(item))) if abs(item).bit_length() < 10_000 else "too many"
+            raise ConfigError(f"{where}: {key} is an integer of {digits} digits, beyond the largest "
+                              f"allowed ({LARGEST_INTEGER}, 2**63 - 1)")
+    return value
 
 
 def _cast_like(where: str, key: str, value: Any, default: Any) -> Any:

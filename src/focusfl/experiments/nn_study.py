@@ -45,6 +45,7 @@ from ..participation import make_participation
 from ..problems import make_problem
 from ..runs.config import RunConfig
 from ..runs.driver import build, execute
+from ..words import counted
 from .authors_loop import compare, comparison_config
 from .preset import Preset
 from .reproduce_nn import (
@@ -415,7 +416,7 @@ def _comparison_text(data: str, sizes: StudySizes, study: dict, images: Path) ->
         f"{sizes.clients} clients by Dirichlet α; Bernoulli participation with the FOCUS rate preset (about "
         f"{study['mean_count']} clients per round); `{MODEL}`, τ = {LOCAL_STEPS}, batch 32, float32. Each "
         "algorithm's step was chosen on a 10% validation share of every client's data ("
-        f"{sizes.tune_rounds} rounds, {sizes.tune_seeds} seed(s)) by the search rule of `focusfl tune`, starting from "
+        f"{sizes.tune_rounds} rounds, {counted(sizes.tune_seeds, 'seed')}) by the search rule of `focusfl tune`, starting from "
         "the mnist-demo preset's step × 1/9, 1/3, 1, 3; the final runs train on all of the clients' data, seeds "
         f"0-{sizes.seeds - 1}. Test accuracy, mean (min - max) over the seeds, at each horizon:",
     ]
@@ -450,7 +451,7 @@ def _gap_text(sizes: StudySizes, study: dict) -> list[str]:
         rows.append((label, result, gap_of(accuracy_at(result["runs"]["fedavg"], h),
                                            accuracy_at(result["runs"]["sg_focus"], h))))
     text = [f"**What drives the gap** (α = {paper:g}, round {h}; every condition re-tuned for both methods by the same "
-            f"rule, from the as-run steps × 1/3, 1, 3, {sizes.gap_tune_rounds} rounds, {sizes.gap_tune_seeds} seed(s); "
+            f"rule, from the as-run steps × 1/3, 1, 3, {sizes.gap_tune_rounds} rounds, {counted(sizes.gap_tune_seeds, 'seed')}; "
             "final runs on seeds 0-" + f"{sizes.seeds - 1}; full batch = "
             f"{study['full_batch']} samples, the largest client's share):"]
     lines = ["| condition | SG-FOCUS η | FedAvg η | SG-FOCUS accuracy | FedAvg accuracy | gap (FedAvg − SG-FOCUS) |",

@@ -36,6 +36,7 @@ from ..privacy.accounting import Accountant, amplification, noise_multiplier
 from ..privacy.mechanism import vector_fields
 from ..runs.config import RunConfig
 from ..runs.driver import build
+from ..words import counted
 from .sweep import compute_configs
 from .verdicts import Claim, Criterion, Section, ahead, all_of
 
@@ -282,7 +283,7 @@ def table(rows: list[dict], algorithms: tuple = ALGORITHMS) -> list[str]:
     return lines
 
 
-ISSUE_PRIVACY = "focusfl issue 43 (privacy under arbitrary participation)"
+SOURCE_PRIVACY = "focusfl (privacy under arbitrary participation)"
 
 
 def privacy_section(quick: bool, data: str | None = None, batch_runs: int | str = "auto") -> Section:
@@ -290,7 +291,7 @@ def privacy_section(quick: bool, data: str | None = None, batch_runs: int | str 
     on ridge and (with ``data``, an .npz of digits) on MNIST; the runs in batches of ``batch_runs``."""
     sizes = QUICK_PRIVACY if quick else FULL_PRIVACY
     rows = study_rows(sizes, batch_runs)
-    ran = (f"{sizes.problem}, {sizes.rounds} rounds, {sizes.seeds} seeds, delta = {sizes.delta:g}; sigma calibrated "
+    ran = (f"{sizes.problem}, {sizes.rounds} rounds, {counted(sizes.seeds, 'seed')}, delta = {sizes.delta:g}; sigma calibrated "
            "so the most-spending client ends at the budget; C = median pilot norm per algorithm")
     claims = _claims(rows, sizes, ran, "", "error")
     text = [
@@ -313,7 +314,7 @@ def privacy_section(quick: bool, data: str | None = None, batch_runs: int | str 
         nn_seconds = time.perf_counter() - started
         ran = (f"MNIST ({Path(data).name}), logreg, {mnist.problem['clients']} clients (Dirichlet α = "
                f"{mnist.problem['alpha']:g}), minibatches of 32, {mnist.local_steps} local steps, {mnist.rounds} rounds, "
-               f"{mnist.seeds} seeds, delta = {mnist.delta:g}; sigma calibrated as for ridge; C = median pilot norm")
+               f"{counted(mnist.seeds, 'seed')}, delta = {mnist.delta:g}; sigma calibrated as for ridge; C = median pilot norm")
         claims += _claims(mnist_rows, mnist, ran, ", MNIST", "test accuracy")
         text += [
             f"MNIST ({Path(data).name}): multinomial logistic regression, every algorithm on minibatches of 32 at a "
@@ -321,7 +322,7 @@ def privacy_section(quick: bool, data: str | None = None, batch_runs: int | str 
             "minibatches is SG-FOCUS. Final test accuracy, mean [min, max] over seeds (epsilon ∞: without DP):",
             "\n".join(table(mnist_rows, mnist.algorithms)),
         ]
-    return Section("Privacy: exact methods against FedAvg at equal client epsilon (issue 43)", claims, text,
+    return Section("Privacy: exact methods against FedAvg at equal client epsilon", claims, text,
                    nn_seconds=0.0 if data is None else nn_seconds)
 
 
@@ -335,7 +336,7 @@ def _claims(rows: list[dict], sizes: PrivacySizes, ran: str, where: str, measure
             number = "; ".join(f"{p}: best exact {np.mean(values[f'exact_{p}']):.3g} vs FedAvg "
                                f"{np.mean(values[f'fedavg_{p}']):.3g} ({measure})" for p in PROCESSES)
             at = "" if sizes.claim_budgets == (CLAIM_BUDGET,) else f", epsilon = {budget:g}"
-            claims.append(Claim(ISSUE_PRIVACY, f"{mode} DP{where}{at}", "the exact methods keep their advantage "
+            claims.append(Claim(SOURCE_PRIVACY, f"{mode} DP{where}{at}", "the exact methods keep their advantage "
                                 f"over FedAvg under {mode} DP at epsilon = {budget:g}", ran, number,
                                 criterion.judge(values, quick=sizes.quick)))
     return claims

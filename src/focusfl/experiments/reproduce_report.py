@@ -38,6 +38,7 @@ from ..participation import make_participation
 from ..plots import coinciding_groups, palette, pyplot
 from ..problems import make_problem
 from ..runs.batch import batch_size
+from ..words import counted
 from . import baselines_study, studies
 from .exactness import PROBLEMS, PROCESSES, TABLE, format_markdown, measure_table
 from .nn_study import FULL_STUDY, QUICK_STUDY, check_study_folder, nn_section
@@ -67,7 +68,7 @@ from .verdicts import (
 )
 
 FEDNOVA = "FedNova paper (Wang et al., NeurIPS 2020)"
-ISSUE_WORK = "focusfl issue 20 (arbitrary work)"
+SOURCE_WORK = "focusfl (arbitrary work)"
 FIGURES = Path("images") / "reproductions"
 
 __all__ = ["Claim", "Section", "Sizes", "FULL", "QUICK", "build_report", "run"]
@@ -533,12 +534,12 @@ def fedsum_section(sizes: Sizes, images: Path) -> Section:
     rows, traces = measure(sizes.delay_clients, sizes.delay_rounds, seeds)
     summary = {row["pattern"].split(":")[0]: row for row in summarize_rows(rows)}
     plot_delays(list(summarize_rows(rows)), traces, [images / "delays.png"],
-                f"FedSUM delay metrics: N={sizes.delay_clients}, {sizes.delay_rounds} rounds, {len(seeds)} seed(s)")
+                f"FedSUM delay metrics: N={sizes.delay_clients}, {sizes.delay_rounds} rounds, {counted(len(seeds), 'seed')}")
     cyclic, reshuffled, bernoulli = (summary[c]["tau_max_mean"] for c in ("Case 3", "Case 4", "Case 2"))
     section.claims.append(Claim(
         FEDSUM, "§2.2, Appendix F", "cyclic participation with E groups has τ_max = E − 1; random patterns "
         "at the same rate have far longer delays", f"delay metrics of Cases 1-4, P1-P3, N = {sizes.delay_clients}, "
-        f"{sizes.delay_rounds} rounds, mean over {len(seeds)} seed(s)",
+        f"{sizes.delay_rounds} rounds, mean over {counted(len(seeds), 'seed')}",
         f"cyclic (10 groups) τ_max = {cyclic:.0f}; reshuffled {reshuffled:.0f}; Bernoulli p = 0.1: {bernoulli:.0f}",
         FEDSUM_DELAYS.judge({"cyclic_tau_max": cyclic, "reshuffled_tau_max": reshuffled,
                              "bernoulli_tau_max": bernoulli}, quick=sizes.quick)))
@@ -794,7 +795,7 @@ def work_section(sizes: Sizes, images: Path) -> Section:
     focus_cells = [r for r in rows if r["algorithm"] == "focus"]
     focus_exact = sum(r["verdict"] == "exact" for r in focus_cells)
     section.claims.append(Claim(
-        ISSUE_WORK, "FOCUS's tracking (y = Σ_i g_prev_i whatever the step counts)", "FOCUS stays exact when "
+        SOURCE_WORK, "FOCUS's tracking (y = Σ_i g_prev_i whatever the step counts)", "FOCUS stays exact when "
         "participation AND work are arbitrary", f"{len(focus_cells)} cells: {', '.join(problems)} × "
         f"{len(works)} work processes × full and Bernoulli participation, tuned η, {sizes.work_rounds} rounds",
         f"exact in {focus_exact}/{len(focus_cells)} cells; rounds to 1e-8: "
@@ -820,7 +821,7 @@ def work_section(sizes: Sizes, images: Path) -> Section:
         within = [r for r in memoryless if r["prediction"]["mismatch"] <= 3 * r["prediction"]["standard_error"] + 1e-6]
         deterministic = [r for r in predictions if r["work"].startswith("rates") and r["participation"] == "full"]
         section.claims.append(Claim(
-            ISSUE_WORK, "matrix framework (FOCUS Theorem 3's argument with step counts)", "FedAvg's limit under "
+            SOURCE_WORK, "matrix framework (FOCUS Theorem 3's argument with step counts)", "FedAvg's limit under "
             "unequal work is the fixed point of its expected round (→ argmin Σ q_i E[τ_i] f_i for small η)",
             "predicted x_w against FedAvg's averaged iterate, ridge, every work × participation cell",
             (f"deterministic cell (rates, full): mismatch {deterministic[0]['prediction']['mismatch']:.1e}; "
@@ -995,7 +996,7 @@ def run(args: ReportOptions) -> int:
             start = time.perf_counter()
             section = make()
             section.seconds = time.perf_counter() - start
-            print(f"{section.title}: {len(section.claims)} claims, {section.seconds:.0f} s", flush=True)
+            print(f"{section.title}: {counted(len(section.claims), 'claim')}, {section.seconds:.0f} s", flush=True)
             sections.append(section)
         total = time.perf_counter() - begin
         (scratch / "report.md").write_text(build_report(sections, total, args.data, args.workers, quick=args.quick))

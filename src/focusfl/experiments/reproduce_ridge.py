@@ -54,7 +54,7 @@ from ..plots import palette, plot_panels
 from ..runs.driver import build, execute
 from .aggregate import aggregate, plot_series, read_folders
 from .preset import Preset, cached_run
-from .sweep import check_size, compute_runs, expand, parse_experiment, restart_note, run_sweep
+from .sweep import check_size, compute_runs, counts_line, expand, parse_experiment, restart_note, run_sweep
 
 # Panel titles of the figures run_figure4 draws (reproduce report), by participation SPEC. The
 # sampling weights of the arbitrary scenario are called w_i here: q_i means E[1{i in S}/|S|]
@@ -255,9 +255,9 @@ def run(args: RidgeOptions) -> int:
                        tensorboard=args.tensorboard, batch_runs=args.batch_runs,
                        kind="reproduce-ridge", tables=lambda *a, **k: figure_tables(*a, setting=args.setting, **k))
     out = Path(args.out)
-    print(format_summary(read_csv(out / "summary.csv")))
-    print(f"\n{report.total} runs: {report.skipped} finished earlier, {report.ran} ran, {len(report.failed)} failed; "
-          f"{report.seconds:.1f} s")
+    summary = read_csv(out / "summary.csv")
+    print(format_summary(summary))
+    print(f"\n{counts_line(report, summary)}")
     if report.restarted:
         print(restart_note(report))
     print(f"wrote {out / 'summary.csv'}, " + ", ".join(n for n in report.written if n != "summary.csv"))

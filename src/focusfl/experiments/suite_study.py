@@ -31,6 +31,7 @@ from ..errors import FocusflError
 from ..io.atomic import open_atomic, write_text
 from ..participation.importing import ImportOptions, import_trace, statistics_lines, trace_text
 from ..plots import legend_below, palette, pyplot
+from ..words import counted
 from .studies import TARGET, tuned_steps, with_curve
 from .tune import TuneSetup, lr_grid
 from .tune import setup as tune_setup
@@ -403,7 +404,7 @@ def report_section(quick: bool, images: Path, batch_runs: int | str = "auto") ->
         f"cyclic with 4 groups, and a trace imported with `focusfl participation import fedscale` from a seeded "
         f"FedScale-format behaviour file of {CLIENTS} devices (spells of 2 to 8 hours a day or two, rounds of "
         f"{ROUND_SECONDS // 60} minutes; the file and the trace are in `suite/`). Each cell: the step tuned on "
-        f"{', '.join(f'{lr:g}' for lr in grid)} (extended past an end until interior) by the rule of `focusfl tune` over {sizes.seeds} seed(s) (mean "
+        f"{', '.join(f'{lr:g}' for lr in grid)} (extended past an end until interior) by the rule of `focusfl tune` over {counted(sizes.seeds, 'seed')} (mean "
         "round to 1e-8 if every seed gets there, else mean final error); **exact, round r**: every seed below 1e-8 "
         "(mean round); **plateau e**: the mean final error; *edge*: the tuned step is still an end of the grid after the search extended it to its cap.",
         "The imported trace, as the import printed it:\n\n```text\n" + "\n".join(trace_lines) + "\n```",

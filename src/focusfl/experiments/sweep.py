@@ -690,6 +690,15 @@ def compute_configs(configs: Sequence[RunConfig], batch_runs: int | str = "auto"
     return results
 
 
+def counts_line(report: SweepReport, summary: Sequence[dict] = ()) -> str:
+    """The line that closes a sweep: its runs finished earlier, ran (resumed), failed and, from
+    ``summary`` (summary.csv's rows), diverged: a diverged run finished, it did not fail."""
+    diverged = sum(int(row.get("diverged") or 0) for row in summary)
+    return (f"{report.total} runs: {report.skipped} finished earlier, {report.ran} ran"
+            f"{f' ({report.resumed} resumed)' if report.resumed else ''}, {len(report.failed)} failed"
+            f"{f', {diverged} diverged' if diverged else ''}; {report.seconds:.1f} s")
+
+
 def restart_note(report: SweepReport) -> str:
     """The line that says which runs a sweep ran again from their start instead of resuming them,
     and why (their checkpoint could not be read)."""

@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..errors import ConfigError
+from ..spec import check_magnitude
 
 # Stream of the per-client parameters (p_i, q_i, rho_i). Shared by every process on purpose:
 # bernoulli, sine and markov built with the same seed get the same default p_i, so they differ
@@ -228,6 +229,7 @@ def check_int(where: str, key: str, value: Any, lo: int, hi: int | None = None) 
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise ConfigError(f"{where}: {key}={value!r} is not an integer")
+    check_magnitude(where, key, int(value))
     if value < lo or (hi is not None and value > hi):
         bound = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
         raise ConfigError(f"{where}: {key}={value} must be {bound}")
@@ -237,7 +239,7 @@ def check_int(where: str, key: str, value: Any, lo: int, hi: int | None = None) 
 def check_real(where: str, key: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise ConfigError(f"{where}: {key}={value!r} is not a number")
-    value = float(value)
+    value = float(check_magnitude(where, key, value))
     if not math.isfinite(value):
         raise ConfigError(f"{where}: {key}={value} is not finite")
     return value

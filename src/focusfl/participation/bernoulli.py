@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..errors import ConfigError
+from ..limits import check_allocation
 from .base import (
     MemorylessProcess,
     check_int,
@@ -186,6 +187,9 @@ class SineParticipation(IndependentCoins):
         if not 0.0 <= self.a <= 1.0:
             raise ConfigError(f"{where}: a={self.a:g} must be in [0, 1]")
         self.period = check_int(where, "period", period, 1)
+        # a table of one period, and nominal_p's rates over one period for every client
+        check_allocation(8 * self.period * (self.num_clients + 2),
+                         f"{where}: period={self.period:,} x {self.num_clients:,} clients", error=ConfigError)
         phase = np.arange(self.period)
         self._factor = self.a * np.sin(2.0 * np.pi * phase / self.period) + 1.0 - self.a
 

@@ -106,9 +106,10 @@ def _part(part: str, make: Callable[[], Any]) -> Any:
 def problem_of(config: RunConfig, *, problems: dict | None = None,
                allow_model_import: bool = False) -> tuple[Any, dict]:
     """The run's problem and its description as asked for (before any choice deferred to run
-    time is made); ``problems``: a cache by SPEC, dtype and device, so a sweep builds each
+    time is made); ``problems``: a cache by SPEC, dtype, device and threads, so a sweep builds each
     problem once."""
-    key = json.dumps([config.problem, config.dtype, config.device, allow_model_import], sort_keys=True, default=str)
+    key = json.dumps([config.problem, config.dtype, config.device, config.threads, allow_model_import],
+                     sort_keys=True, default=str)
     if problems is not None and key in problems:
         return problems[key]
     device = _part("problem", lambda: resolve_device(config.device))
@@ -148,7 +149,14 @@ def build(config: RunConfig, *, problems: dict | None = None, allow_model_import
     """
     _part("config", lambda: check_config(config))
     _part("algorithm", lambda: refuse_unpermitted(config.algorithm))  # before a problem's data is read
-    config = config.with_problem_defaults()
+    # What is computed before the rounds (a problem's data and exact minimizer, its smoothness for
+    # lr=auto, what an algorithm derives in prepare) is part of the result as much as the rounds
+    # are: it runs with the run's thread count, not the caller's (a notebook, a console script).
+    with fixed_threads(config.threads):
+        return _build(config.with_problem_defaults(), problems, allow_model_import)
+
+
+def _build(config: RunConfig, problems: dict | None, allow_model_import: bool) -> BuiltRun:
     problem, asked = problem_of(config, problems=problems, allow_model_import=allow_model_import)
     algorithm = _part("algorithm", lambda: make_run_algorithm(config, problem))
     # its [N, d] tables, before init (a client table beyond state_memory is mapped: runs/store.py)
@@ -207,9 +215,11 @@ def prepared_algorithm(built: BuiltRun) -> Any:
 
 def starting_state(built: BuiltRun, folder: Path | None) -> Any:
     """The state a run starts from, its client table in memory or mapped in ``folder``
-    (runs/store.py: by the run's ``state_memory``)."""
-    return initial_state(prepared_algorithm(built), built.problem.initial_point(), built.problem.num_clients,
-                         folder, state_budget(built.config))
+    (runs/store.py: by the run's ``state_memory``). An algorithm's init computes (gradients at
+    the starting point): with the run's threads and device policy, as its rounds do."""
+    with fixed_threads(built.config.threads), policy_applied(policy_of(built.config)):
+        return initial_state(prepared_algorithm(built), built.problem.initial_point(), built.problem.num_clients,
+                             folder, state_budget(built.config))
 
 
 def reference_of(built: BuiltRun) -> Any:
