@@ -5,7 +5,7 @@ functions: a lazy import is still a dependency) and resolved to the file it load
 package (``from ..participation import make_participation``) loads its ``__init__.py``;
 ``from . import bias`` loads ``bias.py`` when such a module exists. The layers, bottom-up:
 
-    base         errors spec limits rng argtypes threads signals device __init__ (the version)
+    base         errors spec limits rng argtypes threads signals device words __init__ (the version)
     io/          atomic writes, marked folders, figures: imports errors and the version only
     core         algorithms/ engine/ problems/ participation/ work/ matrix/ data/ plots.py: pure
     runs/        the run's configuration, folder format, driver, checkpoints, TensorBoard
@@ -24,7 +24,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "focusfl"
 
 LAYERS = ("base", "io", "core", "runs", "experiments", "flower", "cli")
-BASE = {"__init__", "errors", "spec", "limits", "rng", "argtypes", "threads", "signals", "device"}
+BASE = {"__init__", "errors", "spec", "limits", "rng", "argtypes", "threads", "signals", "device", "words"}
 CORE = {"algorithms", "engine", "problems", "participation", "work", "matrix", "data", "plots", "metrics", "privacy"}
 # io/ sits below the rest of base too: it may name focusfl's errors and version, nothing else.
 IO_MAY_IMPORT = {"focusfl", "focusfl.errors"}

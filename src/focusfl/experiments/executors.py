@@ -53,6 +53,7 @@ from ..runs.batch import BatchEntry, BatchOutcome, run_batch_to_folders
 from ..runs.config import BATCH_RUNS, RunConfig
 from ..runs.folder import Interrupted, _clear, resume_folder, run_state, run_to_folder
 from ..threads import DEFAULT_THREADS
+from .ray_tracker import Tracker
 
 EXECUTORS = ("local", "ray")
 RAY_RETRIES = 3  # Ray's own default for a task lost with its node or worker (max_retries)
@@ -634,8 +635,6 @@ def _start_tracker(ray):
     """The sweep's tracker actor (ray_tracker.py), on the driver's node (it outlives any worker
     node lost), asking for no CPU; None where it cannot start (the runs go on without it)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    from .ray_tracker import Tracker
 
     try:
         here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=True)
