@@ -3,8 +3,8 @@ and FedAU under Bernoulli and Markov participation at equal per-client epsilon.
 
 For each participation process, seed and budget epsilon, the noise multiplier sigma is the one
 that spends exactly the budget on the client that spends the most (bisection over the accountant
-of focusfl.privacy on the run's own participation: a Markov client that joins often decides it,
-a Bernoulli process is amplified in central mode), so every algorithm is compared at the same
+of focusfl.privacy on the run's own participation, under the public-schedule bound the runs
+report: the client that joins most often decides it), so every algorithm is compared at the same
 worst-case client epsilon. Each algorithm clips at the median norm of its own messages in a short
 pilot without noise (a study's shortcut: a private deployment would choose C without looking).
 Central mode runs the algorithms it covers (FedAU's server weighs each message, so it runs only
