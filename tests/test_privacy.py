@@ -189,13 +189,20 @@ def test_bad_dp_options_on_the_command_line(tmp_path):
     experiment.write_text('algorithms = ["focus"]\nproblems = ["ridge:clients=4,dim=3"]\nrounds = 2\ndp = "clip=1"\n')
     commands.append(("sweep", str(experiment), "--out", str(tmp_path / "sweep")))
     commands.append(("sweep", str(experiment), "--dp", "clip=1,noise=1,mode=secret", "--out", str(tmp_path / "sweep")))
+    # issue 54's three --dp inputs through the console script as a user types them (an overflow
+    # traceback, central mode run silently without `mode`, no epsilon silently with noise=0)
+    for k, spec in enumerate(("clip=1,noise=1e308,mode=central,delta=1e-5", "clip=1,noise=1",
+                              "clip=1,noise=0,mode=local,delta=1e-5")):
+        commands.append(("run", "--algorithm", "focus", "--problem", "ridge:clients=4,dim=3", "--rounds", "2",
+                         "--dp", spec, "--out", str(tmp_path / f"typed{k}")))
     federation = ("federation", "local", "--nodes", "2", "--problem", "ridge:clients=2,dim=3", "--rounds", "2")
     commands.append((*federation, "--algorithm", "focus", "--dp", "clip=0,noise=1,mode=local", "--out",
                      str(tmp_path / "fed")))
     commands.append((*federation, "--algorithm", "fedau", "--dp", "clip=1,noise=1,mode=central", "--out",
                      str(tmp_path / "fed")))
-    expected = [*BAD_DP.values(), "use mode=local", "clip must be", "use mode=local", "noise is required", "mode must be",
-                "clip must be", "use mode=local"]
+    expected = [*BAD_DP.values(), "use mode=local", "clip must be", "use mode=local", "noise is required",
+                "mode must be", "where the accountant overflows", "mode is required",
+                "without noise epsilon is infinite", "clip must be", "use mode=local"]
     # run --dp in this process (run_main: its console script runs below); tune's, sweep's and the
     # federation's --dp through the console script, started together.
     runs = len(BAD_DP) + 1

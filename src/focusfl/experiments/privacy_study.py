@@ -298,8 +298,8 @@ def privacy_section(quick: bool, data: str | None = None, batch_runs: int | str 
     text = [
         "Client-level DP (docs/privacy.md) around every algorithm's messages: each vector a client sends clipped to "
         "C, Gaussian noise sigma C on the round's sum (central) or on each message (local). At each budget sigma is "
-        "the one that spends exactly epsilon on the most-spending client of the run's own participation (Markov: "
-        "composition over the rounds joined; Bernoulli, central: Poisson amplification at p_i), so the algorithms "
+        "the one that spends exactly epsilon on the most-spending client of the run's own participation (the "
+        "public-schedule bound the runs report: composition over the rounds each client joined), so the algorithms "
         "are compared at equal worst-case client epsilon. FedAU's server weighs each message, which central noise "
         "on the sum does not cover: it runs in local mode only. Ridge: final relative error, mean [min, max] over "
         "seeds (epsilon ∞: without DP):",
