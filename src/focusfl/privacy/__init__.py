@@ -123,6 +123,9 @@ def run_privacy(spec: Any, algorithm: Any, problem: Any, participation: Any, *, 
     dp = parse_dp(spec)
     if dp is None:
         return None
+    if federated and dp.secret_schedule:
+        raise ConfigError("--dp: secret_schedule cannot hold in a federation: who arrives is the server's to see and "
+                          "depends on the nodes' failures, not on the process's coins alone")
     privacy = RunPrivacy(dp, seed=seed, num_clients=problem.num_clients, vectors=message_vectors(algorithm),
                          participation=participation, end_round=end_round, device=problem.device,
                          noised_by_clients=federated and dp.mode == "local")
