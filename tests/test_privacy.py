@@ -606,3 +606,36 @@ def test_the_worked_example_of_the_docs_runs_as_written(tmp_path):
     assert "privacy: client" in private.stdout
     assert "stopped: privacy budget exhausted" in budget.stdout and "beyond epsilon 8" in budget.stdout
     assert json.loads((tmp_path / "runs" / "budget" / "config.json").read_text())["status"] == "budget_exhausted"
+
+
+# -- the audit ----------------------------------------------------------------------------------
+def test_the_audit_holds_for_the_accountant_and_flags_half_of_it(monkeypatch):
+    """A tight setting (each canary's direction touched by no other client, 10,000 canaries): the
+    audited lower bound is below the accounted epsilon and above half of it, so an accountant
+    that reported half the epsilon is flagged by the criterion."""
+    from focusfl.privacy.accounting import Accountant
+    from focusfl.privacy.audit import run_audit
+
+    dp = parse_dp("clip=1,noise=1,mode=central,delta=1e-2")
+    result = run_audit(dp, canaries=100, clients=101, rounds=1, runs=100)
+    assert result.holds and result.accounted / 2 < result.audited < result.accounted
+    epsilons = Accountant.epsilons
+    monkeypatch.setattr(Accountant, "epsilons", lambda self, counts, rounds: epsilons(self, counts, rounds) / 2)
+    halved = run_audit(dp, canaries=100, clients=101, rounds=1, runs=100)
+    assert not halved.holds and halved.audited == result.audited
+
+
+def test_the_audit_at_sigma_1_and_its_bad_inputs(tmp_path):
+    proc = run_cli("audit", "--dp", "clip=1,noise=1,mode=central,delta=1e-5", "--canaries", "50", "--runs", "20")
+    assert proc.returncode == 0, proc.stderr
+    accounted = float(proc.stdout.split("accounted epsilon ")[1].split(",")[0])
+    audited = float(proc.stdout.split("audited lower bound ")[1].split()[0])
+    assert 0 <= audited < accounted and "holds:" in proc.stdout
+    common = ("audit", "--dp", "clip=1,noise=1,mode=central,delta=1e-5")
+    for extra, contains in ((("--canaries", "0"), "--canaries must be an integer >= 2"),
+                            (("--canaries", "10", "--clients", "5"), "must be at least --canaries"),
+                            (("--runs", "0"), "--runs must be a positive integer"),
+                            (("--rounds", "0"), "--rounds must be a positive integer")):
+        assert_one_line_error(run_main(*common, *extra), 2, contains)
+    assert_one_line_error(run_main("audit", "--dp", "clip=1,noise=1,mode=local,delta=1e-5"), 2, "mode=central")
+    assert_one_line_error(run_main("audit", "--dp", "none"), 2, "nothing to audit")
