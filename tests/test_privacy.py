@@ -530,11 +530,13 @@ def test_calibrated_sigma_spends_the_budget_on_the_most_spending_client():
 
 
 def test_the_privacy_study_section_judges_its_claim_from_its_runs():
-    from focusfl.experiments.privacy_study import EXACT_UNDER_DP, privacy_section
+    from focusfl.experiments.privacy_study import AUDIT_WITHIN, EXACT_UNDER_DP, privacy_section
 
     section = privacy_section(quick=True)
-    assert [c.where for c in section.claims] == ["local DP"]
+    assert [c.where for c in section.claims] == ["local DP", "audit, central DP"]
     assert section.claims[0].verdict.name == EXACT_UNDER_DP.name
+    # the accountant checked by the audit's attack, judged by its criterion
+    assert section.claims[1].verdict.name == AUDIT_WITHIN.name and section.claims[1].verdict.outcome == "reproduced"
     assert "| local | markov | 8 |" in section.text[1] and "| none | bernoulli | ∞ |" in section.text[1]
     assert "MNIST half of the study was skipped" in section.text[-1]
 

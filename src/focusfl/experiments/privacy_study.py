@@ -33,7 +33,9 @@ from ..algorithms import make_algorithm
 from ..engine import simulate
 from ..privacy import central_covers, message_vectors
 from ..privacy.accounting import Accountant, amplification, noise_multiplier
-from ..privacy.config import DPConfig
+from ..privacy.audit import CRITERION as AUDIT_CRITERION
+from ..privacy.audit import run_audit
+from ..privacy.config import DPConfig, parse_dp
 from ..privacy.mechanism import vector_fields
 from ..runs.config import RunConfig
 from ..runs.driver import build
@@ -258,6 +260,35 @@ EXACT_UNDER_DP_ACCURACY = Criterion(
 )
 
 
+def _audit_within(values) -> "bool | None":
+    if not (math.isfinite(values["accounted"]) and math.isfinite(values["audited"])):
+        return None
+    return values["audited"] <= values["accounted"]
+
+
+AUDIT_WITHIN = Criterion(
+    "privacy-audit-within-accounted",
+    AUDIT_CRITERION,
+    ("accounted", "audited"),
+    _audit_within,
+    reasons={"not reproduced": "the attack proves more epsilon than the accountant reports: the accountant is wrong"},
+)
+# The audit's setting (focusfl audit's): central DP at sigma = 1, one round, canaries whose
+# direction no other client touches, where the attack reaches well over half the accounted epsilon.
+AUDIT_DP = "clip=1,noise=1,mode=central,delta=1e-2"
+
+
+def audit_claim(quick: bool) -> Claim:
+    """The accountant checked by focusfl audit's attack: the criterion over its two numbers."""
+    canaries, runs = 100, (10 if quick else 100)
+    result = run_audit(parse_dp(AUDIT_DP), canaries=canaries, clients=canaries + 1, rounds=1, runs=runs)
+    values = {"accounted": result.accounted, "audited": result.audited}
+    return Claim(ISSUE_PRIVACY, "audit, central DP", "the accounted epsilon is an upper bound the attack cannot beat",
+                 f"focusfl audit --dp {AUDIT_DP} --canaries {canaries} --runs {runs}",
+                 f"accounted epsilon {result.accounted:.4g}, audited lower bound {result.audited:.4g}",
+                 AUDIT_WITHIN.judge(values, quick=quick))
+
+
 def claim_values(rows: list[dict], mode: str, budget: float = CLAIM_BUDGET, sizes: PrivacySizes = FULL_PRIVACY) -> dict:
     """The criterion's numbers for ``mode``: per process, the best exact method's and FedAvg's
     final values (errors, or accuracies)."""
@@ -294,7 +325,7 @@ def privacy_section(quick: bool, data: str | None = None, batch_runs: int | str 
     rows = study_rows(sizes, batch_runs)
     ran = (f"{sizes.problem}, {sizes.rounds} rounds, {sizes.seeds} seeds, delta = {sizes.delta:g}; sigma calibrated "
            "so the most-spending client ends at the budget; C = median pilot norm per algorithm")
-    claims = _claims(rows, sizes, ran, "", "error")
+    claims = _claims(rows, sizes, ran, "", "error") + [audit_claim(quick)]
     text = [
         "Client-level DP (docs/privacy.md) around every algorithm's messages: each vector a client sends clipped to "
         "C, Gaussian noise sigma C on the round's sum (central) or on each message (local). At each budget sigma is "
