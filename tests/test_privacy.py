@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import json
 import math
 
@@ -20,7 +21,7 @@ from focusfl.algorithms.base import RoundContext
 from focusfl.engine import simulate
 from focusfl.engine.tree import gather_rows
 from focusfl.errors import ConfigError
-from focusfl.participation import make_participation
+from focusfl.participation import PARTICIPATION, make_participation
 from focusfl.privacy import (READS_EACH_MESSAGE, DPConfig, central_covers, message_vectors, parse_dp,
                              run_privacy)
 from focusfl.privacy.accounting import ORDERS, amplification, library, noise_multiplier
@@ -143,17 +144,28 @@ def test_central_mode_covers_exactly_the_algorithms_whose_server_reads_only_sums
 
 # -- the record and the command line ------------------------------------------------------------
 BAD_DP = {
-    "clip=0,noise=1": "clip must be a positive number",
-    "clip=1,noise=-1": "noise must be a number >= 0",
-    "clip=1,noise=1,target_epsilon=3": "target_epsilon needs delta",
+    "clip=0,noise=1,mode=central": "clip must be a positive number",
+    "clip=1,noise=-1,mode=central": "noise must be a number >= 0",
+    "clip=1,noise=1,mode=central,target_epsilon=3": "target_epsilon needs delta",
     "clip=1,noise=1,mode=secret": "mode must be central or local",
     "clip=1": "noise is required",
-    "clip=1,noise=1,sigma=2": "unknown key 'sigma'",
-    "clip=1,noise=1,delta=2": "delta must be a number in (0, 1)",
-    "clip=1,noise=nan": "noise must be a number",
-    "clip=1,noise=0,delta=1e-5,target_epsilon=1": "needs noise > 0",
-    "clip=1,noise=1,clip=2": "given twice",
+    "clip=1,noise=1,mode=central,sigma=2": "unknown key 'sigma'",
+    "clip=1,noise=1,mode=central,delta=2": "delta must be a number in (0, 1)",
+    "clip=1,noise=nan,mode=central": "noise must be a number",
+    "clip=1,noise=0,mode=central,delta=1e-5,target_epsilon=1": "without noise epsilon is infinite",
+    "clip=1,noise=1,mode=central,clip=2": "given twice",
     "clip": "expected key=value",
+    # the mode every page writes as required is required (it silently ran central)
+    "clip=1,noise=1": "mode is required",
+    # noise=0 with delta silently computed no epsilon
+    "clip=1,noise=0,mode=central,delta=1e-5": "without noise epsilon is infinite",
+    # an OverflowError traceback from the accountant
+    "clip=1,noise=1e160,mode=central,delta=1e-5": "where the accountant overflows",
+    "clip=1,noise=1e200,mode=central,delta=1e-5": "where the accountant overflows",
+    "clip=1,noise=1e308,mode=central,delta=1e-5": "where the accountant overflows",
+    "clip=1e300,noise=1e99,mode=central": "is not a finite number",
+    "clip=1,noise=1,mode=local,delta=1e-5,secret_schedule=true": "secret_schedule needs mode=central",
+    "clip=1,noise=1,mode=central,secret_schedule=2": "secret_schedule must be true or false",
 }
 
 
@@ -167,19 +179,30 @@ def test_bad_dp_options_on_the_command_line(tmp_path):
     commands = [("run", "--algorithm", "focus", "--problem", "ridge:clients=4,dim=3", "--rounds", "2", "--dp", spec,
                  "--out", str(tmp_path / f"r{k}")) for k, spec in enumerate(BAD_DP)]
     commands.append(("run", "--algorithm", "fedau", "--problem", "ridge:clients=4,dim=3", "--rounds", "2", "--dp",
-                     "clip=1,noise=1", "--out", str(tmp_path / "fedau")))
+                     "clip=1,noise=1,mode=central", "--out", str(tmp_path / "fedau")))
     commands.append(("tune", "--algorithm", "focus", "--problem", "ridge:clients=4,dim=3", "--rounds", "2",
-                     "--dp", "clip=-1,noise=1"))
+                     "--dp", "clip=-1,noise=1,mode=central"))
+    # tune refuses what run refuses, before any trial starts (it ran its trials without DP)
+    commands.append(("tune", "--algorithm", "mifa", "--problem", "ridge:clients=4,dim=3", "--rounds", "2",
+                     "--dp", "clip=1,noise=0.5,mode=central", "--out", str(tmp_path / "tune")))
     experiment = tmp_path / "bad.toml"
     experiment.write_text('algorithms = ["focus"]\nproblems = ["ridge:clients=4,dim=3"]\nrounds = 2\ndp = "clip=1"\n')
     commands.append(("sweep", str(experiment), "--out", str(tmp_path / "sweep")))
     commands.append(("sweep", str(experiment), "--dp", "clip=1,noise=1,mode=secret", "--out", str(tmp_path / "sweep")))
+    # issue 54's three --dp inputs through the console script as a user types them (an overflow
+    # traceback, central mode run silently without `mode`, no epsilon silently with noise=0)
+    for k, spec in enumerate(("clip=1,noise=1e308,mode=central,delta=1e-5", "clip=1,noise=1",
+                              "clip=1,noise=0,mode=local,delta=1e-5")):
+        commands.append(("run", "--algorithm", "focus", "--problem", "ridge:clients=4,dim=3", "--rounds", "2",
+                         "--dp", spec, "--out", str(tmp_path / f"typed{k}")))
     federation = ("federation", "local", "--nodes", "2", "--problem", "ridge:clients=2,dim=3", "--rounds", "2")
     commands.append((*federation, "--algorithm", "focus", "--dp", "clip=0,noise=1,mode=local", "--out",
                      str(tmp_path / "fed")))
-    commands.append((*federation, "--algorithm", "fedau", "--dp", "clip=1,noise=1", "--out", str(tmp_path / "fed")))
-    expected = [*BAD_DP.values(), "use mode=local", "clip must be", "noise is required", "mode must be",
-                "clip must be", "use mode=local"]
+    commands.append((*federation, "--algorithm", "fedau", "--dp", "clip=1,noise=1,mode=central", "--out",
+                     str(tmp_path / "fed")))
+    expected = [*BAD_DP.values(), "use mode=local", "clip must be", "use mode=local", "noise is required",
+                "mode must be", "where the accountant overflows", "mode is required",
+                "without noise epsilon is infinite", "clip must be", "use mode=local"]
     # run --dp in this process (run_main: its console script runs below); tune's, sweep's and the
     # federation's --dp through the console script, started together.
     runs = len(BAD_DP) + 1
@@ -228,69 +251,187 @@ def test_dp_is_part_of_the_run_identity():
     from focusfl.runs.driver import build
 
     plain = build(RunConfig(problem=RIDGE, rounds=3))
-    noised = build(RunConfig(problem=RIDGE, rounds=3, dp="clip=1,noise=1"))
+    noised = build(RunConfig(problem=RIDGE, rounds=3, dp="clip=1,noise=1,mode=central"))
     reordered = build(RunConfig(problem=RIDGE, rounds=3, dp="noise=1,clip=1,mode=central"))
     none = build(RunConfig(problem=RIDGE, rounds=3, dp="none"))
     assert plain.key == none.key != noised.key == reordered.key
 
 
-def _library_epsilons(mask: np.ndarray, multiplier: float, delta: float, rates: np.ndarray | None) -> np.ndarray:
-    """Each client's epsilon by the library's own accountant, from the realised participation."""
+def _library_epsilons(mask: np.ndarray, multiplier: float, delta: float, rates: np.ndarray | None = None,
+                      sample: int | None = None) -> np.ndarray:
+    """Each client's epsilon by the library's own RDP accountant, from the realised participation
+    ``mask`` [R, N]: the composition of the Gaussians it joined (add-or-remove); with ``rates``
+    (a secret Poisson schedule) or ``sample`` (a secret m of N), the smaller of that and the
+    amplified bound over the R rounds (m of N: replace-one, sensitivity 2C)."""
+    rounds, clients = mask.shape
+    return np.array([_library_epsilon(int(joined), multiplier, delta, None if rates is None else float(rates[i]),
+                                      sample, rounds, clients) for i, joined in enumerate(mask.sum(axis=0))])
+
+
+@functools.lru_cache(maxsize=None)
+def _library_epsilon(joined: int, multiplier: float, delta: float, rate: float | None, sample: int | None,
+                     rounds: int, clients: int) -> float:
+    gaussian = dp_accounting.GaussianDpEvent(multiplier)
+    eps = RdpAccountant(list(ORDERS)).compose(dp_accounting.SelfComposedDpEvent(gaussian, joined)).get_epsilon(
+        delta) if joined else 0.0
+    if rate is not None:
+        sampled = dp_accounting.PoissonSampledDpEvent(rate, gaussian)
+        eps = min(eps, RdpAccountant(list(ORDERS)).compose(
+            dp_accounting.SelfComposedDpEvent(sampled, rounds)).get_epsilon(delta))
+    if sample is not None:
+        sampled = dp_accounting.SampledWithoutReplacementDpEvent(clients, sample,
+                                                                 dp_accounting.GaussianDpEvent(multiplier / 2))
+        eps = min(eps, RdpAccountant(list(ORDERS), dp_accounting.NeighboringRelation.REPLACE_ONE).compose(
+            dp_accounting.SelfComposedDpEvent(sampled, rounds)).get_epsilon(delta))
+    return eps
+
+
+def _pld_epsilons(mask: np.ndarray, multiplier: float, delta: float, rates: np.ndarray | None = None) -> np.ndarray:
+    """Each client's epsilon by the library's PLD accountant (tighter than RDP): the same events."""
+    from dp_accounting.pld import PLDAccountant
+
+    cache: dict = {}
     out = []
     for i, joined in enumerate(mask.sum(axis=0)):
-        gaussian = dp_accounting.GaussianDpEvent(multiplier)
-        eps = RdpAccountant(list(ORDERS)).compose(dp_accounting.SelfComposedDpEvent(gaussian, int(joined))).get_epsilon(
-            delta) if joined else 0.0
-        if rates is not None:
-            sampled = dp_accounting.PoissonSampledDpEvent(float(rates[i]), gaussian)
-            eps = min(eps, RdpAccountant(list(ORDERS)).compose(
-                dp_accounting.SelfComposedDpEvent(sampled, mask.shape[0])).get_epsilon(delta))
-        out.append(eps)
+        key = (int(joined), None if rates is None else float(rates[i]))
+        if key not in cache:
+            gaussian = dp_accounting.GaussianDpEvent(multiplier)
+            eps = PLDAccountant().compose(dp_accounting.SelfComposedDpEvent(gaussian, key[0])).get_epsilon(
+                delta) if key[0] else 0.0
+            if rates is not None:
+                sampled = dp_accounting.PoissonSampledDpEvent(key[1], gaussian)
+                eps = min(eps, PLDAccountant().compose(
+                    dp_accounting.SelfComposedDpEvent(sampled, mask.shape[0])).get_epsilon(delta))
+            cache[key] = eps
+        out.append(cache[key])
     return np.array(out)
 
 
-@pytest.mark.parametrize("participation, algorithm, amplified", [
-    ("bernoulli", "focus", True), ("markov", "focus", False), ("bernoulli", "scaffold", True)])
-def test_epsilon_equals_the_librarys_for_the_realised_participation(tmp_path, participation, algorithm, amplified):
-    args = list(_run(tmp_path, "r", participation=participation))
-    args[args.index("focus")] = algorithm
-    proc = run_main(*args)
-    assert proc.returncode == 0, proc.stderr
-    config = json.loads((tmp_path / "r" / "config.json").read_text())
-    problem = _problem("ridge:clients=8,dim=5")
-    process = make_participation(config["participation"], 8, seed=0, problem=problem)
-    rows = _rows(tmp_path / "r")
-    vectors = 2 if algorithm == "scaffold" else 1
+def _trace(tmp_path) -> str:
+    path = tmp_path / "trace.npy"
+    recorded = np.zeros((8, 6), dtype=np.int8)
+    recorded[:, 0] = 1  # client 0 every round, the others twice or once
+    recorded[np.arange(6), np.arange(6)] = 1
+    recorded[np.arange(4), np.arange(4) + 2] = 1
+    np.save(path, recorded)
+    return f"trace:path={path}"
+
+
+SECRET = ("bernoulli", "banded", "uniform")
+ACCOUNTED = [(name, mode, False) for name in PARTICIPATION if name != "label" for mode in ("central", "local")] + [
+    (name, "central", True) for name in SECRET]
+
+
+def _private_run(tmp_path, participation: str, mode: str, secret: bool, extra: str = "", algorithm: str = "fedavg",
+                 rounds: int = 8, sigma: float = 1.1):
+    from focusfl.runs.config import RunConfig
+    from focusfl.runs.driver import build, execute
+
+    spec = _trace(tmp_path) if participation == "trace" else participation
+    dp = f"clip=0.5,noise={sigma},mode={mode},delta=1e-5" + (",secret_schedule=true" if secret else "") + extra
+    # a secret schedule's amplified bound costs the library seconds a row: rows at the start and end only
+    built = build(RunConfig(algorithm=algorithm, problem="ridge:clients=6,dim=3", participation=spec, rounds=rounds,
+                            lr=0.01, dp=dp, eval_every=rounds if secret else 4))
+    return built, execute(built).rows
+
+
+@pytest.mark.parametrize("participation, mode, secret", ACCOUNTED)
+def test_every_epsilon_is_the_librarys_bound_under_the_stated_threat_model(tmp_path, participation, mode, secret):
+    """Every row's epsilons recomputed by the library's RDP accountant from the run's own mask, for
+    every participation process and both modes (and the declared-secret schedules), and checked
+    above the PLD accountant's (an upper bound that holds): the public-schedule composition unless
+    the schedule is declared secret, whatever the process."""
+    built, rows = _private_run(tmp_path, participation, mode, secret)
+    process = built.participation
+    rates = process.nominal_p() if secret and participation != "uniform" else None
+    sample = int(process.m) if secret and participation == "uniform" else None
+    expected_bound = {"bernoulli": "Poisson", "banded": "Poisson", "uniform": "replace-one"}
+    bound = built.resolved["epsilon_bound"]
+    assert bound.startswith("secret schedule") == secret and (not secret or expected_bound[participation] in bound)
     for row in rows[1:]:
         mask = process.rows(0, int(row["round"]))
-        rates = process.nominal_p() if amplified else None
-        eps = _library_epsilons(mask, noise_multiplier(1.1, vectors), 1e-5, rates)
+        eps = _library_epsilons(mask, 1.1, 1e-5, rates, sample)
         assert float(row["epsilon_max"]) == pytest.approx(eps.max(), rel=1e-9)
         assert float(row["epsilon_median"]) == pytest.approx(float(np.median(eps)), rel=1e-9)
         assert int(row["epsilon_client"]) == int(eps.argmax())
+    if sample is None:  # the library's PLD accountant has no sampling without replacement
+        assert np.all(_pld_epsilons(mask, 1.1, 1e-5, rates) <= eps * (1 + 1e-9))
 
 
-def test_no_amplification_for_markov_or_a_trace_or_local_mode(tmp_path):
+def test_a_client_that_sends_two_vectors_spends_at_half_the_multiplier(tmp_path):
+    built, rows = _private_run(tmp_path, "bernoulli", "central", False, algorithm="scaffold")
+    eps = _library_epsilons(built.participation.rows(0, 8), noise_multiplier(1.1, 2), 1e-5)
+    assert float(rows[-1]["epsilon_max"]) == pytest.approx(eps.max(), rel=1e-9)
+
+
+def test_uniform_sampling_is_accounted_as_public_unless_declared_secret():
+    """Issue 50's measurement: 100 clients, m = 5, sigma = 1.5, 200 rounds, delta = 1e-5. The old
+    replace-one bound at sensitivity C reported 5.43 for every client; the public-schedule bound
+    is the composition over the rounds each joined, and the secret one uses sensitivity 2C."""
+    process = make_participation("uniform:m=5", 100, seed=0)
+    mask = process.rows(0, 200)
+    public = run_privacy("clip=1,noise=1.5,mode=central,delta=1e-5", make_algorithm("fedavg"), _problem(
+        "ridge:clients=100,dim=2"), process, seed=0, end_round=200, start_round=200).epsilons()
+    assert np.median(public) >= 11.4
+    assert np.allclose(public, _library_epsilons(mask, 1.5, 1e-5), rtol=1e-9)
+    secret = run_privacy("clip=1,noise=1.5,mode=central,delta=1e-5,secret_schedule=true", make_algorithm("fedavg"),
+                         _problem("ridge:clients=100,dim=2"), process, seed=0, end_round=200,
+                         start_round=200).epsilons()
+    assert secret.max() == pytest.approx(15.96, abs=0.01)
+
+
+def test_amplification_only_for_a_declared_secret_schedule_a_process_can_keep(tmp_path):
     problem = _problem()
-    markov = make_participation("markov", 8, seed=0, problem=problem)
-    path = tmp_path / "trace.npy"
-    recorded = np.zeros((8, 8), dtype=np.int8)
-    recorded[:, 0] = 1  # client 0 every round, the others twice or once
-    recorded[np.arange(8), np.arange(8)] = 1
-    recorded[np.arange(4), np.arange(4) + 4] = 1
-    np.save(path, recorded)
-    trace = make_participation(f"trace:path={path}", 8, seed=0, problem=problem)
-    bernoulli = make_participation("bernoulli", 8, seed=0, problem=problem)
-    assert amplification(markov, "central").kind == "none"
-    assert amplification(trace, "central").kind == "none"
-    assert amplification(bernoulli, "local").kind == "none"
-    assert amplification(bernoulli, "central").kind == "poisson"
-    # ...and what a trace run reports is the plain composition over the rounds each client joined
-    proc = run_main(*_run(tmp_path, "t", participation=f"trace:path={path}", rounds="8"))
+    processes = {name: make_participation(name, 8, seed=0, problem=problem)
+                 for name in ("bernoulli", "banded", "uniform", "markov", "full")}
+    public, secret = DPConfig(1.0, 1.0, "central"), DPConfig(1.0, 1.0, "central", secret_schedule=True)
+    assert {amplification(p, public).kind for p in processes.values()} == {"none"}
+    assert [amplification(processes[n], secret).kind for n in SECRET] == ["poisson", "poisson", "uniform"]
+    assert amplification(make_participation("bernoulli:redraw=true", 8, seed=0), secret).kind == "none"
+    # a process that cannot keep the schedule secret is refused in one line, before anything runs
+    for spec in ("markov", "bernoulli:redraw=true", "cyclic"):
+        assert_one_line_error(run_main(*_run(tmp_path, "x", participation=spec,
+                                             dp="clip=1,noise=1,mode=central,delta=1e-5,secret_schedule=true")),
+                              2, "secret_schedule needs a process")
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("participation, mode, secret", ACCOUNTED)
+def test_target_epsilon_is_a_hard_ceiling(tmp_path, participation, mode, secret):
+    """No row's epsilon_max beyond the target, under every process and mode: under an amplified
+    bound every client spends every round, not only those who join."""
+    _, rows = _private_run(tmp_path, participation, mode, secret, extra=",target_epsilon=3", rounds=40, sigma=1.5)
+    assert max(float(r["epsilon_max"]) for r in rows) <= 3
+
+
+def test_target_epsilon_4_on_bernoulli_holds_for_every_row(tmp_path):
+    """Issue 50's item 3: with target 4 a secret-schedule Bernoulli run used to print rows above 4
+    (it checked only the clients joining the next round)."""
+    for secret in ("", ",secret_schedule=true"):
+        proc = run_main("run", "--algorithm", "fedavg", "--problem", "ridge:clients=20,dim=3", "--participation",
+                        "bernoulli:p=0.3", "--rounds", "300", "--lr", "0.01", "--eval-every", "1", "--dp",
+                        f"clip=1,noise=1,mode=central,delta=1e-5,target_epsilon=4{secret}",
+                        "--out", str(tmp_path / f"b{len(secret)}"))
+        assert proc.returncode == 0, proc.stderr
+        rows = _rows(tmp_path / f"b{len(secret)}")
+        assert "privacy budget exhausted" in proc.stdout
+        assert max(float(r["epsilon_max"]) for r in rows) <= 4
+        if secret:  # the message names no client: the schedule is the secret
+            assert "would take a client beyond" in proc.stdout
+
+
+def test_label_participation_under_dp_is_refused_unless_its_rates_are_public(tmp_path):
+    rng = np.random.default_rng(0)
+    data = tmp_path / "toy.npz"
+    np.savez(data, images=rng.random((60, 4, 4)).astype(np.float32), labels=rng.integers(0, 3, 60))
+    base = ("run", "--algorithm", "fedavg", "--problem", f"nn:data={data},test_fraction=0.2,clients=4,batch=8,model=logreg",
+            "--participation", "label", "--rounds", "2", "--lr", "0.01", "--out")
+    dp = "clip=1,noise=1,mode=central,delta=1e-5"
+    assert_one_line_error(run_main(*base, str(tmp_path / "r"), "--dp", dp), 2, "public_rates=true")
+    assert not (tmp_path / "r").exists()
+    proc = run_main(*base, str(tmp_path / "p"), "--dp", dp + ",public_rates=true")
     assert proc.returncode == 0, proc.stderr
-    last = _rows(tmp_path / "t")[-1]
-    mask = trace.rows(0, 8)
-    assert float(last["epsilon_max"]) == pytest.approx(_library_epsilons(mask, 1.1, 1e-5, None).max(), rel=1e-9)
+    assert json.loads((tmp_path / "p" / "config.json").read_text())["dp"]["public_rates"] is True
 
 
 def test_target_epsilon_stops_the_run_before_a_client_exceeds_it(tmp_path):
@@ -308,7 +449,7 @@ def test_target_epsilon_stops_the_run_before_a_client_exceeds_it(tmp_path):
     mask = make_participation(config["participation"], 8, seed=0, problem=_problem("ridge:clients=8,dim=5")).rows(
         0, config["rounds_done"] + 1)
     assert mask[-1, client]
-    assert _library_epsilons(mask, 1.1, 1e-5, None)[client] > 6
+    assert _library_epsilons(mask, 1.1, 1e-5)[client] > 6
 
 
 def test_dp_on_sweep_and_a_federation(tmp_path):
@@ -326,10 +467,11 @@ def test_dp_on_sweep_and_a_federation(tmp_path):
     federation, local_federation = run_cli_together([
         ("federation", "local", "--nodes", "3", "--algorithm", "focus", "--problem", "ridge:clients=3,dim=3",
          "--rounds", "3", "--dp-min-noise", "2=0",
-         "--dp", "clip=1,noise=0.5,delta=1e-5", "--out", str(tmp_path / "fed")),
+         "--dp", "clip=1,noise=0.5,mode=central,delta=1e-5", "--out", str(tmp_path / "fed")),
         ("federation", "local", "--nodes", "3", *local, "--dp-min-noise", "0.5", "--out", str(tmp_path / "fed-local")),
     ], timeout=600)
-    sweep = run_main("sweep", str(experiment), "--out", str(tmp_path / "sw"), "--dp", "clip=1,noise=0.5,delta=1e-5")
+    sweep = run_main("sweep", str(experiment), "--out", str(tmp_path / "sw"), "--dp",
+                     "clip=1,noise=0.5,mode=central,delta=1e-5")
     local_run = run_main("run", *local, "--out", str(tmp_path / "run-local"))
     assert local_federation.returncode == 0 and local_run.returncode == 0, local_federation.stderr + local_run.stderr
     assert json.loads((tmp_path / "fed-local" / "config.json").read_text())["dp"]["mode"] == "local"
@@ -381,18 +523,20 @@ def test_calibrated_sigma_spends_the_budget_on_the_most_spending_client():
     for name in ("markov", "bernoulli"):
         process = make_participation(name, 8, seed=0, problem=problem)
         counts = process.rows(0, 50).sum(axis=0)
-        amp = amplification(process, "central")
+        amp = amplification(process, DPConfig(1.0, 1.0, "central"))
         sigma = calibrated_sigma(counts, 50, 4.0, 1e-5, 2, amp)
         spent = Accountant(noise_multiplier(sigma, 2), 1e-5, amp, 8).epsilons(counts, 50).max()
         assert 4.0 * 0.98 < spent <= 4.0
 
 
 def test_the_privacy_study_section_judges_its_claim_from_its_runs():
-    from focusfl.experiments.privacy_study import EXACT_UNDER_DP, privacy_section
+    from focusfl.experiments.privacy_study import AUDIT_WITHIN, EXACT_UNDER_DP, privacy_section
 
     section = privacy_section(quick=True)
-    assert [c.where for c in section.claims] == ["local DP"]
+    assert [c.where for c in section.claims] == ["local DP", "audit, central DP"]
     assert section.claims[0].verdict.name == EXACT_UNDER_DP.name
+    # the accountant checked by the audit's attack, judged by its criterion
+    assert section.claims[1].verdict.name == AUDIT_WITHIN.name and section.claims[1].verdict.outcome == "reproduced"
     assert "| local | markov | 8 |" in section.text[1] and "| none | bernoulli | ∞ |" in section.text[1]
     assert "MNIST half of the study was skipped" in section.text[-1]
 
@@ -464,3 +608,36 @@ def test_the_worked_example_of_the_docs_runs_as_written(tmp_path):
     assert "privacy: client" in private.stdout
     assert "stopped: privacy budget exhausted" in budget.stdout and "beyond epsilon 8" in budget.stdout
     assert json.loads((tmp_path / "runs" / "budget" / "config.json").read_text())["status"] == "budget_exhausted"
+
+
+# -- the audit ----------------------------------------------------------------------------------
+def test_the_audit_holds_for_the_accountant_and_flags_half_of_it(monkeypatch):
+    """A tight setting (each canary's direction touched by no other client, 10,000 canaries): the
+    audited lower bound is below the accounted epsilon and above half of it, so an accountant
+    that reported half the epsilon is flagged by the criterion."""
+    from focusfl.privacy.accounting import Accountant
+    from focusfl.privacy.audit import run_audit
+
+    dp = parse_dp("clip=1,noise=1,mode=central,delta=1e-2")
+    result = run_audit(dp, canaries=100, clients=101, rounds=1, runs=100)
+    assert result.holds and result.accounted / 2 < result.audited < result.accounted
+    epsilons = Accountant.epsilons
+    monkeypatch.setattr(Accountant, "epsilons", lambda self, counts, rounds: epsilons(self, counts, rounds) / 2)
+    halved = run_audit(dp, canaries=100, clients=101, rounds=1, runs=100)
+    assert not halved.holds and halved.audited == result.audited
+
+
+def test_the_audit_at_sigma_1_and_its_bad_inputs(tmp_path):
+    proc = run_cli("audit", "--dp", "clip=1,noise=1,mode=central,delta=1e-5", "--canaries", "50", "--runs", "20")
+    assert proc.returncode == 0, proc.stderr
+    accounted = float(proc.stdout.split("accounted epsilon ")[1].split(",")[0])
+    audited = float(proc.stdout.split("audited lower bound ")[1].split()[0])
+    assert 0 <= audited < accounted and "holds:" in proc.stdout
+    common = ("audit", "--dp", "clip=1,noise=1,mode=central,delta=1e-5")
+    for extra, contains in ((("--canaries", "0"), "--canaries must be an integer >= 2"),
+                            (("--canaries", "10", "--clients", "5"), "must be at least --canaries"),
+                            (("--runs", "0"), "--runs must be a positive integer"),
+                            (("--rounds", "0"), "--rounds must be a positive integer")):
+        assert_one_line_error(run_main(*common, *extra), 2, contains)
+    assert_one_line_error(run_main("audit", "--dp", "clip=1,noise=1,mode=local,delta=1e-5"), 2, "mode=central")
+    assert_one_line_error(run_main("audit", "--dp", "none"), 2, "nothing to audit")

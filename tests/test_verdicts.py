@@ -201,6 +201,10 @@ CASES: dict[str, list[tuple[dict, str]]] = {
           "exact_markov": three(0.2, 0.1, 0.1), "fedavg_markov": three(0.6, 0.5, 0.7)}, N),
         ({"exact_bernoulli": three(0.1, 0.45, 0.15), "fedavg_bernoulli": three(0.3, 0.4, 0.5),
           "exact_markov": three(0.2, 0.1, 0.1), "fedavg_markov": three(0.6, 0.5, 0.7)}, I)],
+    "privacy-audit-within-accounted": [
+        ({"accounted": 2.79, "audited": 1.71}, R),
+        ({"accounted": 1.39, "audited": 1.71}, N),  # an accountant that halved epsilon
+        ({"accounted": 2.79, "audited": INF}, I)],
     "privacy-exact-ahead-accuracy": [  # test accuracies: higher is better
         ({"exact_bernoulli": three(0.8, 0.85, 0.82), "fedavg_bernoulli": three(0.6, 0.7, 0.65),
           "exact_markov": three(0.7, 0.75, 0.72), "fedavg_markov": three(0.5, 0.6, 0.55)}, R),

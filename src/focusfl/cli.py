@@ -887,6 +887,12 @@ def _command_texts(command: str | None = None) -> dict[str, tuple[str, str]]:
         "matrices": ("Draw the FOCUS paper's Figures 1-3: the stochastic matrices of one round and the "
                      "round patterns of FedAvg and FOCUS (docs/framework.md).",
                      _examples("focusfl matrices --clients 4 --active 1,3 --out runs/matrices")),
+        "audit": ("Check the DP accountant by an attack (docs/privacy.md, \"Audit\"): canary clients, each in the "
+                  "federation with probability 1/2, a private training through the run's mechanism, a membership "
+                  "test on the released model and the empirical lower bound on epsilon it proves, beside the "
+                  "accounted epsilon; exit status 1 if the lower bound exceeds it.",
+                  _examples("focusfl audit --dp clip=1,noise=1,mode=central,delta=1e-2",
+                            "focusfl audit --dp clip=1,noise=1,mode=central,delta=1e-5 --canaries 200 --runs 200")),
     }
 
 
@@ -904,11 +910,47 @@ def _finish_help(parser: argparse.ArgumentParser, name: str, texts: dict) -> Non
             action.help = _COMMON_HELP.get(action.dest)
 
 
+# -- audit ---------------------------------------------------------------------------------------
+def _add_audit(sub) -> None:
+    p = sub.add_parser("audit", help="check the DP accountant by an attack: canary clients, a membership test on "
+                       "the released model, an empirical lower bound on epsilon")
+    p.add_argument("--dp", required=True, metavar="DP",
+                   help="the mechanism audited: clip=C,noise=SIGMA,mode=central,delta=D (docs/privacy.md)")
+    p.add_argument("--canaries", type=int, default=100, metavar="K",
+                   help="canary clients a run, each in the federation with probability 1/2 (default 100)")
+    p.add_argument("--clients", type=int, default=None, metavar="N",
+                   help="clients a run, the canaries among them (default: the canaries and one other)")
+    p.add_argument("--rounds", type=int, default=1, metavar="R", help="rounds of private training (default 1)")
+    p.add_argument("--runs", type=int, default=100, metavar="B",
+                   help="independent runs whose canaries are pooled (default 100)")
+    p.add_argument("--seed", type=int, default=0, help="the first run's seed (default 0)")
+    p.set_defaults(handler=_cmd_audit)
+
+
+def _cmd_audit(args) -> int:
+    from .errors import ConfigError
+    from .privacy import parse_dp
+    from .privacy.audit import CRITERION, run_audit
+
+    dp = parse_dp(args.dp)
+    if dp is None:
+        raise ConfigError("audit: --dp none has nothing to audit")
+    clients = args.canaries + 1 if args.clients is None else args.clients
+    result = run_audit(dp, canaries=args.canaries, clients=clients, rounds=args.rounds, seed=args.seed,
+                       runs=args.runs)
+    print(f"audit: accounted epsilon {result.accounted:.4g}, audited lower bound {result.audited:.4g} "
+          f"(delta {dp.delta:g}; TPR {result.tpr:.4g}, FPR {result.fpr:.4g} over {result.canaries} canaries, "
+          f"{result.included} in)")
+    print(f"{'holds' if result.holds else 'FLAGGED'}: {CRITERION}")
+    return 0 if result.holds else 1
+
+
 def _commands() -> dict[str, Callable[[Any], None]]:
     """Each command's name and the function that adds its parser, in the order --help lists them."""
     return {"run": _add_run, "reproduce": _add_reproduce, "participation": _add_participation, "work": _add_work,
             "algorithms": _add_algorithms, "check": _add_check, "tune": _add_tune, "sweep": _add_sweep,
-            "plot": _add_plot, "bias": _add_bias, "matrices": _add_matrices, "federation": _add_federation}
+            "plot": _add_plot, "bias": _add_bias, "matrices": _add_matrices, "federation": _add_federation,
+            "audit": _add_audit}
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:

@@ -3,8 +3,8 @@ and FedAU under Bernoulli and Markov participation at equal per-client epsilon.
 
 For each participation process, seed and budget epsilon, the noise multiplier sigma is the one
 that spends exactly the budget on the client that spends the most (bisection over the accountant
-of focusfl.privacy on the run's own participation: a Markov client that joins often decides it,
-a Bernoulli process is amplified in central mode), so every algorithm is compared at the same
+of focusfl.privacy on the run's own participation, under the public-schedule bound the runs
+report: the client that joins most often decides it), so every algorithm is compared at the same
 worst-case client epsilon. Each algorithm clips at the median norm of its own messages in a short
 pilot without noise (a study's shortcut: a private deployment would choose C without looking).
 Central mode runs the algorithms it covers (FedAU's server weighs each message, so it runs only
@@ -33,6 +33,9 @@ from ..algorithms import make_algorithm
 from ..engine import simulate
 from ..privacy import central_covers, message_vectors
 from ..privacy.accounting import Accountant, amplification, noise_multiplier
+from ..privacy.audit import CRITERION as AUDIT_CRITERION
+from ..privacy.audit import run_audit
+from ..privacy.config import DPConfig, parse_dp
 from ..privacy.mechanism import vector_fields
 from ..runs.config import RunConfig
 from ..runs.driver import build
@@ -185,7 +188,8 @@ def study_rows(sizes: PrivacySizes, batch_runs: int | str = "auto") -> list[dict
             counts = built.participation.rows(0, sizes.rounds).sum(axis=0)
             sigmas: dict[tuple, float] = {}  # (mode, budget, vectors): the algorithms that send as many share it
             for mode in sizes.modes:
-                amp = amplification(built.participation, mode)
+                # the study's runs declare no secret schedule: sigma is calibrated on the bound they report
+                amp = amplification(built.participation, DPConfig(clip=1.0, noise=1.0, mode=mode))
                 for budget in sizes.budgets:
                     for algorithm in sizes.algorithms:
                         if mode == "central" and not central_covers(made[algorithm]):
@@ -257,6 +261,35 @@ EXACT_UNDER_DP_ACCURACY = Criterion(
 )
 
 
+def _audit_within(values) -> "bool | None":
+    if not (math.isfinite(values["accounted"]) and math.isfinite(values["audited"])):
+        return None
+    return values["audited"] <= values["accounted"]
+
+
+AUDIT_WITHIN = Criterion(
+    "privacy-audit-within-accounted",
+    AUDIT_CRITERION,
+    ("accounted", "audited"),
+    _audit_within,
+    reasons={"not reproduced": "the attack proves more epsilon than the accountant reports: the accountant is wrong"},
+)
+# The audit's setting (focusfl audit's): central DP at sigma = 1, one round, canaries whose
+# direction no other client touches, where the attack reaches well over half the accounted epsilon.
+AUDIT_DP = "clip=1,noise=1,mode=central,delta=1e-2"
+
+
+def audit_claim(quick: bool) -> Claim:
+    """The accountant checked by focusfl audit's attack: the criterion over its two numbers."""
+    canaries, runs = 100, (10 if quick else 100)
+    result = run_audit(parse_dp(AUDIT_DP), canaries=canaries, clients=canaries + 1, rounds=1, runs=runs)
+    values = {"accounted": result.accounted, "audited": result.audited}
+    return Claim(ISSUE_PRIVACY, "audit, central DP", "the accounted epsilon is an upper bound the attack cannot beat",
+                 f"focusfl audit --dp {AUDIT_DP} --canaries {canaries} --runs {runs}",
+                 f"accounted epsilon {result.accounted:.4g}, audited lower bound {result.audited:.4g}",
+                 AUDIT_WITHIN.judge(values, quick=quick))
+
+
 def claim_values(rows: list[dict], mode: str, budget: float = CLAIM_BUDGET, sizes: PrivacySizes = FULL_PRIVACY) -> dict:
     """The criterion's numbers for ``mode``: per process, the best exact method's and FedAvg's
     final values (errors, or accuracies)."""
@@ -293,12 +326,12 @@ def privacy_section(quick: bool, data: str | None = None, batch_runs: int | str 
     rows = study_rows(sizes, batch_runs)
     ran = (f"{sizes.problem}, {sizes.rounds} rounds, {counted(sizes.seeds, 'seed')}, delta = {sizes.delta:g}; sigma calibrated "
            "so the most-spending client ends at the budget; C = median pilot norm per algorithm")
-    claims = _claims(rows, sizes, ran, "", "error")
+    claims = _claims(rows, sizes, ran, "", "error") + [audit_claim(quick)]
     text = [
         "Client-level DP (docs/privacy.md) around every algorithm's messages: each vector a client sends clipped to "
         "C, Gaussian noise sigma C on the round's sum (central) or on each message (local). At each budget sigma is "
-        "the one that spends exactly epsilon on the most-spending client of the run's own participation (Markov: "
-        "composition over the rounds joined; Bernoulli, central: Poisson amplification at p_i), so the algorithms "
+        "the one that spends exactly epsilon on the most-spending client of the run's own participation (the "
+        "public-schedule bound the runs report: composition over the rounds each client joined), so the algorithms "
         "are compared at equal worst-case client epsilon. FedAU's server weighs each message, which central noise "
         "on the sum does not cover: it runs in local mode only. Ridge: final relative error, mean [min, max] over "
         "seeds (epsilon ∞: without DP):",

@@ -37,6 +37,7 @@ from ..algorithms import ALGORITHMS, make_algorithm
 from ..errors import ConfigError, DivergenceError, FocusflError
 from ..io.atomic import write_csv, write_json
 from ..metrics import selection_metric
+from ..privacy.config import parse_dp
 from ..runs.config import RunConfig, WithRun
 from ..runs.driver import build, execute
 from ..runs.folder import METRICS, read_config
@@ -610,7 +611,9 @@ def tune(setup: TuneSetup, search: TuneSearch) -> int:
             targets=[] if setup.target is None else [setup.target],
             **({"local_steps": run.local_steps} if run.local_steps is not None else {}),
             # A work axis only when asked: a tune under fixed work writes the tables it always did.
-            **({"work": [run.work]} if _is_work(run.work) else {}))
+            **({"work": [run.work]} if _is_work(run.work) else {}),
+            # The trials' DP (the sweep refuses what run refuses before any trial starts).
+            **({} if parse_dp(run.dp) is None else {"dp": run.dp}))
 
     def tables(experiment, runs, folder, *, band, failures) -> list[str]:
         trials = grid_rows(runs, folder, setup.target)

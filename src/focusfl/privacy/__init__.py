@@ -16,11 +16,13 @@ import torch
 
 from ..engine.loop import ROUND_CELLS, ROUND_CHUNK
 from ..errors import ConfigError
-from .accounting import Accountant, Amplification, amplification, library, noise_multiplier
+from .accounting import SECRET_PROCESSES, Accountant, Amplification, amplification, keeps_secret, library, \
+    noise_multiplier
 from .config import NONE, DPConfig, parse_dp
 from .mechanism import privatize
 
-__all__ = ["NONE", "DPConfig", "RunPrivacy", "central_covers", "check_privacy", "parse_dp", "run_privacy"]
+__all__ = ["NONE", "DPConfig", "RunPrivacy", "central_covers", "check_privacy", "epsilon_bound", "parse_dp",
+           "run_privacy"]
 
 
 
@@ -37,7 +39,7 @@ class RunPrivacy:
         self.dp, self.seed, self.vectors, self.noised_by_clients = dp, seed, vectors, noised_by_clients
         self.counts = torch.zeros(num_clients, dtype=torch.int64, device=device)
         self.rounds = 0
-        self.amp: Amplification = amplification(participation, dp.mode)
+        self.amp: Amplification = amplification(participation, dp)
         self.accountant = None
         self.k_max = self.r_max = None
         if dp.accounted:
@@ -60,16 +62,27 @@ class RunPrivacy:
 
     def exhausted(self, round_: int, active: torch.Tensor) -> str | None:
         """Why round ``round_`` with clients ``active`` would exceed the target (None: it would not).
-        One host synchronisation a round on a GPU, only with a target."""
-        if self.k_max is None or active.numel() == 0:
+        One host synchronisation a round on a GPU, only with a target.
+
+        Under the public bound only the clients that join spend. Under an amplified bound every
+        client spends every round run (its epsilon is min(composition over k_i, amplified over
+        the rounds)), so every client is checked, and the message names none: the schedule is
+        the secret."""
+        if self.k_max is None:
             return None
-        over = self.counts.index_select(0, active) + 1 > self.k_max
-        if self.amp.kind != "none":
-            over &= self.r_max.index_select(0, active) < round_ + 1
-        if not bool(over.any()):
+        if self.amp.kind == "none":
+            if active.numel() == 0:
+                return None
+            over = self.counts.index_select(0, active) + 1 > self.k_max
+            if not bool(over.any()):
+                return None
+            client = int(active[over.nonzero()[0, 0]])
+            return (f"privacy budget exhausted: round {round_ + 1} would take client {client} beyond "
+                    f"epsilon {self.dp.target_epsilon:g} (delta {self.dp.delta:g})")
+        after = self.counts.index_add(0, active, torch.ones_like(active))
+        if not bool(((after > self.k_max) & (self.r_max < round_ + 1)).any()):
             return None
-        client = int(active[over.nonzero()[0, 0]])
-        return (f"privacy budget exhausted: round {round_ + 1} would take client {client} beyond "
+        return (f"privacy budget exhausted: round {round_ + 1} would take a client beyond "
                 f"epsilon {self.dp.target_epsilon:g} (delta {self.dp.delta:g})")
 
     def messages(self, message: Any, round_: int, active: torch.Tensor) -> Any:
@@ -110,6 +123,9 @@ def run_privacy(spec: Any, algorithm: Any, problem: Any, participation: Any, *, 
     dp = parse_dp(spec)
     if dp is None:
         return None
+    if federated and dp.secret_schedule:
+        raise ConfigError("--dp: secret_schedule cannot hold in a federation: who arrives is the server's to see and "
+                          "depends on the nodes' failures, not on the process's coins alone")
     privacy = RunPrivacy(dp, seed=seed, num_clients=problem.num_clients, vectors=message_vectors(algorithm),
                          participation=participation, end_round=end_round, device=problem.device,
                          noised_by_clients=federated and dp.mode == "local")
@@ -131,14 +147,44 @@ def central_covers(algorithm: Any) -> bool:
     return algorithm.name not in READS_EACH_MESSAGE and getattr(algorithm, "weighting", None) != "known_p"
 
 
-def check_privacy(spec: Any, algorithm: Any) -> None:
-    """A one-line ConfigError for a ``dp`` record this algorithm cannot run under, or a missing
-    accounting library; nothing without DP."""
+def check_privacy(spec: Any, algorithm: Any, participation: Any = None) -> None:
+    """A one-line ConfigError for a ``dp`` record this algorithm (and ``participation``, when
+    given) cannot run under, or a missing accounting library; nothing without DP."""
     dp = parse_dp(spec)
     if dp is None:
         return
     if dp.mode == "central" and not central_covers(algorithm):
         raise ConfigError(f"--dp mode=central: {algorithm.name}'s server reads each client's message, not only "
                           "their sum, so noise on the sum does not cover it; use mode=local (docs/privacy.md)")
+    if participation is not None:
+        check_participation(dp, participation)
     if dp.accounted:
         library()
+
+
+def reads_data(participation: Any) -> bool:
+    """Whether the process's rates are computed from the clients' data (``label``: their label
+    histograms), the processes the registry builds from the problem."""
+    return bool(getattr(participation, "NEEDS_PROBLEM", False))
+
+
+def check_participation(dp: DPConfig, participation: Any) -> None:
+    """A one-line ConfigError where ``participation`` cannot run under ``dp``: rates read from
+    the data (published by every schedule, outside any epsilon) unless declared public, and a
+    secret schedule the process cannot keep."""
+    name = getattr(participation, "name", "?")
+    if reads_data(participation) and not dp.public_rates:
+        raise ConfigError(f"--dp: participation {name} sets each client's rate from its data, and the schedule "
+                          "publishes those rates outside any epsilon; add public_rates=true if they are public "
+                          "knowledge (docs/privacy.md)")
+    if dp.secret_schedule and not keeps_secret(participation):
+        raise ConfigError(f"--dp: secret_schedule needs a process whose sampling an amplification theorem covers "
+                          f"({', '.join(SECRET_PROCESSES)} without redraw), not {name}")
+
+
+def epsilon_bound(spec: Any, participation: Any) -> dict[str, str]:
+    """config.json's ``epsilon_bound``: which bound the run's epsilons are (nothing without them)."""
+    dp = parse_dp(spec)
+    if dp is None or not dp.accounted:
+        return {}
+    return {"epsilon_bound": amplification(participation, dp).bound}

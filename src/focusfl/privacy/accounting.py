@@ -1,17 +1,23 @@
 """Per-client (epsilon, delta) by Google's dp-accounting (its RDP accountant), from the rounds each
-client actually took part in; amplification by sampling only where the participation process
-is one the amplification theorems are about (docs/privacy.md, "Accounting").
+client actually took part in (docs/privacy.md, "Accounting").
 
-- ``local`` mode, or a process with memory or unknown rates (markov, cyclic, traces, sine,
-  label, a redrawn bernoulli): the k_i Gaussian mechanisms client i took part in, composed
-  (no amplification: who takes part is not a secret coin the release hides).
-- ``bernoulli`` (its own coins, no redraw) and ``banded``, central mode: Poisson sampling at the
-  known p_i, composed over every round run; the client's epsilon is the smaller of that and the
-  composition over its k_i rounds (both hold, so their minimum does).
-- ``uniform`` (m of N without replacement), central mode: sampling without replacement of m
-  from N, composed over every round run (the replace-one neighbouring relation, the one the
-  library's theorem holds for), and the same minimum.
-- ``full``: everyone every round; the composition over the rounds joined is exact.
+The default bound holds when the participation schedule is public, as focusfl's outputs make it
+(metrics.csv's ``active``, config.json's seed, a stop message naming the client): client i's
+epsilon is the composition of the k_i Gaussian mechanisms it took part in, under the
+add-or-remove relation (``PUBLIC``). Sampling hides nothing from an adversary who knows the sample.
+
+Amplified bounds exist only where the user declares the schedule secret (``--dp
+...,secret_schedule=true``, central mode) and the process is the sampling a theorem is about:
+
+- ``bernoulli`` (its own coins, no redraw) and ``banded``: Poisson sampling at the known p_i,
+  add-or-remove, composed over every round run (``POISSON``);
+- ``uniform`` (m of N without replacement): the library's theorem holds for the replace-one
+  relation, under which one client's change moves the round's sum by up to 2C (its clipped
+  message out, another in), so the Gaussian's multiplier is sigma / (2 sqrt(k)) (``UNIFORM``).
+
+Under either the client's epsilon is the smaller of that and the public bound (both hold). Any
+other process cannot keep a secret schedule (memory, recorded traces, rates read from the data)
+and check_secret refuses it.
 
 Each vector an algorithm sends is clipped to C on its own, so a message of k vectors has L2
 sensitivity C sqrt(k) and the mechanism's noise multiplier is sigma / sqrt(k).
@@ -37,6 +43,14 @@ from ..errors import ConfigError
 ORDERS = tuple(range(2, 65)) + (80, 96, 128, 256, 512, 1024)
 INSTALL = "pip install 'focusfl[privacy]' (Google's dp-accounting)"
 POISSON_PROCESSES = ("bernoulli", "banded")
+SECRET_PROCESSES = (*POISSON_PROCESSES, "uniform")
+# config.json's "epsilon_bound": which bound every epsilon of the run is.
+PUBLIC = "public schedule: composition over the rounds each client joined (add-or-remove)"
+POISSON = ("secret schedule: min(public bound; Poisson sampling at p_i composed over the rounds run, "
+           "add-or-remove)")
+UNIFORM = ("secret schedule: min(public bound, add-or-remove; sampling m of N without replacement composed over "
+           "the rounds run, replace-one, sensitivity 2C)")
+BOUNDS = {"none": PUBLIC, "poisson": POISSON, "uniform": UNIFORM}
 
 
 def library() -> Any:
@@ -58,17 +72,27 @@ class Amplification(NamedTuple):
     rates: np.ndarray | None = None
     sample: int | None = None
 
+    @property
+    def bound(self) -> str:
+        """Which bound the run's epsilons are (config.json's ``epsilon_bound``)."""
+        return BOUNDS[self.kind]
 
-def amplification(participation: Any, mode: str) -> Amplification:
-    """The amplification the process justifies under ``mode`` (module docstring)."""
+
+def keeps_secret(participation: Any) -> bool:
+    """Whether the process is sampling an amplification theorem is about: independent coins at
+    known rates (bernoulli without redraw, banded) or m of N without replacement (uniform)."""
     name = getattr(participation, "name", None)
-    if mode == "local":  # the server sees who sent: sampling hides nothing from it
+    return name in SECRET_PROCESSES and not getattr(participation, "redraw", False)
+
+
+def amplification(participation: Any, dp: Any) -> Amplification:
+    """The amplification the run's ``dp`` record (a DPConfig) allows under ``participation``
+    (module docstring): none unless the schedule is declared secret."""
+    if not dp.secret_schedule or dp.mode != "central" or not keeps_secret(participation):
         return Amplification("none")
-    if name in POISSON_PROCESSES and not getattr(participation, "redraw", False):  # known independent coins
+    if participation.name in POISSON_PROCESSES:  # known independent coins
         return Amplification("poisson", rates=np.asarray(participation.nominal_p(), dtype=np.float64))
-    if name == "uniform":  # m of N without replacement
-        return Amplification("uniform", sample=int(participation.m))
-    return Amplification("none")  # memory, unknown rates or a recorded trace: composition over the rounds joined
+    return Amplification("uniform", sample=int(participation.m))  # m of N without replacement
 
 
 def noise_multiplier(sigma: float, vectors: int) -> float:
@@ -87,8 +111,8 @@ def one_round_rdp(kind: str, multiplier: float, rate: float = 1.0, population: i
     relation = dp.NeighboringRelation.ADD_OR_REMOVE_ONE
     if kind == "poisson":
         event = dp.PoissonSampledDpEvent(rate, event)
-    elif kind == "uniform":
-        event = dp.SampledWithoutReplacementDpEvent(population, sample, event)
+    elif kind == "uniform":  # replace-one: the sum moves by up to 2C, so half the multiplier
+        event = dp.SampledWithoutReplacementDpEvent(population, sample, dp.GaussianDpEvent(multiplier / 2))
         relation = dp.NeighboringRelation.REPLACE_ONE
     accountant = RdpAccountant(list(ORDERS), relation).compose(event)
     return tuple(float(v) for v in accountant._rdp)  # the curve it composes by addition

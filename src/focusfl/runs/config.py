@@ -161,7 +161,7 @@ BATCH_RUNS = "batch_runs"
 # "inputs" and "inputs_changed" are the digests of what the run read (runs/inputs.py).
 _RECORDED = ("focusfl_version", *(name for name in _FIELDS if _meta(name)["record"] == "optional"), "status",
              "diverged_at_round", "interrupted_after_round", "stopped", "rounds_done", "lr_auto", "tensorboard", ASKED,
-             "inputs", "inputs_changed", BATCH_RUNS)
+             "inputs", "inputs_changed", BATCH_RUNS, "epsilon_bound")
 _KEYED = tuple(name for name in _FIELDS if _meta(name)["key"])
 _KEY_NEUTRAL = {name: _meta(name)["key_neutral"] for name in _FIELDS if _meta(name)["key_neutral"] is not None}
 _NO_IDENTITY = tuple(name for name in _FIELDS if not _meta(name)["identity"])

@@ -27,7 +27,7 @@ from ..device import DevicePolicy, device_policy, policy_applied
 from ..errors import ConfigError, FocusflError
 from ..metrics import progress_metrics
 from ..participation import make_participation
-from ..privacy import check_privacy, run_privacy
+from ..privacy import check_privacy, epsilon_bound, run_privacy
 from ..problems import make_problem
 from ..spec import parse_spec
 from ..threads import fixed_threads
@@ -65,6 +65,7 @@ class BuiltRun:
         info = record(self.config, algorithm=algorithm_record(prepared_algorithm(self)), problem=self.problem.describe(),
                       participation=self.participation.describe(),
                       work=None if self.work is None else self.work.describe())
+        info.update(epsilon_bound(self.config.dp, self.participation))
         return info if self.asked_record is None else {**info, ASKED: self.asked_record}
 
     @property
@@ -166,7 +167,7 @@ def _build(config: RunConfig, problems: dict | None, allow_model_import: bool) -
         config.participation, problem.num_clients, seed=config.seed, problem=problem))
     work = _part("work", lambda: make_work(config.work, problem.num_clients, algorithm.local_steps, seed=config.seed))
     _part("work-algorithm", lambda: check_work_process(algorithm, work))
-    _part("algorithm", lambda: check_privacy(config.dp, algorithm))
+    _part("algorithm", lambda: check_privacy(config.dp, algorithm, participation))
     built = BuiltRun(config, algorithm, problem, participation, work, asked)
     # what the algorithm derives from the run (known rates, a period) is config.json's: checked now
     _part("algorithm", lambda: prepared_algorithm(built))
