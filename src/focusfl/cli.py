@@ -10,6 +10,7 @@ import contextlib
 import os
 import signal
 import sys
+import traceback
 from pathlib import Path
 from typing import Any, Callable
 
@@ -72,7 +73,7 @@ def _add_run(sub) -> None:
     p.add_argument("--allow-model-import", action="store_true",
                    help="let --problem nn:model=package.module:factory import and run that code (never from --config); "
                    "with --resume, the model the run's config.json names")
-    add_algorithm_import_option(p)
+    add_algorithm_import_option(p, recorded=True)
     p.add_argument("--checkpoint-every", type=non_negative_int, metavar="R",
                    help="save a checkpoint every R rounds (default: once a minute; 0: only when stopped and at the end)")
     p.add_argument("--resume", metavar="DIR", help="continue the stopped or killed run in DIR")
@@ -934,7 +935,10 @@ def _no_flower(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse and run a command; every failure is one line on stderr and an exit status:
-    2 for bad input or an environment problem, 1 for a diverged run, 128+N for signal N."""
+    2 for bad input or an environment problem, 1 for a diverged run, 128+N for signal N.
+    An error raised in a user's algorithm code is one line too (their file and line,
+    algorithms/importing.py), followed by its traceback with --debug."""
+    args = None
     try:
         if (sys.argv[1:] if argv is None else argv) == ["--version"]:
             print(VERSION)  # what argparse prints, without building every command's parser first
@@ -953,6 +957,7 @@ def main(argv: list[str] | None = None) -> int:
     except DivergenceError as exc:
         return _fail(f"focusfl: {exc}", 1)
     except FocusflError as exc:
+        _debug_traceback(args, exc)
         return _fail(f"focusfl: error: {exc}", 2)
     except KeyboardInterrupt as exc:
         return _fail(f"focusfl: {str(exc) or 'interrupted'}", getattr(exc, "exit_code", 130))
@@ -967,7 +972,11 @@ def main(argv: list[str] | None = None) -> int:
 
         reason = allocation_failure(exc)
         if reason is None:
-            raise
+            error = _user_code_error(exc)
+            if error is None:
+                raise
+            _debug_traceback(args, error)
+            return _fail(f"focusfl: error: {error}", 2)
         return _fail(f"focusfl: error: out of memory: {reason} (try fewer clients, rounds or a smaller problem)", 2)
     except OSError as exc:
         if full_disk(exc):
@@ -977,7 +986,29 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         if full_disk(exc):  # a library's error raised while the disk was full (a figure, a log)
             return _fail(f"focusfl: error: {_disk_full(exc)}", 2)
-        raise
+        error = _user_code_error(exc)
+        if error is None:
+            raise
+        _debug_traceback(args, error)
+        return _fail(f"focusfl: error: {error}", 2)
+
+
+def _user_code_error(exc: BaseException):
+    """``exc`` said as the user's algorithm's error (algorithms/importing.py), or None. Only a
+    process that imported an algorithm's code has one: it imports torch, which ``focusfl
+    participation import`` does not."""
+    if "focusfl.algorithms.importing" not in sys.modules:
+        return None
+    from .algorithms.importing import user_code_error
+
+    return user_code_error(exc)
+
+
+def _debug_traceback(args, error: BaseException) -> None:
+    """With --debug, the traceback of the exception a user's algorithm raised, before the one line."""
+    original = getattr(error, "original", None)
+    if original is not None and getattr(args, "debug", False):
+        traceback.print_exception(original)
 
 
 def _disk_full(exc: BaseException) -> str:

@@ -20,8 +20,10 @@ from tqdm import tqdm
 
 from ..algorithms import algorithm_record, algorithm_state_size, make_algorithm
 from ..algorithms.base import check_work_process
-from ..algorithms.importing import refuse_unpermitted
+from ..algorithms.base import RoundContext, State
+from ..algorithms.importing import UserCodeError, algorithm_source, refuse_unpermitted, user_code_error
 from ..engine import Resume, RunResult, simulate
+from ..engine.tree import gather_rows
 from ..engine.batched import BatchMember, run_batch
 from ..device import DevicePolicy, device_policy, policy_applied
 from ..errors import ConfigError, FocusflError
@@ -280,6 +282,57 @@ def execute(
                 work=built.work,
                 privacy=privacy,
             )
+    except Exception as exc:  # a user's algorithm raised: their line, in one (algorithms/importing.py)
+        error = user_code_error(exc)
+        if error is None and algorithm_source(built.algorithm) is not None:
+            error = _shape_fault(built, exc)
+        if error is None:
+            raise
+        raise error from None
     finally:
         if bar is not None:
             bar.close()
+
+
+def _shape_fault(built: BuiltRun, exc: BaseException) -> UserCodeError | None:
+    """Why torch refused the state of a user's algorithm (``size mismatch``, ``index_copy_``), when
+    it is a shape its methods returned: one small round on two clients, each field compared with
+    what it should be. Runs only after a run failed; None when every shape is right."""
+    algorithm, problem = built.algorithm, built.problem
+    target = algorithm_source(algorithm).target
+
+    def wrong(method: str, field: str, got: torch.Tensor, expected: tuple, why: str) -> UserCodeError | None:
+        if tuple(got.shape) == tuple(expected):
+            return None
+        return UserCodeError(target, f"{method} returned {field} of shape {list(got.shape)}, expected "
+                                     f"{list(expected)} ({why})", exc)
+
+    try:
+        algorithm = algorithm.prepare(problem, built.participation, seed=built.config.seed)
+        x0 = problem.initial_point()
+        state = algorithm.init(x0, problem.num_clients)
+        active = torch.arange(min(2, problem.num_clients))
+        ctx = RoundContext(round=0, active=active, num_clients=problem.num_clients)
+        rows = gather_rows(state.clients, active)
+        oracle = problem.oracle(active, seed=built.config.seed, round=0, steps=algorithm.round_steps(ctx))
+        new_rows, message = algorithm.client_round(state.server, rows, oracle, ctx)
+        server = algorithm.server_round(state.server, message, ctx)
+        finished = algorithm.client_finish(server, new_rows, ctx)
+        checks = [("init", "model()", algorithm.model(state), tuple(x0.shape), "the problem's model")]
+        for method, returned in (("client_round", new_rows), ("client_finish", finished)):
+            checks += [(method, f"clients.{name}", getattr(returned, name), tuple(getattr(rows, name).shape),
+                        "the rows it was given") for name in rows._fields]
+        checks += [("client_round", f"message.{name}", value, (len(active), *value.shape[1:]),
+                    "one row per active client") for name, value in zip(message._fields, message)]
+        checks += [("server_round", f"server.{name}", getattr(server, name), tuple(getattr(state.server, name).shape),
+                    "as init made it") for name in state.server._fields]
+        checks.append(("server_round", "model()", algorithm.model(State(server, state.clients)), tuple(x0.shape),
+                       "the problem's model"))
+    except Exception:  # the small round fails too: the run's own error says more
+        return None
+    for check in checks:
+        error = wrong(*check)
+        if error is not None:
+            return error
+    return None
+
