@@ -102,6 +102,17 @@ def test_a_state_of_the_wrong_shape_names_its_field(tmp_path, old, new, words):
     proc = run_main("run", "--algorithm", "my_prox.py:MyProx", FLAG, *SMALL, "--out", "runs/a", cwd=tmp_path)
     said = _one_line(proc, words)
     assert "my_prox.py:MyProx" in said and "size mismatch" not in said and "index_copy" not in said
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_check_names_the_field_of_the_wrong_shape(tmp_path):
+    write_algorithm(tmp_path, "my_prox.py", planted(
+        CLIENT_ROWS, "return Clients(m=torch.cat([update, update[:, :1]], 1)), Message(change=update - clients.m)"))
+    proc = run_main("check", "my_prox.py:MyProx", FLAG, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert re.search(r"FAIL engines +raised: client_round returned clients\.m of shape \[2, 6\], expected \[2, 5\]",
+                     proc.stdout), proc.stdout
+    assert "index_copy" not in proc.stdout
 
 
 # -- a hyperparameter of the wrong type ----------------------------------------------------------------

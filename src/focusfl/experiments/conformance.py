@@ -13,6 +13,7 @@ line, never a traceback.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import tempfile
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from ..engine.vectorized import vectorized_round
 from ..errors import FocusflError
 from ..participation import make_participation
 from ..problems import make_problem
+from ..runs.driver import shape_fault
 from ..runs.checkpoint import load_checkpoint, resume_from, save_checkpoint, take_checkpoint
 from ..runs.store import reference_state
 from ..work import make_work
@@ -496,7 +498,7 @@ def run_checks(spec: str | dict) -> list[Check]:
         return [construction]  # nothing else can be built
     lr_ridge = stable_lr(make, RIDGE)
     lr_float32 = stable_lr(make, RIDGE + ",batch=5")
-    return [
+    return _shapes_said(make, [
         construction,
         check_prepare(make),
         check_state_size(make),
@@ -511,4 +513,19 @@ def run_checks(spec: str | dict) -> list[Check]:
         check_resume(make),
         check_communication(make),
         check_convergence(make, lr_ridge / 2),
-    ]
+    ])
+
+
+def _shapes_said(make: Maker, checks: list[Check]) -> list[Check]:
+    """Checks that failed on torch's words for a state of the wrong shape (``size mismatch``,
+    ``index_copy_()``), said as the field of the user's class that has it (runs/driver.py)."""
+    torch_errors = [i for i, c in enumerate(checks) if c.passed is False and c.figure.startswith("raised RuntimeError")]
+    if not torch_errors:
+        return checks
+    problem = make_problem(SMALL_RIDGE)
+    fault = _guarded("shapes", lambda: Check("shapes", None, shape_fault(
+        make(), problem, make_participation("full", problem.num_clients), 0) or "")).figure
+    if not fault or fault.startswith("raised"):
+        return checks
+    return [dataclasses.replace(c, figure=f"raised: {fault}") if i in torch_errors else c
+            for i, c in enumerate(checks)]

@@ -27,6 +27,7 @@ from ..engine.tree import gather_rows
 from ..engine.batched import BatchMember, run_batch
 from ..device import DevicePolicy, device_policy, policy_applied
 from ..errors import ConfigError, FocusflError
+from ..limits import allocation_failure
 from ..metrics import progress_metrics
 from ..participation import make_participation
 from ..privacy import check_privacy, run_privacy
@@ -284,8 +285,9 @@ def execute(
             )
     except Exception as exc:  # a user's algorithm raised: their line, in one (algorithms/importing.py)
         error = user_code_error(exc)
-        if error is None and algorithm_source(built.algorithm) is not None:
-            error = _shape_fault(built, exc)
+        if (error is None and isinstance(exc, RuntimeError) and allocation_failure(exc) is None
+                and algorithm_source(built.algorithm) is not None):
+            error = _shape_fault(built, exc)  # torch's "size mismatch", "index_copy_()": which field
         if error is None:
             raise
         raise error from None
@@ -296,25 +298,24 @@ def execute(
 
 def _shape_fault(built: BuiltRun, exc: BaseException) -> UserCodeError | None:
     """Why torch refused the state of a user's algorithm (``size mismatch``, ``index_copy_``), when
-    it is a shape its methods returned: one small round on two clients, each field compared with
-    what it should be. Runs only after a run failed; None when every shape is right."""
-    algorithm, problem = built.algorithm, built.problem
-    target = algorithm_source(algorithm).target
+    it is a shape its methods returned (:func:`shape_fault`); runs only after a run failed."""
+    fault = shape_fault(built.algorithm, built.problem, built.participation, built.config.seed)
+    return None if fault is None else UserCodeError(algorithm_source(built.algorithm).target, fault, exc)
 
-    def wrong(method: str, field: str, got: torch.Tensor, expected: tuple, why: str) -> UserCodeError | None:
-        if tuple(got.shape) == tuple(expected):
-            return None
-        return UserCodeError(target, f"{method} returned {field} of shape {list(got.shape)}, expected "
-                                     f"{list(expected)} ({why})", exc)
 
+def shape_fault(algorithm: Any, problem: Any, participation: Any, seed: int) -> str | None:
+    """The first field of the wrong shape that ``algorithm``'s methods return, said as ``client_round
+    returned clients.m of shape [2, 21], expected [2, 20] (the rows it was given)``: one small round
+    on two clients, each field compared with what it should be. None when every shape is right, or
+    when that round fails too (the error the caller has says more)."""
     try:
-        algorithm = algorithm.prepare(problem, built.participation, seed=built.config.seed)
+        algorithm = algorithm.prepare(problem, participation, seed=seed)
         x0 = problem.initial_point()
         state = algorithm.init(x0, problem.num_clients)
         active = torch.arange(min(2, problem.num_clients))
         ctx = RoundContext(round=0, active=active, num_clients=problem.num_clients)
         rows = gather_rows(state.clients, active)
-        oracle = problem.oracle(active, seed=built.config.seed, round=0, steps=algorithm.round_steps(ctx))
+        oracle = problem.oracle(active, seed=seed, round=0, steps=algorithm.round_steps(ctx))
         new_rows, message = algorithm.client_round(state.server, rows, oracle, ctx)
         server = algorithm.server_round(state.server, message, ctx)
         finished = algorithm.client_finish(server, new_rows, ctx)
@@ -328,11 +329,9 @@ def _shape_fault(built: BuiltRun, exc: BaseException) -> UserCodeError | None:
                     "as init made it") for name in state.server._fields]
         checks.append(("server_round", "model()", algorithm.model(State(server, state.clients)), tuple(x0.shape),
                        "the problem's model"))
-    except Exception:  # the small round fails too: the run's own error says more
+    except Exception:  # the small round fails too
         return None
-    for check in checks:
-        error = wrong(*check)
-        if error is not None:
-            return error
+    for method, field, got, expected, why in checks:
+        if tuple(got.shape) != tuple(expected):
+            return f"{method} returned {field} of shape {list(got.shape)}, expected {list(expected)} ({why})"
     return None
-
