@@ -82,6 +82,8 @@ def test_sweep_tune_and_check_name_the_users_line(tmp_path):
     sweep = run_main("sweep", "exp.toml", FLAG, "--out", "runs/s", cwd=tmp_path)
     assert sweep.returncode != 0 and re.search(where, sweep.stdout + sweep.stderr), sweep.stdout + sweep.stderr
     assert "Traceback" not in sweep.stderr
+    debug = run_main("sweep", "exp.toml", FLAG, "--out", "runs/s2", "--debug", cwd=tmp_path)
+    assert "Traceback" in debug.stderr and "in client_round" in debug.stderr, debug.stderr
     tune = run_main("tune", "--algorithm", "my_prox.py:MyProx", FLAG, *SMALL, "--points", "2", "--out", "runs/t",
                     cwd=tmp_path)
     assert tune.returncode != 0 and re.search(where, tune.stdout + tune.stderr), tune.stdout + tune.stderr

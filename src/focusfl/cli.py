@@ -10,7 +10,6 @@ import contextlib
 import os
 import signal
 import sys
-import traceback
 from pathlib import Path
 from typing import Any, Callable
 
@@ -935,10 +934,8 @@ def _no_flower(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse and run a command; every failure is one line on stderr and an exit status:
-    2 for bad input or an environment problem, 1 for a diverged run, 128+N for signal N.
-    An error raised in a user's algorithm code is one line too (their file and line,
-    algorithms/importing.py), followed by its traceback with --debug."""
-    args = None
+    2 for bad input or an environment problem, 1 for a diverged run, 128+N for signal N; an error
+    raised in a user's algorithm code too (their file and line; algorithms/importing.py)."""
     try:
         if (sys.argv[1:] if argv is None else argv) == ["--version"]:
             print(VERSION)  # what argparse prints, without building every command's parser first
@@ -948,16 +945,22 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if not getattr(args, "allow_algorithm_import", False):
             return args.handler(args)  # no permission given: the process's own (none) holds
-        from .algorithms.importing import algorithm_imports
+        from .algorithms.importing import algorithm_imports, user_code_error, user_tracebacks
 
         # --allow-algorithm-import: the command's permission to import the user's algorithm code,
-        # wherever the command resolves an algorithm SPEC (algorithms/importing.py).
-        with algorithm_imports(True):
-            return args.handler(args)
+        # wherever the command resolves an algorithm SPEC (algorithms/importing.py); --debug: the
+        # traceback of an error that code raises, printed where it is turned into its one line.
+        with algorithm_imports(True), user_tracebacks(getattr(args, "debug", False)):
+            try:
+                return args.handler(args)
+            except Exception as exc:  # the user's code raised where no layer below said so
+                error = user_code_error(exc)
+                if error is None:
+                    raise
+                raise error from None
     except DivergenceError as exc:
         return _fail(f"focusfl: {exc}", 1)
     except FocusflError as exc:
-        _debug_traceback(args, exc)
         return _fail(f"focusfl: error: {exc}", 2)
     except KeyboardInterrupt as exc:
         return _fail(f"focusfl: {str(exc) or 'interrupted'}", getattr(exc, "exit_code", 130))
@@ -972,11 +975,7 @@ def main(argv: list[str] | None = None) -> int:
 
         reason = allocation_failure(exc)
         if reason is None:
-            error = _user_code_error(exc)
-            if error is None:
-                raise
-            _debug_traceback(args, error)
-            return _fail(f"focusfl: error: {error}", 2)
+            raise
         return _fail(f"focusfl: error: out of memory: {reason} (try fewer clients, rounds or a smaller problem)", 2)
     except OSError as exc:
         if full_disk(exc):
@@ -986,29 +985,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         if full_disk(exc):  # a library's error raised while the disk was full (a figure, a log)
             return _fail(f"focusfl: error: {_disk_full(exc)}", 2)
-        error = _user_code_error(exc)
-        if error is None:
-            raise
-        _debug_traceback(args, error)
-        return _fail(f"focusfl: error: {error}", 2)
-
-
-def _user_code_error(exc: BaseException):
-    """``exc`` said as the user's algorithm's error (algorithms/importing.py), or None. Only a
-    process that imported an algorithm's code has one: it imports torch, which ``focusfl
-    participation import`` does not."""
-    if "focusfl.algorithms.importing" not in sys.modules:
-        return None
-    from .algorithms.importing import user_code_error
-
-    return user_code_error(exc)
-
-
-def _debug_traceback(args, error: BaseException) -> None:
-    """With --debug, the traceback of the exception a user's algorithm raised, before the one line."""
-    original = getattr(error, "original", None)
-    if original is not None and getattr(args, "debug", False):
-        traceback.print_exception(original)
+        raise
 
 
 def _disk_full(exc: BaseException) -> str:

@@ -35,7 +35,7 @@ import torch
 import focusfl
 
 from .. import __version__
-from ..algorithms.importing import ChangedCode, algorithm_imports, planned_code, user_code_error
+from ..algorithms.importing import ChangedCode, algorithm_imports, planned_code, user_code_error, user_tracebacks
 from ..errors import ConfigError, DataError, DiskFullError, FocusflError
 from ..io.atomic import disk_full, full_disk
 from ..io.folders import MARKER, open_output
@@ -68,6 +68,8 @@ class RunTask:
     # {import target: SHA-256} of the user's algorithm code the run was planned (and keyed) with
     # (algorithms/importing.py recorded_code): the worker refuses to build other code.
     algorithm_code: dict | None = None
+    # --debug: an error of the user's algorithm code prints its traceback in the worker (stderr).
+    user_tracebacks: bool = False
     # The size of the batches the sweep asked for (runs/batch.py), recorded in the run's config.json
     # (None: not recorded; a Ray task).
     batch_runs: int | None = None
@@ -76,7 +78,8 @@ class RunTask:
 def run_task(task: RunTask) -> dict:
     """Execute one run (:func:`_run_task`) with the permission to import algorithm code its task
     carries, and only the code it was planned with."""
-    with algorithm_imports(task.allow_algorithm_import), planned_code(task.algorithm_code or {}):
+    with algorithm_imports(task.allow_algorithm_import), planned_code(task.algorithm_code or {}), \
+            user_tracebacks(task.user_tracebacks):
         return _run_task(task)
 
 
@@ -138,7 +141,8 @@ def run_batch_task(batch: BatchTask) -> list[dict]:
     command, so its first task carries their permission to import algorithm code; each run
     builds only the code it was planned with."""
     planned = {target: sha for task in batch.tasks for target, sha in (task.algorithm_code or {}).items()}
-    with algorithm_imports(batch.tasks[0].allow_algorithm_import), planned_code(planned):
+    with algorithm_imports(batch.tasks[0].allow_algorithm_import), planned_code(planned), \
+            user_tracebacks(batch.tasks[0].user_tracebacks):
         return _run_batch_task(batch)
 
 

@@ -93,8 +93,8 @@ def add_algorithm_import_option(parser: argparse.ArgumentParser, what: str = "--
     parser.add_argument(ALLOW_FLAG, action="store_true", help=allow_flag_help(what, recorded=recorded))
     if debug:
         parser.add_argument(DEBUG_FLAG, action="store_true",
-                            help="when your own algorithm's code raises, print its full traceback after the "
-                            "one-line error (docs/your-algorithm.md)")
+                            help="when your own algorithm's code raises, also print its full traceback (a sweep's "
+                            "runs: where each run's error is said) (docs/your-algorithm.md)")
 
 
 def options() -> dict[str, Option]:
