@@ -72,7 +72,7 @@ def _add_run(sub) -> None:
     p.add_argument("--allow-model-import", action="store_true",
                    help="let --problem nn:model=package.module:factory import and run that code (never from --config); "
                    "with --resume, the model the run's config.json names")
-    add_algorithm_import_option(p)
+    add_algorithm_import_option(p, recorded=True)
     p.add_argument("--checkpoint-every", type=non_negative_int, metavar="R",
                    help="save a checkpoint every R rounds (default: once a minute; 0: only when stopped and at the end)")
     p.add_argument("--resume", metavar="DIR", help="continue the stopped or killed run in DIR")
@@ -1004,7 +1004,8 @@ def _no_flower(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse and run a command; every failure is one line on stderr and an exit status:
-    2 for bad input or an environment problem, 1 for a diverged run, 128+N for signal N."""
+    2 for bad input or an environment problem, 1 for a diverged run, 128+N for signal N; an error
+    raised in a user's algorithm code too (their file and line; algorithms/importing.py)."""
     try:
         if (sys.argv[1:] if argv is None else argv) == ["--version"]:
             print(VERSION)  # what argparse prints, without building every command's parser first
@@ -1014,12 +1015,19 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if not getattr(args, "allow_algorithm_import", False):
             return args.handler(args)  # no permission given: the process's own (none) holds
-        from .algorithms.importing import algorithm_imports
+        from .algorithms.importing import algorithm_imports, user_code_error, user_tracebacks
 
         # --allow-algorithm-import: the command's permission to import the user's algorithm code,
-        # wherever the command resolves an algorithm SPEC (algorithms/importing.py).
-        with algorithm_imports(True):
-            return args.handler(args)
+        # wherever the command resolves an algorithm SPEC (algorithms/importing.py); --debug: the
+        # traceback of an error that code raises, printed where it is turned into its one line.
+        with algorithm_imports(True), user_tracebacks(getattr(args, "debug", False)):
+            try:
+                return args.handler(args)
+            except Exception as exc:  # the user's code raised where no layer below said so
+                error = user_code_error(exc)
+                if error is None:
+                    raise
+                raise error from None
     except DivergenceError as exc:
         return _fail(f"focusfl: {exc}", 1)
     except FocusflError as exc:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import typing
 from typing import Any
 
 from ..errors import ConfigError
@@ -27,7 +28,7 @@ from .fedstale import FedStale
 from .fedsum_cr import FedSumCR
 from .fedvarp import FedVarp
 from .focus import Focus, SGFocus
-from .importing import SHA256, algorithm_record, is_algorithm_import, load_algorithm_class
+from .importing import SHA256, algorithm_record, is_algorithm_import, load_algorithm_class, user_code_error
 from .mifa import Mifa
 from .proxskip import ProxSkip
 from .pushsum import PushSum
@@ -104,6 +105,7 @@ def make_algorithm(spec: str | dict, **overrides: Any) -> Algorithm:
     unknown = sorted(set(params) - set(keys))
     if unknown:
         raise ConfigError(f"algorithm {name!r}: unknown key {unknown[0]!r} (known: {', '.join(keys)})")
+    kinds = _field_kinds(cls)
     for key, value in params.items():
         if isinstance(value, list):
             params[key] = tuple(value)
@@ -112,10 +114,38 @@ def make_algorithm(spec: str | dict, **overrides: Any) -> Algorithm:
             params[key] = bool(value)
         elif isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
             params[key] = float(value)
+        _check_kind(name, key, kinds.get(key), params[key])
     try:
         return cls(**params)
-    except TypeError as exc:  # wrong value types reach here
-        raise ConfigError(f"algorithm {name!r}: {exc}") from None
+    except Exception as exc:  # wrong value types reach here, and whatever a user's validate() raises
+        error = user_code_error(exc)
+        if error is not None:
+            raise error from None
+        if isinstance(exc, TypeError):
+            raise ConfigError(f"algorithm {name!r}: {exc}") from None
+        raise
+
+
+def _field_kinds(cls: type[Algorithm]) -> dict[str, type]:
+    """The hyperparameters annotated plainly ``float``, ``int`` or ``bool``, by name: a SPEC's
+    value is checked against them before the class (a user's, whose validate() may compare it
+    straight away) sees it."""
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # an annotation that does not resolve (a user's class): the defaults' types
+        hints = {f.name: type(f.default) for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+    return {key: kind for key, kind in hints.items() if kind in (float, int, bool)}
+
+
+def _check_kind(name: str, key: str, kind: type | None, value: Any) -> None:
+    """ConfigError when ``value`` is not of the field's annotated ``kind``: a number for a float
+    or an int (validate() checks its range), true or false for a bool."""
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"algorithm {name!r}: {key} must be true or false, got {value!r}")
+    elif kind in (float, int) and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        what = "a number" if kind is float else "an integer"
+        raise ConfigError(f"algorithm {name!r}: {key} must be {what}, got {value!r}")
 
 
 def algorithm_state_size(spec: str | dict, local_steps: int | None = None):

@@ -26,6 +26,7 @@ import importlib
 import importlib.util
 import inspect
 import sys
+import traceback
 from pathlib import Path
 from typing import Any, Iterator, Mapping, NamedTuple
 
@@ -35,14 +36,21 @@ from ..spec import parse_spec
 from .base import Algorithm
 
 ALLOW_FLAG = "--allow-algorithm-import"
+DEBUG_FLAG = "--debug"  # the traceback of an error raised in the user's code (cli.main)
 
 
-def allow_flag_help(what: str = "--algorithm") -> str:
-    """The help text of ALLOW_FLAG on a command whose algorithms ``what`` names."""
+def allow_flag_help(what: str = "--algorithm", *, recorded: bool = False) -> str:
+    """The help text of ALLOW_FLAG on a command whose algorithms ``what`` names; ``recorded``: the
+    command also takes --config and --resume, whose config.json may name code (``focusfl run``)."""
+    also = "; also the code a --config or --resume names" if recorded else ""
     return (f"let {what} name your own algorithm class (path/to/file.py:Class or package.module:Class) and import "
-            "it: this RUNS that Python code; also the code a --config or --resume names (docs/your-algorithm.md)")
+            f"it: this RUNS that Python code{also} (docs/your-algorithm.md)")
 
 SHA256 = "sha256"  # the record's key for the digest of the class's source file
+
+# Whether an error of the user's code also prints its traceback (--debug, cli.main), where it is
+# turned into its one line (user_code_error): in this process, whichever command caught it.
+_tracebacks = False
 
 # The process's permission to import algorithm code. One flag for every place a SPEC is
 # resolved (run, sweep, tune, the presets, the report, a federation), set at the edge that
@@ -82,6 +90,17 @@ def algorithm_imports(allowed: bool) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def user_tracebacks(shown: bool) -> Iterator[None]:
+    """Within the block, :func:`user_code_error` prints the traceback of each error it says (--debug)."""
+    global _tracebacks
+    before, _tracebacks = _tracebacks, bool(shown)
+    try:
+        yield
+    finally:
+        _tracebacks = before
+
+
+@contextlib.contextmanager
 def planned_code(digests: Mapping[str, str]) -> Iterator[None]:
     """Within the block, an import target of ``digests`` (:func:`recorded_code`) whose source file's
     SHA-256 differs from its digest there is refused (ChangedCode): a sweep's worker builds the
@@ -104,6 +123,11 @@ def recorded_code(record: Any) -> dict[str, str]:
     if not is_algorithm_import(name) or not isinstance(params.get(SHA256), str):
         return {}
     return {name: params[SHA256]}
+
+
+def tracebacks_shown() -> bool:
+    """Whether errors of the user's code print their tracebacks here (what a sweep passes on)."""
+    return _tracebacks
 
 
 def imports_permitted() -> bool:
@@ -204,6 +228,47 @@ def _check_class(target: str, cls: Any) -> None:
         raise ConfigError(f"algorithm {target!r} does not define {missing}")
     if not dataclasses.is_dataclass(cls) or not isinstance(getattr(cls, "name", None), str):
         raise ConfigError(f"algorithm {target!r} must be a @dataclass(frozen=True) with a class attribute name")
+
+
+class UserCodeError(ConfigError):
+    """An exception raised by the code of a user's algorithm class, said in one line with the place
+    in their file it came from (``place``: ``my_prox.py:12 in client_round: ZeroDivisionError: ...``);
+    ``original``: that exception, whose traceback ``--debug`` prints."""
+
+    def __init__(self, target: str, place: str, original: BaseException) -> None:
+        super().__init__(f"your algorithm {target}: {place}")
+        self.place = place
+        self.original = original
+
+
+def user_code_error(exc: BaseException) -> UserCodeError | None:
+    """``exc`` as a :class:`UserCodeError` when it was raised in (or through) the source file of an
+    imported algorithm class: ``your algorithm my_prox.py:MyProx: my_prox.py:12 in client_round:
+    ZeroDivisionError: division by zero`` (the method focusfl called, and the innermost line of that
+    file); None for any other exception, and for focusfl's own errors, which say what they mean.
+    Within :func:`user_tracebacks`, the traceback of ``exc`` goes to stderr first."""
+    if isinstance(exc, (FocusflError, KeyboardInterrupt, SystemExit)):
+        return None
+    sources: dict[str, Imported] = {}
+    for imported in _SOURCES.values():
+        sources[imported.path] = sources[str(Path(imported.path).resolve())] = imported
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename in sources:
+            frames.append(tb)
+        tb = tb.tb_next
+    if not frames:
+        return None
+    first, last = frames[0], frames[-1]
+    imported = sources[last.tb_frame.f_code.co_filename]
+    method, function = first.tb_frame.f_code.co_name, last.tb_frame.f_code.co_name
+    called = "" if function == method else f" (called from {method})"
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    if _tracebacks:
+        traceback.print_exception(exc)
+    place = f"{Path(imported.path).name}:{last.tb_lineno} in {function}{called}: {type(exc).__name__}"
+    return UserCodeError(imported.target, f"{place}: {text}" if text else place, exc)
 
 
 def algorithm_source(algorithm: Algorithm) -> Imported | None:

@@ -13,6 +13,8 @@ line, never a traceback.
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,12 +23,14 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ..algorithms import Algorithm, RoundContext, StateSize, algorithm_record, make_algorithm
+from ..algorithms.importing import user_code_error
 from ..engine import Resume, simulate
 from ..engine.tree import gather_rows
 from ..engine.vectorized import vectorized_round
 from ..errors import FocusflError
 from ..participation import make_participation
 from ..problems import make_problem
+from ..runs.driver import shape_fault
 from ..runs.checkpoint import load_checkpoint, resume_from, save_checkpoint, take_checkpoint
 from ..runs.store import reference_state
 from ..work import make_work
@@ -74,6 +78,9 @@ def _guarded(name: str, run: Callable[[], Check]) -> Check:
     try:
         return run()
     except (Exception, SystemExit) as exc:  # the algorithm under test may raise anything
+        error = user_code_error(exc)  # a user's class: the line of their file it came from
+        if error is not None:
+            return Check(name, False, f"raised in {error.place}")
         text = str(exc).splitlines()[0] if str(exc) else ""
         where = "" if isinstance(exc, FocusflError) else f"{type(exc).__name__}: "
         return Check(name, False, f"raised {where}{text}")
@@ -85,7 +92,8 @@ def _fields(state: Any) -> list[torch.Tensor]:
 
 def state_gap(a: Any, b: Any, rtol: float = RTOL, atol: float = ATOL) -> tuple[float, bool]:
     """(largest |a - b| over every field of two states, whether every element is within
-    atol + rtol |b|: torch.testing.assert_close's criterion)."""
+    atol + rtol |b|: torch.testing.assert_close's criterion). NaN when either state holds a value
+    that is not finite (a NaN would drop out of the maximum and read as no difference)."""
     return fields_gap(_fields(a), _fields(b), rtol, atol)
 
 
@@ -98,10 +106,18 @@ def fields_gap(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], rtol: float
             return float("inf"), False
         if x.numel() == 0:
             continue
+        if not (bool(torch.isfinite(x).all()) and bool(torch.isfinite(y).all())):
+            return float("nan"), False
         diff = (x.double() - y.double()).abs()
         largest = max(largest, float(diff.max()))
         close = close and bool((diff <= atol + rtol * y.double().abs()).all())
     return largest, close
+
+
+def difference_text(gap: float) -> str:
+    """A measured difference as a check's figure prints it: ``not finite`` where a value was NaN
+    or infinite."""
+    return f"{gap:.2e}" if math.isfinite(gap) else "not finite"
 
 
 # -- construction --------------------------------------------------------------------------------
@@ -224,7 +240,7 @@ def check_engines(make: Maker, problem_spec: str = SMALL_RIDGE, participation: s
         errors_b = [r.get("rel_error") for r in slow.rows]
         rows_close = len(errors_a) == len(errors_b) and all(
             a == b or abs(a - b) <= 1e-10 * abs(b) for a, b in zip(errors_a, errors_b))
-        return Check("engines", close and rows_close, f"{where}: largest difference {gap:.2e}"
+        return Check("engines", close and rows_close, f"{where}: largest difference {difference_text(gap)}"
                      + ("" if rows_close else "; rel_error rows differ"))
 
     return _guarded("engines", run)
@@ -320,9 +336,10 @@ def check_lr_scale(make: Maker, rounds: int = 6) -> Check:
             a = vectorized_round(scaled, a, problem, active, r, seed=0, lr_scale=0.5)
             b = vectorized_round(halved, b, problem, active, r, seed=0, lr_scale=1.0)
         x, y = scaled.model(a), halved.model(b)
-        gap = float((x - y).abs().max())
+        gap, _ = fields_gap([x], [y])
         close = bool(((x - y).abs() <= 1e-14 + 1e-12 * y.abs()).all())
-        return Check("lr_scale", close, f"(lr, scale 1/2) vs (lr/2, 1) after {rounds} rounds: difference {gap:.2e}")
+        return Check("lr_scale", close, f"(lr, scale 1/2) vs (lr/2, 1) after {rounds} rounds: "
+                     f"difference {difference_text(gap)}")
 
     return _guarded("lr_scale", run)
 
@@ -347,7 +364,7 @@ def check_server_order(make: Maker) -> Check:
         shuffled = algorithm.server_round(state.server, gather_rows(message, order), ctx._replace(active=active[order]))
         gap, close = fields_gap(list(straight), list(shuffled), rtol=1e-12, atol=1e-14)
         return Check("server_order", close, f"messages of clients {active.tolist()} in the order "
-                     f"{active[order].tolist()}: largest difference {gap:.2e}")
+                     f"{active[order].tolist()}: largest difference {difference_text(gap)}")
 
     return _guarded("server_order", run)
 
@@ -369,9 +386,9 @@ def check_tracking(make: Maker, participation: str = "bernoulli", rounds: int = 
             tracked = getattr(state.clients, invariant.clients).sum(0)
             gap = float((getattr(state.server, invariant.server) - tracked).norm()) / max(1.0, float(tracked.norm()))
             worst = max(worst, gap)
-            if gap > 1e-12:
+            if not gap <= 1e-12:  # NaN included
                 return Check("tracking", False, f"{invariant.server} != sum_i {invariant.clients}_i after round {r} "
-                             f"under {participation} (relative gap {gap:.2e})")
+                             f"under {participation} (relative gap {difference_text(gap)})")
         return Check("tracking", True, f"{invariant.server} = sum_i {invariant.clients}_i after each of {rounds} rounds "
                      f"under {participation} (largest relative gap {worst:.2e})")
 
@@ -439,7 +456,7 @@ def check_resume(make: Maker, rounds: int = 10, stop: int = 4, participation: st
         same_row = straight.rows[-1] == rest.rows[-1]
         gap, _ = state_gap(straight.state, rest.state)
         return Check("resume", same and same_row, f"{stop} rounds, checkpoint, {rounds - stop} more = {rounds} rounds: "
-                     + ("bit for bit" if same and same_row else f"differs (largest difference {gap:.2e})"))
+                     + ("bit for bit" if same and same_row else f"differs (largest difference {difference_text(gap)})"))
 
     return _guarded("resume", run)
 
@@ -481,7 +498,7 @@ def run_checks(spec: str | dict) -> list[Check]:
         return [construction]  # nothing else can be built
     lr_ridge = stable_lr(make, RIDGE)
     lr_float32 = stable_lr(make, RIDGE + ",batch=5")
-    return [
+    return _shapes_said(make, [
         construction,
         check_prepare(make),
         check_state_size(make),
@@ -496,4 +513,19 @@ def run_checks(spec: str | dict) -> list[Check]:
         check_resume(make),
         check_communication(make),
         check_convergence(make, lr_ridge / 2),
-    ]
+    ])
+
+
+def _shapes_said(make: Maker, checks: list[Check]) -> list[Check]:
+    """Checks that failed on torch's words for a state of the wrong shape (``size mismatch``,
+    ``index_copy_()``), said as the field of the user's class that has it (runs/driver.py)."""
+    torch_errors = [i for i, c in enumerate(checks) if c.passed is False and c.figure.startswith("raised RuntimeError")]
+    if not torch_errors:
+        return checks
+    problem = make_problem(SMALL_RIDGE)
+    fault = _guarded("shapes", lambda: Check("shapes", None, shape_fault(
+        make(), problem, make_participation("full", problem.num_clients), 0) or "")).figure
+    if not fault or fault.startswith("raised"):
+        return checks
+    return [dataclasses.replace(c, figure=f"raised: {fault}") if i in torch_errors else c
+            for i, c in enumerate(checks)]

@@ -45,13 +45,14 @@ import torch
 import focusfl
 
 from .. import __version__
-from ..algorithms.importing import ChangedCode, algorithm_imports, planned_code
+from ..algorithms.importing import ChangedCode, algorithm_imports, planned_code, user_code_error, user_tracebacks
 from ..errors import ConfigError, DataError, DiskFullError, FocusflError
 from ..io.atomic import disk_full, full_disk
 from ..io.folders import LOCK_SUFFIX, MARKER, _sibling, open_output
 from ..runs.batch import BatchEntry, BatchOutcome, run_batch_to_folders
 from ..runs.config import BATCH_RUNS, RunConfig
 from ..runs.folder import Interrupted, _clear, resume_folder, run_state, run_to_folder
+from ..signals import handled
 from ..threads import DEFAULT_THREADS
 from .ray_tracker import Tracker
 
@@ -79,6 +80,8 @@ class RunTask:
     # {import target: SHA-256} of the user's algorithm code the run was planned (and keyed) with
     # (algorithms/importing.py recorded_code): the worker refuses to build other code.
     algorithm_code: dict | None = None
+    # --debug: an error of the user's algorithm code prints its traceback in the worker (stderr).
+    user_tracebacks: bool = False
     # The size of the batches the sweep asked for (runs/batch.py), recorded in the run's config.json
     # (None: not recorded; a Ray task).
     batch_runs: int | None = None
@@ -87,7 +90,8 @@ class RunTask:
 def run_task(task: RunTask) -> dict:
     """Execute one run (:func:`_run_task`) with the permission to import algorithm code its task
     carries, and only the code it was planned with."""
-    with algorithm_imports(task.allow_algorithm_import), planned_code(task.algorithm_code or {}):
+    with algorithm_imports(task.allow_algorithm_import), planned_code(task.algorithm_code or {}), \
+            user_tracebacks(task.user_tracebacks):
         return _run_task(task)
 
 
@@ -131,8 +135,7 @@ def _run_task(task: RunTask) -> dict:
         return {"status": "failed", "error": "out of memory", "seconds": time.perf_counter() - started}
     except Exception as exc:  # a bug or an environment fault in one run must not end the sweep
         _stop_on_full_disk(exc, task)
-        text = str(exc).splitlines()[0] if str(exc) else ""
-        return {"status": "failed", "error": f"{type(exc).__name__}: {text}", "seconds": time.perf_counter() - started}
+        return {"status": "failed", "error": _error_text(exc), "seconds": time.perf_counter() - started}
 
 
 @dataclass(frozen=True)
@@ -150,7 +153,8 @@ def run_batch_task(batch: BatchTask) -> list[dict]:
     command, so its first task carries their permission to import algorithm code; each run
     builds only the code it was planned with."""
     planned = {target: sha for task in batch.tasks for target, sha in (task.algorithm_code or {}).items()}
-    with algorithm_imports(batch.tasks[0].allow_algorithm_import), planned_code(planned):
+    with algorithm_imports(batch.tasks[0].allow_algorithm_import), planned_code(planned), \
+            user_tracebacks(batch.tasks[0].user_tracebacks):
         return _run_batch_task(batch)
 
 
@@ -191,6 +195,9 @@ def _batch_outcome(outcome: BatchOutcome, started: float) -> dict:
 def _error_text(exc: BaseException) -> str:
     if isinstance(exc, FocusflError):
         return str(exc)
+    error = user_code_error(exc)  # a user's algorithm raised: their file and line
+    if error is not None:
+        return str(error)
     text = str(exc).splitlines()[0] if str(exc) else ""
     return f"{type(exc).__name__}: {text}"
 
@@ -272,6 +279,14 @@ STOP_GRACE_SECONDS = 60.0
 RESEND_SECONDS = 0.5
 
 
+def _terminated(signum, frame) -> None:
+    """SIGTERM or SIGHUP to a sweep with worker processes: stop them (each run checkpoints at the
+    end of its round; one that does not end its round is stopped by the SIGTERM sent again), then
+    end as the signal asks, instead of leaving the workers running."""
+    raise Interrupted(f"{signal.Signals(signum).name}: the sweep stopped its workers; the same command "
+                      "continues it", 128 + signum)
+
+
 def _stop_workers(processes, grace: float = STOP_GRACE_SECONDS) -> None:
     """SIGTERM to every live worker (a run checkpoints and stops at the end of its round), then
     SIGKILL to those still alive ``grace`` seconds later; returns when all have exited.
@@ -323,21 +338,26 @@ class LocalExecutor:
                                    initializer=_init_worker, initargs=(self.threads, os.getpid()))
         futures = {pool.submit(execute_item, item): item for item in tasks}
         try:
-            for future in as_completed(futures):
-                item = futures[future]
-                try:
-                    yield from future.result()
-                except BrokenProcessPool:
-                    died = {"status": "failed", "error": "its worker process died (killed, or out of memory)"}
-                    for task in (item.tasks if isinstance(item, BatchTask) else (item,)):
-                        yield task, died
-        except BaseException:  # Ctrl-C, a full disk, or the consumer stopped: stop the runs in flight cleanly
+            with handled((signal.SIGTERM, signal.SIGHUP), _terminated, keep_ignored=True):
+                yield from self._results(futures)
+        except BaseException:  # Ctrl-C, SIGTERM, a full disk, or the consumer stopped: stop the runs in flight
             processes = list((getattr(pool, "_processes", None) or {}).values())  # shutdown forgets them
             pool.shutdown(wait=False, cancel_futures=True)
             _stop_workers(processes)
             raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+
+    @staticmethod
+    def _results(futures) -> Iterator[tuple[RunTask, dict]]:
+        for future in as_completed(futures):
+            item = futures[future]
+            try:
+                yield from future.result()
+            except BrokenProcessPool:
+                died = {"status": "failed", "error": "its worker process died (killed, or out of memory)"}
+                for task in (item.tasks if isinstance(item, BatchTask) else (item,)):
+                    yield task, died
 
     def check(self) -> None:
         """Nothing to reach before the runs: worker processes start with them."""

@@ -40,7 +40,8 @@ from typing import Any, Iterable, Iterator, Sequence
 from tqdm import tqdm
 
 from ..algorithms import ALGORITHMS, algorithm_class, algorithm_keys
-from ..algorithms.importing import imports_permitted, is_algorithm_import, planned_code, recorded_code
+from ..algorithms.importing import (imports_permitted, is_algorithm_import, planned_code, recorded_code,
+                                   tracebacks_shown)
 from ..engine.simulate import ENGINES, SCHEDULES
 from ..errors import ConfigError, FocusflError
 from ..privacy.config import parse_dp
@@ -613,6 +614,7 @@ def run_sweep(
                                  resume=state == "resume", checkpoint_every=checkpoint_every,
                                  allow_model_import=allow_model_import,
                                  allow_algorithm_import=imports_permitted(),
+                                 user_tracebacks=tracebacks_shown(),
                                  algorithm_code=recorded_code(run.resolved["algorithm"])))
         report.resumed = sum(task.resume for task in tasks)
         if progress:

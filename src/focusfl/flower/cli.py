@@ -78,7 +78,7 @@ def _common(p) -> None:
     p.add_argument("--timeout", type=positive_float, default=60.0,
                    help="seconds a round waits for replies (a positive, finite number)")
     p.add_argument("--out", help="run folder (metrics.csv, config.json, curve.png, trace.csv, ...)")
-    add_algorithm_import_option(p)
+    add_algorithm_import_option(p, debug=False)  # the algorithm runs in the federation's processes
 
 
 def _config(args):

@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Sequence
 
-from ..algorithms.importing import ALLOW_FLAG, allow_flag_help
+from ..algorithms.importing import ALLOW_FLAG, DEBUG_FLAG, allow_flag_help
 from ..argtypes import non_negative_int, positive_float, positive_int, true_or_false
 from ..engine.simulate import ENGINES, SCHEDULES
 from .config import DTYPES, NN_EVAL_EVERY, RunConfig, defaults_for, field_defaults
@@ -84,10 +84,18 @@ _OPTIONS = {
 assert set(_OPTIONS) == {f.name for f in fields(RunConfig)}, "every run field is an option"
 
 
-def add_algorithm_import_option(parser: argparse.ArgumentParser, what: str = "--algorithm") -> None:
+def add_algorithm_import_option(parser: argparse.ArgumentParser, what: str = "--algorithm", *,
+                                recorded: bool = False, debug: bool = True) -> None:
     """``--allow-algorithm-import``: the command line's permission to import (and so RUN) the Python
-    code an algorithm SPEC names; cli.main grants it for the whole command (algorithms/importing.py)."""
-    parser.add_argument(ALLOW_FLAG, action="store_true", help=allow_flag_help(what))
+    code an algorithm SPEC names; cli.main grants it for the whole command (algorithms/importing.py).
+    ``recorded``: the command takes --config and --resume, and the permission covers their code too.
+    ``debug``: also ``--debug``, for a command that runs the algorithm in this process (cli.main
+    prints the traceback of an error raised in the user's code)."""
+    parser.add_argument(ALLOW_FLAG, action="store_true", help=allow_flag_help(what, recorded=recorded))
+    if debug:
+        parser.add_argument(DEBUG_FLAG, action="store_true",
+                            help="when your own algorithm's code raises, also print its full traceback (a sweep's "
+                            "runs: where each run's error is said) (docs/your-algorithm.md)")
 
 
 def options() -> dict[str, Option]:

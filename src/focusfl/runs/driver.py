@@ -20,11 +20,14 @@ from tqdm import tqdm
 
 from ..algorithms import algorithm_record, algorithm_state_size, make_algorithm
 from ..algorithms.base import check_work_process
-from ..algorithms.importing import refuse_unpermitted
+from ..algorithms.base import RoundContext, State
+from ..algorithms.importing import UserCodeError, algorithm_source, refuse_unpermitted, user_code_error
 from ..engine import Resume, RunResult, simulate
+from ..engine.tree import gather_rows
 from ..engine.batched import BatchMember, run_batch
 from ..device import DevicePolicy, device_policy, policy_applied
 from ..errors import ConfigError, FocusflError
+from ..limits import allocation_failure
 from ..metrics import progress_metrics
 from ..participation import make_participation
 from ..privacy import check_privacy, epsilon_bound, run_privacy
@@ -291,6 +294,55 @@ def execute(
                 work=built.work,
                 privacy=privacy,
             )
+    except Exception as exc:  # a user's algorithm raised: their line, in one (algorithms/importing.py)
+        error = user_code_error(exc)
+        if (error is None and isinstance(exc, RuntimeError) and allocation_failure(exc) is None
+                and algorithm_source(built.algorithm) is not None):
+            error = _shape_fault(built, exc)  # torch's "size mismatch", "index_copy_()": which field
+        if error is None:
+            raise
+        raise error from None
     finally:
         if bar is not None:
             bar.close()
+
+
+def _shape_fault(built: BuiltRun, exc: BaseException) -> UserCodeError | None:
+    """Why torch refused the state of a user's algorithm (``size mismatch``, ``index_copy_``), when
+    it is a shape its methods returned (:func:`shape_fault`); runs only after a run failed."""
+    fault = shape_fault(built.algorithm, built.problem, built.participation, built.config.seed)
+    return None if fault is None else UserCodeError(algorithm_source(built.algorithm).target, fault, exc)
+
+
+def shape_fault(algorithm: Any, problem: Any, participation: Any, seed: int) -> str | None:
+    """The first field of the wrong shape that ``algorithm``'s methods return, said as ``client_round
+    returned clients.m of shape [2, 21], expected [2, 20] (the rows it was given)``: one small round
+    on two clients, each field compared with what it should be. None when every shape is right, or
+    when that round fails too (the error the caller has says more)."""
+    try:
+        algorithm = algorithm.prepare(problem, participation, seed=seed)
+        x0 = problem.initial_point()
+        state = algorithm.init(x0, problem.num_clients)
+        active = torch.arange(min(2, problem.num_clients))
+        ctx = RoundContext(round=0, active=active, num_clients=problem.num_clients)
+        rows = gather_rows(state.clients, active)
+        oracle = problem.oracle(active, seed=seed, round=0, steps=algorithm.round_steps(ctx))
+        new_rows, message = algorithm.client_round(state.server, rows, oracle, ctx)
+        server = algorithm.server_round(state.server, message, ctx)
+        finished = algorithm.client_finish(server, new_rows, ctx)
+        checks = [("init", "model()", algorithm.model(state), tuple(x0.shape), "the problem's model")]
+        for method, returned in (("client_round", new_rows), ("client_finish", finished)):
+            checks += [(method, f"clients.{name}", getattr(returned, name), tuple(getattr(rows, name).shape),
+                        "the rows it was given") for name in rows._fields]
+        checks += [("client_round", f"message.{name}", value, (len(active), *value.shape[1:]),
+                    "one row per active client") for name, value in zip(message._fields, message)]
+        checks += [("server_round", f"server.{name}", getattr(server, name), tuple(getattr(state.server, name).shape),
+                    "as init made it") for name in state.server._fields]
+        checks.append(("server_round", "model()", algorithm.model(State(server, state.clients)), tuple(x0.shape),
+                       "the problem's model"))
+    except Exception:  # the small round fails too
+        return None
+    for method, field, got, expected, why in checks:
+        if tuple(got.shape) != tuple(expected):
+            return f"{method} returned {field} of shape {list(got.shape)}, expected {list(expected)} ({why})"
+    return None

@@ -94,18 +94,27 @@ class _StopFlag:
     signum: int | None = None
 
 
+class _StopNow(KeyboardInterrupt):
+    """A second signal: the run stops at once, in the middle of its round (a round that never
+    ends, a user's algorithm that hangs); its last checkpoint stays."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"{signal.Signals(signum).name}")
+        self.exit_code = _SIGNAL_CODES.get(signum, 130)
+
+
 def _signals_to(flag: _StopFlag | None):
     """:func:`_stop_on_signals` for ``flag``; nothing when None (the caller catches them)."""
     return contextlib.nullcontext() if flag is None else _stop_on_signals(flag)
 
 
 def _stop_on_signals(flag: _StopFlag):
-    """The first SIGINT/SIGTERM/SIGHUP asks the run to stop at the end of its round; a second
-    SIGINT stops it at once (the last checkpoint stays). Only the main thread can do this, and
-    signals ignored by the process's parent stay ignored."""
+    """The first SIGINT/SIGTERM/SIGHUP asks the run to stop at the end of its round; a second one
+    stops it at once, a round that never ends included (the last checkpoint stays). Only the main
+    thread can do this, and signals ignored by the process's parent stay ignored."""
     def handler(signum, frame) -> None:
-        if flag.signum is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt
+        if flag.signum is not None:
+            raise _StopNow(signum)
         flag.signum = signum
 
     return handled(_SIGNAL_CODES, handler, keep_ignored=True)
@@ -560,7 +569,8 @@ def _drive(
             raise disk_full(out, exc, f"then continue with `focusfl run --resume {out}` (the checkpoint of round "
                                       f"{checkpointer.last_round or start.round} is kept)") from None
         if isinstance(exc, KeyboardInterrupt):
-            raise Interrupted(f"interrupted; {kept}") from None
+            raise Interrupted(f"{exc or 'interrupted'}: stopped in the middle of a round; {kept}",
+                              getattr(exc, "exit_code", 130)) from None
         if isinstance(exc, (ConfigError, DataError)):
             raise type(exc)(f"{exc} ({kept})") from None
         raise
