@@ -284,7 +284,7 @@ def audit_claim(quick: bool) -> Claim:
     canaries, runs = 100, (10 if quick else 100)
     result = run_audit(parse_dp(AUDIT_DP), canaries=canaries, clients=canaries + 1, rounds=1, runs=runs)
     values = {"accounted": result.accounted, "audited": result.audited}
-    return Claim(ISSUE_PRIVACY, "audit, central DP", "the accounted epsilon is an upper bound the attack cannot beat",
+    return Claim(SOURCE_PRIVACY, "audit, central DP", "the accounted epsilon is an upper bound the attack cannot beat",
                  f"focusfl audit --dp {AUDIT_DP} --canaries {canaries} --runs {runs}",
                  f"accounted epsilon {result.accounted:.4g}, audited lower bound {result.audited:.4g}",
                  AUDIT_WITHIN.judge(values, quick=quick))
