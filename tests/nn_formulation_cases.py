@@ -70,10 +70,26 @@ def run_hash(name: str) -> str:
     return digest.hexdigest()[:24]
 
 
-def platform() -> dict[str, str]:
-    """What the recorded bytes depend on besides the code."""
-    return {"torch": torch.__version__.split("+")[0], "cpu": torch.backends.cpu.get_cpu_capability(),
-            "threads": str(torch.get_num_threads())}
+def convex_hash() -> str:
+    """A convex run's bytes (float64 ridge, partial participation, FOCUS): the state and rows."""
+    from focusfl.problems import make_problem
+
+    problem = make_problem("ridge:clients=12,samples=20,dim=9")
+    participation = make_participation("bernoulli:p=0.5", problem.num_clients, seed=1)
+    result = simulate(make_algorithm("focus", lr=0.05, local_steps=3), problem, participation, 20, seed=7)
+    digest = hashlib.sha256()
+    for tensor in (*result.state.server, *result.state.clients):
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    digest.update(json.dumps(result.rows, sort_keys=True, default=repr).encode())
+    return digest.hexdigest()[:24]
+
+
+def platform() -> dict:
+    """What the recorded bytes depend on besides the code: the kernel fingerprint (CPU, torch
+    build, MKL and oneDNN versions, numerical environment, threads; focusfl.device)."""
+    from focusfl.device import kernel_fingerprint
+
+    return kernel_fingerprint()
 
 
 if __name__ == "__main__":

@@ -329,3 +329,22 @@ def test_host_values_read_views_of_a_mirrored_copy_on_the_host():
     gc.collect()
     assert address not in device._mirrors
     assert mirrored_copy(np.zeros(0, dtype=np.int64), "cpu").numel() == 0
+
+
+def test_the_numerical_environment_in_force_is_named(monkeypatch):
+    """numerics(): native unless every portable variable is in force and ATen computes with its
+    scalar kernels (ATen reads its variable at import: this process's capability stays)."""
+    from focusfl.device import PORTABLE_ENVIRONMENT, kernel_fingerprint, numerics, portable_environment
+
+    assert portable_environment({"PATH": "/bin", "MKL_CBWR": "AVX2"}) == {"PATH": "/bin", **PORTABLE_ENVIRONMENT}
+    for name, value in PORTABLE_ENVIRONMENT.items():
+        monkeypatch.setenv(name, value)
+    here = numerics()
+    assert here["aten_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert here["mode"] == ("portable" if here["aten_capability"] == "DEFAULT" else "native")
+    assert {name: here[name] for name in PORTABLE_ENVIRONMENT} == PORTABLE_ENVIRONMENT
+    monkeypatch.setenv("MKL_CBWR", "AVX2")
+    assert numerics()["mode"] == "native" and numerics()["MKL_CBWR"] == "AVX2"
+    fingerprint = kernel_fingerprint()
+    assert {"cpu_vendor", "cpu_model", "cpu_flags", "torch", "mkl", "onednn", "numerics", "threads"} <= set(fingerprint)
+    assert fingerprint["numerics"] == numerics() and fingerprint["threads"] == torch.get_num_threads()

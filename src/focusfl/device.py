@@ -25,7 +25,7 @@ import os
 import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -175,3 +175,80 @@ def host_values(tensor: torch.Tensor) -> np.ndarray | None:
     if start + stride * (count - 1) >= len(values):
         return None
     return values[start:start + stride * count:stride] if count else values[:0]
+
+
+# -- the numerical environment -------------------------------------------------------------------
+# Which kernels a CPU computes with is chosen by the libraries when they load, from the CPU and
+# from these variables (read once, before torch is imported: ATen's at its import, MKL's and
+# oneDNN's at their first call): ATen's vectorised kernels (ATEN_CPU_CAPABILITY), MKL's
+# conditional numerical reproducibility and instruction cap (MKL_CBWR, MKL_ENABLE_INSTRUCTIONS),
+# oneDNN's instruction cap (ONEDNN_MAX_CPU_ISA, formerly DNNL_MAX_CPU_ISA). Measured on an AMD
+# EPYC with AVX-512 (issue 49): each of ATEN_CPU_CAPABILITY=avx2, MKL_CBWR=AVX2 and
+# ONEDNN_MAX_CPU_ISA=AVX2 changes the bytes of the nn formulations' runs, so a CPU of another
+# generation computes other bytes unless the environment pins the kernels to the ones every x86-64
+# CPU has: PORTABLE_ENVIRONMENT (docs/runs.md, "On any machine").
+NUMERICS_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA",
+                      "DNNL_MAX_CPU_ISA")
+PORTABLE_ENVIRONMENT = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "SSE41"}
+# The CPU's instruction-set extensions that change which kernels the libraries pick.
+_KERNEL_FLAGS = ("sse4_1", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
+                 "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "amx_fp16")
+
+
+def portable_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """``environ`` (default: this process's) with the portable kernels' variables set: the
+    environment to start a process in whose bytes do not depend on which x86-64 CPU runs it."""
+    return {**(os.environ if environ is None else environ), **PORTABLE_ENVIRONMENT}
+
+
+def numerics() -> dict[str, str]:
+    """The numerical environment this process computes in: the kernel-choosing variables as set
+    (those unset are left out), ATen's capability in force, and ``mode``: "portable" where every
+    PORTABLE_ENVIRONMENT variable is in force, else "native" (the CPU's own fastest kernels)."""
+    variables = {name: os.environ[name] for name in NUMERICS_VARIABLES if name in os.environ}
+    capability = torch.backends.cpu.get_cpu_capability()
+    portable = capability == "DEFAULT" and all(
+        variables.get(name, "").upper() == value.upper() for name, value in PORTABLE_ENVIRONMENT.items()
+        if name != "ATEN_CPU_CAPABILITY")
+    return {"mode": "portable" if portable else "native", "aten_capability": capability, **variables}
+
+
+def _cpu() -> tuple[str, str, list[str]]:
+    """The CPU's vendor, model and instruction-set flags (Linux's /proc/cpuinfo; elsewhere
+    platform's processor name and no flags)."""
+    import platform
+
+    vendor, model, flags = platform.machine(), platform.processor(), []
+    try:
+        text = open("/proc/cpuinfo", encoding="utf-8", errors="replace").read(1 << 20)
+    except OSError:
+        return vendor, model, flags
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key, value = key.strip(), value.strip()
+        if key == "vendor_id":
+            vendor = value
+        elif key == "model name":
+            model = value
+        elif key == "flags":
+            flags = value.split()
+            break
+    return vendor, model, flags
+
+
+def kernel_fingerprint() -> dict[str, Any]:
+    """What decides the kernels a CPU run computes with, besides focusfl's code: the CPU (vendor,
+    model, the instruction sets the libraries choose by), torch's build, MKL's and oneDNN's
+    versions, the numerical environment (:func:`numerics`) and the thread count. Two processes
+    with equal fingerprints compute the same bytes in native mode; a byte record made in native
+    mode holds where the fingerprint is its own (tests key their records by it)."""
+    import re
+
+    vendor, model, flags = _cpu()
+    config = torch.__config__.show()
+    mkl = re.search(r"Math Kernel Library Version ([^\s-]+)", config)
+    onednn = re.search(r"MKL-DNN v([\d.]+)", config)
+    return {"cpu_vendor": vendor, "cpu_model": model, "cpu_flags": [f for f in _KERNEL_FLAGS if f in flags],
+            "torch": torch.__version__, "torch_commit": torch.version.git_version,
+            "mkl": mkl.group(1) if mkl else None, "onednn": onednn.group(1) if onednn else None,
+            "numerics": numerics(), "threads": torch.get_num_threads()}
