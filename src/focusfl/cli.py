@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from . import __version__
 from .argtypes import BATCH_RUNS_HELP, batch_runs_value, non_negative_int, positive_float, positive_int
-from .errors import DivergenceError, FocusflError
+from .errors import DivergenceError, FocusflError, NumericsError
 from .io.atomic import disk_full, full_disk, no_space
 
 
@@ -1002,6 +1002,29 @@ def _no_flower(args) -> int:
                       '(or "focusfl[flower]" from a package index)')
 
 
+# Set in a command started again in the numerical environment its run asks for: it is started
+# once, never again (a process whose kernels still differ says so in one line).
+NUMERICS_RESTART = "FOCUSFL_NUMERICS_RESTARTED"
+
+
+def _start_again_in(wanted: str) -> None:
+    """Replace this process by the same command in the numerical environment ``wanted`` (a run's
+    ``numerics``): its variables are read when torch loads, so only a new process can have them.
+    Called before the run wrote anything (runs/driver.build checks the environment first)."""
+    from .device import PORTABLE_ENVIRONMENT
+
+    env = dict(os.environ)
+    if wanted == "portable":
+        env.update(PORTABLE_ENVIRONMENT)
+    else:
+        for name in PORTABLE_ENVIRONMENT:
+            env.pop(name, None)
+    env[NUMERICS_RESTART] = wanted
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "focusfl.cli", *sys.argv[1:]], env)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse and run a command; every failure is one line on stderr and an exit status:
     2 for bad input or an environment problem, 1 for a diverged run, 128+N for signal N; an error
@@ -1030,6 +1053,10 @@ def main(argv: list[str] | None = None) -> int:
                 raise error from None
     except DivergenceError as exc:
         return _fail(f"focusfl: {exc}", 1)
+    except NumericsError as exc:
+        if argv is None and NUMERICS_RESTART not in os.environ:
+            _start_again_in(exc.wanted)  # does not return
+        return _fail(f"focusfl: error: {exc}", 2)
     except FocusflError as exc:
         return _fail(f"focusfl: error: {exc}", 2)
     except KeyboardInterrupt as exc:

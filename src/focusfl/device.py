@@ -22,6 +22,8 @@ the type (``device_policy("cuda")``) without CUDA.
 from __future__ import annotations
 
 import os
+import platform
+import re
 import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,7 +32,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from .errors import ConfigError
+from .errors import ConfigError, NumericsError
 
 # cuBLAS's two deterministic workspace settings (CUDA's reproducibility notes); focusfl sets the
 # larger, faster one where the environment names neither.
@@ -213,11 +215,25 @@ def numerics() -> dict[str, str]:
     return {"mode": "portable" if portable else "native", "aten_capability": capability, **variables}
 
 
+def require_numerics(wanted: str) -> None:
+    """NumericsError (one line) unless this process computes in the numerical environment
+    ``wanted`` ("native" or "portable", a run's ``numerics``): the variables that choose the
+    kernels are read when torch loads, so a process cannot change its environment afterwards."""
+    mode = numerics()["mode"]
+    if mode == wanted:
+        return
+    variables = " ".join(f"{name}={value}" for name, value in PORTABLE_ENVIRONMENT.items())
+    if wanted == "portable":
+        raise NumericsError(f"the run asks for numerics=portable and this process computes with its CPU's native "
+                            f"kernels: set {variables} before torch is imported (the focusfl command does it "
+                            f"itself)", wanted)
+    raise NumericsError(f"the run asks for numerics=native and this process computes in the portable environment "
+                        f"({variables}): run with numerics=portable, or without those variables", wanted)
+
+
 def _cpu() -> tuple[str, str, list[str]]:
     """The CPU's vendor, model and instruction-set flags (Linux's /proc/cpuinfo; elsewhere
     platform's processor name and no flags)."""
-    import platform
-
     vendor, model, flags = platform.machine(), platform.processor(), []
     try:
         text = open("/proc/cpuinfo", encoding="utf-8", errors="replace").read(1 << 20)
@@ -242,8 +258,6 @@ def kernel_fingerprint() -> dict[str, Any]:
     versions, the numerical environment (:func:`numerics`) and the thread count. Two processes
     with equal fingerprints compute the same bytes in native mode; a byte record made in native
     mode holds where the fingerprint is its own (tests key their records by it)."""
-    import re
-
     vendor, model, flags = _cpu()
     config = torch.__config__.show()
     mkl = re.search(r"Math Kernel Library Version ([^\s-]+)", config)

@@ -9,6 +9,16 @@ class ConfigError(FocusflError, ValueError):
     """A name, key or value given by the user is not valid."""
 
 
+class NumericsError(ConfigError):
+    """A run asks for a numerical environment (``numerics``) that is not the one this process
+    computes in; ``wanted`` names the one it asks for. The CLI starts itself again in it
+    (cli.main); a library caller sets the variables before importing torch (docs/runs.md)."""
+
+    def __init__(self, message: str, wanted: str) -> None:
+        super().__init__(message)
+        self.wanted = wanted
+
+
 class DataError(FocusflError):
     """Input data (a trace, a dataset file) is missing or unreadable."""
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 from ..algorithms.importing import ALLOW_FLAG, DEBUG_FLAG, allow_flag_help
 from ..argtypes import non_negative_int, positive_float, positive_int, true_or_false
 from ..engine.simulate import ENGINES, SCHEDULES
-from .config import DTYPES, NN_EVAL_EVERY, RunConfig, defaults_for, field_defaults
+from .config import DTYPES, NN_EVAL_EVERY, NUMERICS, RunConfig, defaults_for, field_defaults
 
 
 def lr_value(text: str) -> float | str:
@@ -74,6 +74,11 @@ _OPTIONS = {
                             "a GPU); false: torch's faster defaults on a GPU, whose runs can differ in bits from one "
                             "process to the next (recorded in config.json and part of the run's key)",
                             type=true_or_false, metavar="true|false"),
+    "numerics": Option("the numerical environment: native (the CPU's own fastest kernels; the same bytes on CPUs "
+                       "with the same kernel fingerprint) or portable (the kernels every x86-64 CPU has: the same "
+                       "bytes on any of them, slower; the command starts itself again with the portable "
+                       "environment's variables) (recorded in config.json; docs/runs.md)",
+                       choices=NUMERICS),
     "dp": Option("client-level differential privacy: none, or clip=C,noise=SIGMA,mode=central|local"
                  "[,delta=D][,target_epsilon=E][,secret_schedule=true][,public_rates=true]: each vector a client "
                  "sends clipped to norm C, Gaussian noise of SIGMA*C on the round's sum (central) or on each "

@@ -29,6 +29,7 @@ from ..spec import parse_spec
 from ..threads import DEFAULT_THREADS
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
+NUMERICS = ("native", "portable")  # the numerical environments a run can ask for (device.numerics)
 DEFAULT_STATE_MEMORY = "2GiB"
 # Neural networks evaluate every 50 rounds: one pass over a 10,000-image test set costs about as
 # much as 1.4 CIFAR-10 training rounds, so evaluating every round would double a run's time.
@@ -85,6 +86,11 @@ class RunConfig:
     # Client-level differential privacy (focusfl.privacy): "none", or clip=C,noise=SIGMA,mode=...
     # as a string or config.json's table; "none" is left out of the key (runs before DP existed).
     dp: str | dict = _field(NONE, record="optional", key_neutral=NONE)
+    # The numerical environment the run computes in (device.py, docs/runs.md "On any machine"):
+    # "native", the CPU's own fastest kernels (bytes hold where the kernel fingerprint is the
+    # same), or "portable", the kernels every x86-64 CPU has (the same bytes on any of them, at a
+    # cost). "native" is left out of the key: every run recorded before the field computed so.
+    numerics: str = _field("native", record="optional", key_neutral="native")
 
     def __post_init__(self) -> None:
         check_config(self)
@@ -285,6 +291,8 @@ def check_config(config: RunConfig) -> None:
         raise ConfigError(f"dtype must be float32 or float64, got {config.dtype!r}")
     if not isinstance(config.deterministic, bool):
         raise ConfigError(f"deterministic must be true or false, got {config.deterministic!r}")
+    if config.numerics not in NUMERICS:
+        raise ConfigError(f"numerics must be one of {', '.join(NUMERICS)}, got {config.numerics!r}")
     if not isinstance(config.device, str):
         raise ConfigError(f"device must be a string such as 'cpu' or 'cuda', got {config.device!r}")
     if config.engine not in ENGINES:

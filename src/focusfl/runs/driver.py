@@ -25,7 +25,7 @@ from ..algorithms.importing import UserCodeError, algorithm_source, refuse_unper
 from ..engine import Resume, RunResult, simulate
 from ..engine.tree import gather_rows
 from ..engine.batched import BatchMember, run_batch
-from ..device import DevicePolicy, device_policy, policy_applied
+from ..device import DevicePolicy, device_policy, policy_applied, require_numerics
 from ..errors import ConfigError, FocusflError
 from ..limits import allocation_failure
 from ..metrics import progress_metrics
@@ -152,6 +152,7 @@ def build(config: RunConfig, *, problems: dict | None = None, allow_model_import
     ``allow_model_import``: see make_problem; the caller's permission, never part of the config.
     """
     _part("config", lambda: check_config(config))
+    _part("config", lambda: require_numerics(config.numerics))  # before anything computes
     _part("algorithm", lambda: refuse_unpermitted(config.algorithm))  # before a problem's data is read
     # What is computed before the rounds (a problem's data and exact minimizer, its smoothness for
     # lr=auto, what an algorithm derives in prepare) is part of the result as much as the rounds
