@@ -1,5 +1,6 @@
 """The Gaussian mechanism on a round's stacked client messages: every vector a client sends
-clipped to norm C, then Gaussian noise, keyed by (seed, round, client, field, coordinate).
+clipped to norm C, then Gaussian noise, keyed by (seed, nonce, round, client, field, coordinate)
+(the nonce: the run's, privacy.dp_nonce).
 
 A message is the NamedTuple an algorithm's ``client_round`` returns: its fields of shape
 [n, ...] with more than one dimension are vectors (FOCUS's u; SCAFFOLD's delta_x and delta_c),
