@@ -30,7 +30,7 @@ from ..errors import ConfigError, FocusflError
 from ..limits import allocation_failure
 from ..metrics import progress_metrics
 from ..participation import make_participation
-from ..privacy import check_privacy, dp_nonce, epsilon_bound, run_privacy
+from ..privacy import check_privacy, dp_nonce, epsilon_bound, parse_dp, run_privacy
 from ..problems import make_problem
 from ..spec import parse_spec
 from ..threads import fixed_threads
@@ -71,8 +71,9 @@ class BuiltRun:
                       work=None if self.work is None else self.work.describe())
         info.update(epsilon_bound(self.config.dp, self.participation))
         info = info if self.asked_record is None else {**info, ASKED: self.asked_record}
-        nonce = dp_nonce(self.config.dp, horizon_free_key(self._requested(info)))
-        return info if nonce is None else {**info, DP_NONCE: nonce}
+        if parse_dp(self.config.dp) is None:
+            return info
+        return {**info, DP_NONCE: dp_nonce(self.config.dp, horizon_free_key(self._requested(info)))}
 
     def _requested(self, resolved: dict[str, Any]) -> dict[str, Any]:
         return as_requested(resolved, {"problem": self.asked, "algorithm": self.algorithm.describe()})
