@@ -8,6 +8,7 @@ import dataclasses
 import functools
 import json
 import math
+import re
 
 from typing import NamedTuple
 
@@ -166,12 +167,17 @@ BAD_DP = {
     "clip=1e300,noise=1e99,mode=central": "is not a finite number",
     "clip=1,noise=1,mode=local,delta=1e-5,secret_schedule=true": "secret_schedule needs mode=central",
     "clip=1,noise=1,mode=central,secret_schedule=2": "secret_schedule must be true or false",
+    "clip=1,noise=1,mode=central,nonce=-1": "nonce must be an integer in [0, 2**63)",
+    "clip=1,noise=1,mode=central,nonce=1.5": "nonce must be an integer in [0, 2**63)",
+    "clip=1,noise=1,mode=central,nonce=true": "nonce must be an integer in [0, 2**63)",
+    "clip=1,noise=1,mode=central,nonce=9223372036854775808": "nonce must be an integer in [0, 2**63)",
+    "clip=1,noise=1,mode=central,nonce=abc": "nonce must be an integer in [0, 2**63)",
 }
 
 
 @pytest.mark.parametrize("spec", BAD_DP)
 def test_bad_dp_records(spec):
-    with pytest.raises(ConfigError, match=BAD_DP[spec].replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(ConfigError, match=re.escape(BAD_DP[spec])):
         parse_dp(spec)
 
 
@@ -243,7 +249,37 @@ def test_same_bytes_on_rerun_and_after_resume(tmp_path):
         assert (tmp_path / name / "model.pt").read_bytes() == (tmp_path / "a" / "model.pt").read_bytes()
     config = json.loads((tmp_path / "a" / "config.json").read_text())
     assert config["dp"] == {"clip": 0.5, "noise": 1.1, "mode": "central", "delta": 1e-5}
+    # a resume that extends the rounds keeps the run's nonce (its key, the rounds aside)
+    assert json.loads((tmp_path / "c" / "config.json").read_text())["dp_nonce"] == config["dp_nonce"]
     assert "privacy: client" in first.stdout
+
+
+def test_runs_that_differ_in_a_setting_draw_independent_noise(tmp_path):
+    """Issue 50's item 4: the noise is keyed by the seed and a nonce derived from the run's key
+    (config.json's dp_nonce), so two runs of one seed that differ only in sigma draw independent
+    noise (it used to be one draw: their releases cancelled it to 6e-17); a run given that nonce
+    explicitly draws that noise; two explicit nonces, two draws; a --config replay the same bytes."""
+    low, high = (run_main(*_run(tmp_path, name, dp=f"clip=0.5,noise={sigma},mode=local,delta=1e-5"))
+                 for name, sigma in (("low", 1.1), ("high", 1.3)))
+    assert low.returncode == 0 and high.returncode == 0, low.stderr + high.stderr
+    nonces = [json.loads((tmp_path / name / "config.json").read_text())["dp_nonce"] for name in ("low", "high")]
+    assert all(isinstance(n, int) and 0 <= n < 2**63 for n in nonces) and nonces[0] != nonces[1]
+    clients = torch.arange(64)
+    draws = [keyed_gaussian(0, 3, clients, 0, 500, nonce).flatten() for nonce in nonces]
+    assert torch.equal(draws[0], keyed_gaussian(0, 3, clients, 0, 500, nonces[0]).flatten())
+    assert abs(float(torch.corrcoef(torch.stack(draws))[0, 1])) < 0.02  # one draw had correlation 1
+    explicit = [run_main(*_run(tmp_path, f"n{k}", dp=f"clip=0.5,noise=1.1,mode=local,delta=1e-5,nonce={nonce}"))
+                for k, nonce in enumerate((nonces[0], 7, 8))]
+    assert all(proc.returncode == 0 for proc in explicit), [proc.stderr for proc in explicit]
+    models = {name: (tmp_path / name / "model.pt").read_bytes() for name in ("low", "n0", "n1", "n2")}
+    assert models["n0"] == models["low"]  # the derived nonce, given: the same noise
+    assert len({models["low"], models["n1"], models["n2"]}) == 3
+    assert json.loads((tmp_path / "n1" / "config.json").read_text())["dp_nonce"] == 7
+    replay = run_main("run", "--config", str(tmp_path / "low" / "config.json"), "--out", str(tmp_path / "replay"))
+    assert replay.returncode == 0, replay.stderr
+    for name in ("metrics.csv", "model.pt"):
+        assert (tmp_path / "replay" / name).read_bytes() == (tmp_path / "low" / name).read_bytes()
+    assert json.loads((tmp_path / "replay" / "config.json").read_text())["dp_nonce"] == nonces[0]
 
 
 def test_dp_is_part_of_the_run_identity():
@@ -416,8 +452,13 @@ def test_target_epsilon_4_on_bernoulli_holds_for_every_row(tmp_path):
         rows = _rows(tmp_path / f"b{len(secret)}")
         assert "privacy budget exhausted" in proc.stdout
         assert max(float(r["epsilon_max"]) for r in rows) <= 4
-        if secret:  # the message names no client: the schedule is the secret
+        privacy = [line for line in proc.stdout.splitlines() if line.startswith("privacy:")]
+        assert len(privacy) == 1, proc.stdout
+        if secret:  # the messages name no client: the schedule is the secret
             assert "would take a client beyond" in proc.stdout
+            assert "client" not in privacy[0], privacy[0]
+        else:
+            assert "has spent the most" in privacy[0]
 
 
 def test_label_participation_under_dp_is_refused_unless_its_rates_are_public(tmp_path):

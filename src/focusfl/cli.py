@@ -131,8 +131,11 @@ def _cmd_run(args) -> int:
     print(f"wrote {out}/metrics.csv, config.json, curve.png")
     _print_log_dir(Path(out))
     if last is not None and "epsilon_client" in last:
-        print(f"privacy: client {last['epsilon_client']} has spent the most, epsilon {last['epsilon_max']:.4g} "
-              f"(median {last['epsilon_median']:.4g})")
+        if _secret_schedule(Path(out)):  # the schedule is the secret: name no client
+            print(f"privacy: the largest epsilon {last['epsilon_max']:.4g} (median {last['epsilon_median']:.4g})")
+        else:
+            print(f"privacy: client {last['epsilon_client']} has spent the most, epsilon {last['epsilon_max']:.4g} "
+                  f"(median {last['epsilon_median']:.4g})")
     if result.stopped is not None:
         print(f"stopped: {result.stopped} (status {BUDGET_EXHAUSTED} in config.json)")
     if result.diverged_at is not None:
@@ -173,6 +176,16 @@ def _replayed_inputs(args):
     return expected_inputs_of(read_config(Path(args.config)), f"config {args.config!r}",
                               skip=tuple(part for part in ("algorithm", "problem", "participation", "work")
                                          if part in given))
+
+
+def _secret_schedule(folder: Path) -> bool:
+    """Whether the run in ``folder`` (its config.json, written by this command) declared its
+    participation schedule secret (--dp secret_schedule=true)."""
+    from .privacy import parse_dp
+    from .runs.folder import read_config
+
+    dp = parse_dp(read_config(folder).get("dp"))
+    return dp is not None and dp.secret_schedule
 
 
 def _print_log_dir(out: Path) -> None:

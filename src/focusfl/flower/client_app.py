@@ -152,7 +152,7 @@ def _train(message, records, context, run, built, ctx, memory: Memory | None) ->
 def _noised(run, one, message):
     """Local DP: the message clipped and noised here, before it leaves the node, so the server
     never holds it bare. The noise is the simulation's for this client's row (keyed by seed,
-    round, client, field and coordinate, mechanism.py), so the federation computes what
+    the nonce of the dp record the server sends, round, client, field and coordinate, mechanism.py), so the federation computes what
     ``focusfl run`` does. The node's own rows (its state) stay exact, as in a simulation."""
     dp = node_dp(run)
     return message if dp is None else privatize(dp, message, one.active, one.round, run.seed)

@@ -45,7 +45,7 @@ from ..io.atomic import write_csv, write_json
 from ..io.folders import open_output
 from ..runs.checkpoint import MODEL, save_model
 from ..runs.config import RunConfig, WithRun, record
-from ..privacy import run_privacy
+from ..privacy import parse_dp, run_privacy
 from ..runs.driver import build, policy_of
 from ..runs.folder import BUDGET_EXHAUSTED, COMPLETE, DIVERGED, INTERRUPTED, write_finished
 from ..signals import handled
@@ -133,13 +133,20 @@ def build_strategy(config: FederationConfig, log=print) -> tuple[AlgorithmStrate
     check_timeout(config.timeout)
     run = config.resolved().run
     anyone = available(run.participation)
-    built = build(run.replace(participation="full" if anyone else run.participation, engine="reference"))
+    problems: dict = {}
+    built = build(run.replace(participation="full" if anyone else run.participation, engine="reference"),
+                  problems=problems)
+    # The noise's nonce is the one `focusfl run` with these options draws (its run key's), so a
+    # local-mode federation computes what the run does; under "available" (no process to run
+    # alone) the run as built here. config.json records it in its dp (write_results).
+    nonce = built.dp_nonce if anyone or parse_dp(run.dp) is None else build(run, problems=problems).dp_nonce
     participation = None if anyone else built.participation
     # No amplification by sampling in a federation: who arrives depends on the nodes' failures too,
     # not on the process's coins alone (and the replay on the realized trace accounts alike).
     # Local mode: the nodes clip and noise before sending (client_app.py); central: the server.
+    # The nodes read the nonce from the dp record they are sent.
     privacy = run_privacy(run.dp, built.algorithm, built.problem, None, seed=run.seed, end_round=run.rounds,
-                          federated=True)
+                          federated=True, nonce=nonce)
     strategy = AlgorithmStrategy(built.algorithm, built.problem, rounds=run.rounds,
                                  participation=participation, work=built.work,
                                  seed=run.seed, dtype=built.config.dtype, schedule=run.schedule,
@@ -213,6 +220,8 @@ def write_results(out: Path, strategy: AlgorithmStrategy, built, config: Federat
     rounds = int(mask.shape[0])
     # The reference engine on the realized trace replays it (its participation and work below).
     replay = built.config.replace(rounds=rounds, device="cpu", engine="reference", work="fixed")
+    if strategy.privacy is not None:  # with its nonce: the replay draws the federation's noise
+        replay = replay.replace(dp=strategy.privacy.dp.describe())
     work_text = trace_text([(r, c, int(result.work[r, c])) for r, c in zip(*np.nonzero(result.work))])
     # The counts replay as a work trace when they are not all tau under a fixed work process.
     counted = strategy.work is not None or bool((result.work[mask.astype(bool)] != strategy.tau).any())

@@ -9,6 +9,7 @@ would take a client beyond it. The algorithm never knows: privacy is a wrapper a
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -18,11 +19,11 @@ from ..engine.loop import ROUND_CELLS, ROUND_CHUNK
 from ..errors import ConfigError
 from .accounting import SECRET_PROCESSES, Accountant, Amplification, amplification, keeps_secret, library, \
     noise_multiplier
-from .config import NONE, DPConfig, parse_dp
+from .config import NONCE_LIMIT, NONE, DPConfig, parse_dp
 from .mechanism import privatize
 
-__all__ = ["NONE", "DPConfig", "RunPrivacy", "central_covers", "check_privacy", "epsilon_bound", "parse_dp",
-           "run_privacy"]
+__all__ = ["NONE", "DPConfig", "RunPrivacy", "central_covers", "check_privacy", "dp_nonce", "epsilon_bound",
+           "parse_dp", "run_privacy"]
 
 
 
@@ -116,13 +117,29 @@ def message_vectors(algorithm: Any) -> int:
     return max(1, math.ceil(algorithm.communication().up))
 
 
-def run_privacy(spec: Any, algorithm: Any, problem: Any, participation: Any, *, seed: int, end_round: int,
-                start_round: int = 0, federated: bool = False) -> RunPrivacy | None:
-    """The run's :class:`RunPrivacy` from its ``dp`` record (None without DP); ``federated``: the
-    messages come from a federation's nodes, which noise their own under local mode."""
+def dp_nonce(spec: Any, key: str) -> int | None:
+    """The nonce a run's noise is keyed by beside its seed (None without DP): the one ``--dp``
+    gives, else the run's identity ``key`` (runs.config.horizon_free_key: its run key, the rounds
+    aside, 16 hex digits) read as an integer below 2**63. Two runs that differ in any keyed setting
+    (sigma, mode, lr, algorithm, seed...) draw independent noise; a replay, a resume or an extension
+    of one run draws the same (docs/privacy.md)."""
     dp = parse_dp(spec)
     if dp is None:
         return None
+    return dp.nonce if dp.nonce is not None else int(key, 16) % NONCE_LIMIT
+
+
+def run_privacy(spec: Any, algorithm: Any, problem: Any, participation: Any, *, seed: int, end_round: int,
+                start_round: int = 0, federated: bool = False, nonce: int = 0) -> RunPrivacy | None:
+    """The run's :class:`RunPrivacy` from its ``dp`` record (None without DP); ``federated``: the
+    messages come from a federation's nodes, which noise their own under local mode. ``nonce``:
+    the run's (dp_nonce), unless the record gives one; its record carries it (a federation's
+    nodes noise by the record they are sent)."""
+    dp = parse_dp(spec)
+    if dp is None:
+        return None
+    if dp.nonce is None:
+        dp = replace(dp, nonce=nonce)
     if federated and dp.secret_schedule:
         raise ConfigError("--dp: secret_schedule cannot hold in a federation: who arrives is the server's to see and "
                           "depends on the nodes' failures, not on the process's coins alone")

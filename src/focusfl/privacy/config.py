@@ -2,7 +2,7 @@
 target epsilon (docs/privacy.md).
 
 ``--dp clip=C,noise=SIGMA,mode=central|local[,delta=D][,target_epsilon=E][,secret_schedule=true]
-[,public_rates=true]``; ``none`` (the default) runs without differential privacy. The record is pure data, checked once, and is the
+[,public_rates=true][,nonce=K]``; ``none`` (the default) runs without differential privacy. The record is pure data, checked once, and is the
 same object in config.json (a table of its keys) and on a command line (this string).
 """
 from __future__ import annotations
@@ -16,7 +16,9 @@ from ..spec import parse_spec
 
 MODES = ("central", "local")
 NONE = "none"  # no differential privacy: the record's default, left out of a run's key
-KEYS = ("clip", "noise", "mode", "delta", "target_epsilon", "secret_schedule", "public_rates")
+KEYS = ("clip", "noise", "mode", "delta", "target_epsilon", "secret_schedule", "public_rates", "nonce")
+# A nonce is a non-negative integer below 2**63 (the noise's key mixes it as two 32-bit words).
+NONCE_LIMIT = 2**63
 # Beyond this sigma the accountant's sigma^2 overflows a double (about 1.3e154) and epsilon is 0
 # to double precision long before: a larger noise is refused rather than half computed.
 MAX_NOISE = 1e100
@@ -31,7 +33,9 @@ class DPConfig:
     round would take a client's epsilon beyond it (needs delta); ``secret_schedule``: the user
     declares the participation schedule secret, which allows the amplified bounds of the processes
     they hold for (docs/privacy.md, "Threat model"); ``public_rates``: the user declares public
-    the rates of a process that reads the clients' data (``label``), which --dp otherwise refuses."""
+    the rates of a process that reads the clients' data (``label``), which --dp otherwise refuses; ``nonce``: the noise's key beside the seed (None: the run's own,
+    derived from its run key, privacy.dp_nonce), given where two runs of one configuration must draw
+    independent noise."""
 
     clip: float
     noise: float
@@ -40,6 +44,7 @@ class DPConfig:
     target_epsilon: float | None = None
     secret_schedule: bool = False
     public_rates: bool = False
+    nonce: int | None = None
 
     def __post_init__(self) -> None:
         if not _finite_number(self.clip) or self.clip <= 0:
@@ -55,6 +60,9 @@ class DPConfig:
         for key in ("secret_schedule", "public_rates"):
             if not isinstance(getattr(self, key), bool):
                 raise ConfigError(f"--dp: {key} must be true or false, got {getattr(self, key)!r}")
+        if self.nonce is not None and (isinstance(self.nonce, bool) or not isinstance(self.nonce, int)
+                                       or not 0 <= self.nonce < NONCE_LIMIT):
+            raise ConfigError(f"--dp: nonce must be an integer in [0, 2**63), got {self.nonce!r}")
         if self.mode not in MODES:
             raise ConfigError(f"--dp: mode must be central or local, got {self.mode!r}")
         if self.delta is not None and not (_finite_number(self.delta) and 0 < self.delta < 1):

@@ -1,5 +1,6 @@
 """The Gaussian mechanism on a round's stacked client messages: every vector a client sends
-clipped to norm C, then Gaussian noise, keyed by (seed, round, client, field, coordinate).
+clipped to norm C, then Gaussian noise, keyed by (seed, nonce, round, client, field, coordinate)
+(the nonce: the run's, privacy.dp_nonce).
 
 A message is the NamedTuple an algorithm's ``client_round`` returns: its fields of shape
 [n, ...] with more than one dimension are vectors (FOCUS's u; SCAFFOLD's delta_x and delta_c),
@@ -40,13 +41,14 @@ def clip_rows(rows: torch.Tensor, clip: float) -> torch.Tensor:
     return rows * scale.view(-1, *([1] * (rows.dim() - 1)))
 
 
-def keyed_gaussian(seed: int, round_: int, clients: torch.Tensor, field: int, dim: int) -> torch.Tensor:
-    """Standard normal numbers, float64 [n, dim], one row per client, keyed by (seed, round,
-    client, field, coordinate): Box-Muller on pairs of 32-bit uniforms, both of its normals used
+def keyed_gaussian(seed: int, round_: int, clients: torch.Tensor, field: int, dim: int, nonce: int = 0) -> torch.Tensor:
+    """Standard normal numbers, float64 [n, dim], one row per client, keyed by (seed, nonce, round,
+    client, field, coordinate) (the nonce: the run's, privacy.dp_nonce): Box-Muller on pairs of 32-bit uniforms, both of its normals used
     (one hash per number; the tail is cut at about 6.7 standard deviations, docs/privacy.md)."""
     half = (dim + 1) // 2
     positions = torch.arange(2 * half, dtype=torch.int64, device=clients.device)
-    bits = hash_bits(seed, round_, clients[:, None], NOISE_STREAM + field, positions[None, :], device=clients.device)
+    bits = hash_bits(seed, nonce, nonce >> 32, round_, clients[:, None], NOISE_STREAM + field, positions[None, :],
+                     device=clients.device)
     uniforms = (bits.to(torch.float64) + 0.5) / float(2**32)
     radius = torch.sqrt(-2.0 * torch.log(uniforms[:, :half]))
     angle = (2.0 * math.pi) * uniforms[:, half:]
@@ -62,7 +64,10 @@ def noise_std(dp: DPConfig, participants: int) -> float:
 
 
 def privatize(dp: DPConfig, message: Any, active: torch.Tensor, round_: int, seed: int) -> Any:
-    """The message with every vector field clipped and noised (the rows of clients ``active``)."""
+    """The message with every vector field clipped and noised (the rows of clients ``active``),
+    the noise keyed by ``seed`` and the record's nonce (0 where none is set: a mechanism used
+    outside a run; every run sets its own, privacy.run_privacy)."""
+    nonce = 0 if dp.nonce is None else dp.nonce
     n = active.numel()
     if n == 0:
         return message
@@ -71,7 +76,7 @@ def privatize(dp: DPConfig, message: Any, active: torch.Tensor, round_: int, see
     for k in vector_fields(message):
         rows = clip_rows(fields[k], dp.clip)
         if std > 0:
-            noise = keyed_gaussian(seed, round_, active, k, rows[0].numel()).mul_(std)
+            noise = keyed_gaussian(seed, round_, active, k, rows[0].numel(), nonce).mul_(std)
             rows = rows + noise.view_as(rows).to(rows.dtype)
         fields[k] = rows
     return type(message)(*fields)

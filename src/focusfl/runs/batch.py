@@ -234,7 +234,7 @@ def _member(run: OpenedRun, metrics: _MetricsWriter, checkpointer: _Checkpointer
             checkpointer.save(result)
 
     privacy = run_privacy(config.dp, built.algorithm, built.problem, built.participation, seed=config.seed,
-                          end_round=config.rounds, start_round=resume.start_round)
+                          end_round=config.rounds, start_round=resume.start_round, nonce=built.dp_nonce)
     return BatchMember(built.algorithm, built.participation, config.rounds - resume.start_round, seed=config.seed,
                        eval_every=config.eval_every, schedule=config.schedule, work=built.work, resume=resume,
                        on_row=metrics.write, on_round=on_round, keep_rows=False, privacy=privacy)

@@ -80,11 +80,12 @@ _OPTIONS = {
                        "environment's variables) (recorded in config.json; docs/runs.md)",
                        choices=NUMERICS),
     "dp": Option("client-level differential privacy: none, or clip=C,noise=SIGMA,mode=central|local"
-                 "[,delta=D][,target_epsilon=E][,secret_schedule=true][,public_rates=true]: each vector a client "
-                 "sends clipped to norm C, Gaussian noise of SIGMA*C on the round's sum (central) or on each "
+                 "[,delta=D][,target_epsilon=E][,secret_schedule=true][,public_rates=true][,nonce=K]: each "
+                 "vector a client sends clipped to norm C, Gaussian noise of SIGMA*C on the round's sum (central) or on each "
                  "message (local); with delta, metrics.csv gains epsilon_max and epsilon_median (the bound that "
                  "holds with a public schedule, unless secret_schedule=true); target_epsilon stops the run before "
-                 "a client would exceed it (docs/privacy.md)", metavar="DP"),
+                 "a client would exceed it; nonce=K keys the noise beside the seed (default: from the run's key, "
+                 "so runs that differ in any setting draw independent noise) (docs/privacy.md)", metavar="DP"),
 }
 assert set(_OPTIONS) == {f.name for f in fields(RunConfig)}, "every run field is an option"
 

@@ -163,11 +163,15 @@ ASKED = "asked"
 # "batch_runs": how many runs a sweep stepped together with this one (runs/batch.py): recorded,
 # never part of its identity (a batched run computes its rows as the run alone does).
 BATCH_RUNS = "batch_runs"
+# "dp_nonce": the nonce a DP run's noise is keyed by beside its seed (privacy.dp_nonce: the --dp
+# nonce, else derived from the run key), recorded, never part of the key it derives from.
+DP_NONCE = "dp_nonce"
 # "tensorboard" is an output option (where `run --tensorboard` logs), never part of a run's identity;
 # "inputs" and "inputs_changed" are the digests of what the run read (runs/inputs.py).
 _RECORDED = ("focusfl_version", *(name for name in _FIELDS if _meta(name)["record"] == "optional"), "status",
              "diverged_at_round", "interrupted_after_round", "stopped", "rounds_done", "lr_auto", "tensorboard", ASKED,
-             "inputs", "inputs_changed", BATCH_RUNS, "epsilon_bound")
+             "inputs", "inputs_changed", BATCH_RUNS, "epsilon_bound",
+             DP_NONCE)
 _KEYED = tuple(name for name in _FIELDS if _meta(name)["key"])
 _KEY_NEUTRAL = {name: _meta(name)["key_neutral"] for name in _FIELDS if _meta(name)["key_neutral"] is not None}
 _NO_IDENTITY = tuple(name for name in _FIELDS if not _meta(name)["identity"])
@@ -223,6 +227,13 @@ def run_key(resolved: dict) -> str:
     kept = {k: resolved[k] for k in _KEYED if k in resolved and not _key_neutral(k, resolved[k])}
     canonical = json.dumps(kept, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def horizon_free_key(resolved: dict) -> str:
+    """The run key with its horizon (``rounds``) left out: one for a run and for its extension
+    (``--resume DIR --rounds R`` runs the same run further), the key a DP run's nonce derives from
+    (privacy.dp_nonce)."""
+    return run_key({k: v for k, v in resolved.items() if k != "rounds"})
 
 
 def as_requested(info: dict, expected: dict | None) -> dict:

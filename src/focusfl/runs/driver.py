@@ -30,12 +30,13 @@ from ..errors import ConfigError, FocusflError
 from ..limits import allocation_failure
 from ..metrics import progress_metrics
 from ..participation import make_participation
-from ..privacy import check_privacy, epsilon_bound, run_privacy
+from ..privacy import check_privacy, dp_nonce, epsilon_bound, parse_dp, run_privacy
 from ..problems import make_problem
 from ..spec import parse_spec
 from ..threads import fixed_threads
 from ..work import make_work
-from .config import ASKED, DTYPES, RunConfig, as_requested, check_config, record, run_key, state_budget
+from .config import ASKED, DP_NONCE, DTYPES, RunConfig, as_requested, check_config, horizon_free_key, record, run_key, \
+    state_budget
 from .store import StateInMemory, check_state_memory, initial_state, reference_state
 
 # The parts of a run, in the order build() makes them; an error raised while making one carries
@@ -69,13 +70,24 @@ class BuiltRun:
                       participation=self.participation.describe(),
                       work=None if self.work is None else self.work.describe())
         info.update(epsilon_bound(self.config.dp, self.participation))
-        return info if self.asked_record is None else {**info, ASKED: self.asked_record}
+        info = info if self.asked_record is None else {**info, ASKED: self.asked_record}
+        if parse_dp(self.config.dp) is None:
+            return info
+        return {**info, DP_NONCE: dp_nonce(self.config.dp, horizon_free_key(self._requested(info)))}
+
+    def _requested(self, resolved: dict[str, Any]) -> dict[str, Any]:
+        return as_requested(resolved, {"problem": self.asked, "algorithm": self.algorithm.describe()})
 
     @property
     def requested(self) -> dict[str, Any]:
         """The resolved record with the choices deferred to run time as they were asked for
         (runs.config.as_requested): what the run is, whenever one looks."""
-        return as_requested(self.resolved, {"problem": self.asked, "algorithm": self.algorithm.describe()})
+        return self._requested(self.resolved)
+
+    @property
+    def dp_nonce(self) -> int:
+        """The nonce its DP noise is keyed by beside the seed (config.json's ``dp_nonce``; 0 without DP)."""
+        return self.resolved.get(DP_NONCE, 0)
 
     @property
     def key(self) -> str:
@@ -244,7 +256,8 @@ def execute_batch(runs: Sequence[BuiltRun]) -> list[RunResult]:
     members = [BatchMember(run.algorithm, run.participation, run.config.rounds, seed=run.config.seed,
                            eval_every=run.config.eval_every, schedule=run.config.schedule, work=run.work,
                            privacy=run_privacy(run.config.dp, run.algorithm, run.problem, run.participation,
-                                               seed=run.config.seed, end_round=run.config.rounds, start_round=0))
+                                               seed=run.config.seed, end_round=run.config.rounds, start_round=0,
+                                               nonce=run.dp_nonce))
                for run in runs]
     with fixed_threads(runs[0].config.threads), policy_applied(policy_of(runs[0].config)):
         return run_batch(runs[0].problem, members, engine=runs[0].config.engine)
@@ -264,7 +277,7 @@ def execute(
         resume = Resume(starting_state(built, folder), 0)
     start_round = 0 if resume is None else resume.start_round
     privacy = run_privacy(cfg.dp, built.algorithm, built.problem, built.participation, seed=cfg.seed,
-                          end_round=cfg.rounds, start_round=start_round)
+                          end_round=cfg.rounds, start_round=start_round, nonce=built.dp_nonce)
     bar = None
     if progress:
         bar = tqdm(total=cfg.rounds, initial=start_round, desc=built.algorithm.name,
