@@ -1,6 +1,6 @@
 """A DP run recorded before the noise was keyed by a nonce (config.json with a dp and no
 dp_nonce) resumes with the noise its first rounds drew: byte for byte the run the old code ran
-uninterrupted (docs/privacy.md, "Seeds, nonces and several runs").
+uninterrupted (docs/privacy.md, "Threat model").
 
 The fixture (tests/fixtures/dp_before_nonce, its recorded.json says how) is what focusfl wrote at
 the last commit before the nonce: ``short``, a 5-round run, and ``whole``'s metrics.csv and
