@@ -645,7 +645,8 @@ def tune(setup: TuneSetup, search: TuneSearch) -> int:
         asked_data = data()
         reports.append(run_sweep(make_experiment(**asked_data), search.out, workers=search.workers,
                                  threads=run.threads, progress=True, kind="tune", tables=tables,
-                                 experiment_identity=tune_identity(asked_data, run.threads), batch_runs=search.batch_runs))
+                                 experiment_identity=tune_identity(asked_data, run.threads),
+                                 batch_runs=search.batch_runs))
         return {spec: [t for t in found["trials"] if t["algorithm"] == labels[spec] and t["lr"] in new]
                 for spec, new in asked.items()}
 

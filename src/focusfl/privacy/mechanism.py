@@ -47,7 +47,7 @@ def noise_key(seed: int, nonce: int | None) -> tuple[int, ...]:
     its nonce as two 32-bit words. ``nonce`` None: the seed alone, the key of the DP runs recorded
     before the nonce (config.json with a dp and no dp_nonce), the same in every run of one seed;
     it is kept only so that such a run resumes with the noise its first rounds drew
-    (runs.driver.BuiltRun.legacy_noise); nothing new draws it."""
+    (runs.driver.BuiltRun.legacy_key); nothing new draws it."""
     return (seed,) if nonce is None else (seed, nonce, nonce >> 32)
 
 

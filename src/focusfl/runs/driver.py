@@ -62,7 +62,7 @@ class BuiltRun:
     # A DP run recorded before the noise was keyed by a nonce (config.json with a dp and no
     # dp_nonce), resumed: its noise keyed by the seed alone, as its first rounds drew it, and its
     # config.json without a dp_nonce, as before (noise_as_recorded).
-    legacy_noise: bool = False
+    legacy_key: bool = False
 
     @property
     def resolved(self) -> dict[str, Any]:
@@ -75,7 +75,7 @@ class BuiltRun:
                       work=None if self.work is None else self.work.describe())
         info.update(epsilon_bound(self.config.dp, self.participation))
         info = info if self.asked_record is None else {**info, ASKED: self.asked_record}
-        if parse_dp(self.config.dp) is None or self.legacy_noise:
+        if parse_dp(self.config.dp) is None or self.legacy_key:
             return info
         return {**info, DP_NONCE: dp_nonce(self.config.dp, horizon_free_key(self._requested(info)))}
 
@@ -91,8 +91,8 @@ class BuiltRun:
     @property
     def dp_nonce(self) -> int | None:
         """The nonce its DP noise is keyed by beside the seed (config.json's ``dp_nonce``; 0 without
-        DP; None: ``legacy_noise``, the seed alone)."""
-        return None if self.legacy_noise else self.resolved.get(DP_NONCE, 0)
+        DP; None: ``legacy_key``, the seed alone)."""
+        return None if self.legacy_key else self.resolved.get(DP_NONCE, 0)
 
     @property
     def key(self) -> str:
@@ -108,7 +108,7 @@ def noise_as_recorded(built: BuiltRun, recorded: dict[str, Any]) -> BuiltRun:
     dp = parse_dp(built.config.dp)
     if dp is None or dp.nonce is not None or DP_NONCE in recorded:
         return built
-    return dataclasses.replace(built, legacy_noise=True)
+    return dataclasses.replace(built, legacy_key=True)
 
 
 def resolve_device(name: str) -> torch.device:
