@@ -3,9 +3,10 @@ dp_nonce) resumes with the noise its first rounds drew: byte for byte the run th
 uninterrupted (docs/privacy.md, "Threat model").
 
 The fixture (tests/fixtures/dp_before_nonce, its recorded.json says how) is what focusfl wrote at
-the last commit before the nonce: ``short``, a 5-round run, and ``whole``'s metrics.csv and
-model.pt, the same run for 12 rounds uninterrupted. A resume to 12 rounds that drew the noise
-keyed by the nonce differs from round 6 on (every loss, the model)."""
+the last commit before the nonce: ``short``, a 5-round run; ``killed``, the 12-round run killed
+(SIGKILL) after its checkpoint of round 5, its partial folder as it was left; and ``whole``'s
+metrics.csv and model.pt, the 12-round run uninterrupted. A resume that drew the noise keyed by
+the nonce differs from round 6 on (every loss, the model)."""
 from __future__ import annotations
 
 import csv
@@ -67,6 +68,38 @@ def test_a_dp_run_recorded_before_the_nonce_resumes_with_the_noise_it_drew(tmp_p
     after = json.loads((short / "config.json").read_text())
     # its record stays one of a run before the nonce, so a later resume draws the same noise again
     assert "dp_nonce" not in after and after["dp"] == before["dp"] and after["rounds_done"] == 12
+
+
+def _killed(tmp_path) -> Path:
+    """A copy of the killed run's partial folder beside the folder it was writing (absent)."""
+    partial = ".killed.focusfl-partial"
+    shutil.copytree(FIXTURE / "killed" / partial, tmp_path / partial)
+    return tmp_path / "killed"
+
+
+def test_a_killed_dp_run_from_before_the_nonce_resumes_with_the_noise_it_drew(tmp_path):
+    out = _killed(tmp_path)
+    proc = run_cli("run", "--resume", str(out))
+    assert proc.returncode == 0, proc.stderr
+    _assert_the_uninterrupted_run(out)
+    assert "dp_nonce" not in json.loads((out / "config.json").read_text())
+
+
+def test_a_sweeps_batch_resumes_a_run_from_before_the_nonce_with_its_noise(tmp_path):
+    """A sweep resumes its interrupted runs in batches (runs/batch.py), through the same rebuild."""
+    from focusfl.runs.batch import BatchEntry, run_batch_to_folders
+    from focusfl.runs.config import config_from_json
+
+    out = _killed(tmp_path)
+    config = config_from_json(json.loads((tmp_path / ".killed.focusfl-partial" / "config.json").read_text()))
+    threads = torch.get_num_threads()
+    try:
+        [outcome] = run_batch_to_folders([BatchEntry(config, str(out), resume=True)], batch_runs=1)
+    finally:
+        torch.set_num_threads(threads)
+    assert outcome.error is None and outcome.restarted is None, outcome
+    _assert_the_uninterrupted_run(out)
+    assert "dp_nonce" not in json.loads((out / "config.json").read_text())
 
 
 def test_a_replay_of_a_record_before_the_nonce_is_a_new_run_with_its_own_nonce(tmp_path):
