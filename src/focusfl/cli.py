@@ -901,11 +901,13 @@ def _command_texts(command: str | None = None) -> dict[str, tuple[str, str]]:
                      "round patterns of FedAvg and FOCUS (docs/framework.md).",
                      _examples("focusfl matrices --clients 4 --active 1,3 --out runs/matrices")),
         "audit": ("Check the DP accountant by an attack (docs/privacy.md, \"Audit\"): canary clients, each in the "
-                  "federation with probability 1/2, a private training through the run's mechanism, a membership "
-                  "test on the released model and the empirical lower bound on epsilon it proves, beside the "
-                  "accounted epsilon; exit status 1 if the lower bound exceeds it.",
+                  "federation with probability 1/2, a private training through the run's mechanism under the run's "
+                  "participation process, a membership test on the released output (central: the final model; "
+                  "local: the messages) and the empirical lower bound on epsilon it proves, beside the accounted "
+                  "epsilon; exit status 1 if the lower bound exceeds it.",
                   _examples("focusfl audit --dp clip=1,noise=1,mode=central,delta=1e-2",
-                            "focusfl audit --dp clip=1,noise=1,mode=central,delta=1e-5 --canaries 200 --runs 200")),
+                            "focusfl audit --dp clip=1,noise=1,mode=local,delta=1e-2 --participation bernoulli:p=0.5",
+                            "focusfl audit --dp clip=1,noise=1,mode=central,delta=1e-5 --form one-run --canaries 1000")),
     }
 
 

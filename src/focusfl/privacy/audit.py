@@ -45,8 +45,9 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
-from ..participation import make_participation
+from ..participation import PARTICIPATION, make_participation
 from ..rng import hash_bits
+from ..spec import parse_spec
 from . import RunPrivacy, check_participation, reads_data
 from .config import DPConfig
 
@@ -117,10 +118,11 @@ def check_setting(dp: DPConfig, participation: Any, clients: int, seed: int) -> 
     take it under ``dp``)."""
     if not dp.accounted:
         raise ConfigError("audit: --dp needs noise > 0 and delta (the audit checks an accounted epsilon)")
+    name = parse_spec(participation)[0]
+    if reads_data(PARTICIPATION.get(name)):
+        raise ConfigError(f"audit: participation {name} sets each client's rate from its data; the audit's clients "
+                          "have none")
     process = make_participation(participation, clients, seed=seed)
-    if reads_data(process):
-        raise ConfigError(f"audit: participation {process.name} sets each client's rate from its data; the "
-                          "audit's clients have none")
     check_participation(dp, process)
     return process
 
