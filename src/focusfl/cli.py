@@ -907,7 +907,7 @@ def _command_texts(command: str | None = None) -> dict[str, tuple[str, str]]:
                   "epsilon; exit status 1 if the lower bound exceeds it.",
                   _examples("focusfl audit --dp clip=1,noise=1,mode=central,delta=1e-2",
                             "focusfl audit --dp clip=1,noise=1,mode=local,delta=1e-2 --participation bernoulli:p=0.5",
-                            "focusfl audit --dp clip=1,noise=1,mode=central,delta=1e-5 --form one-run --canaries 1000")),
+                            "focusfl audit --dp clip=1,noise=1,mode=central,delta=1e-5 --form one-run")),
     }
 
 
@@ -939,13 +939,14 @@ def _add_audit(sub) -> None:
                    help="trials (the default): canaries of independent runs pooled, the tighter bound where runs are "
                    "as cheap as here; one-run: Steinke, Nasr and Jagielski (2023), every canary in one run, guesses "
                    "on the top and bottom scores, for a training too costly to repeat")
-    p.add_argument("--canaries", type=int, default=100, metavar="K",
-                   help="canary clients a run, each in the federation with probability 1/2 (default 100)")
+    p.add_argument("--canaries", type=int, default=None, metavar="K",
+                   help="canary clients a run, each in the federation with probability 1/2 (default: 25 for trials, "
+                   "1000 for one-run)")
     p.add_argument("--clients", type=int, default=None, metavar="N",
                    help="clients a run, the canaries among them (default: the canaries and one other)")
     p.add_argument("--rounds", type=int, default=1, metavar="R", help="rounds of private training (default 1)")
     p.add_argument("--runs", type=int, default=None, metavar="B",
-                   help="trials form: independent runs whose canaries are pooled (default 100)")
+                   help="trials form: independent runs whose canaries are pooled (default 1200)")
     p.add_argument("--seed", type=int, default=0, help="the first run's seed (default 0)")
     p.set_defaults(handler=_cmd_audit)
 
@@ -958,8 +959,7 @@ def _cmd_audit(args) -> int:
     dp = parse_dp(args.dp)
     if dp is None:
         raise ConfigError("audit: --dp none has nothing to audit")
-    clients = args.canaries + 1 if args.clients is None else args.clients
-    result = run_audit(dp, canaries=args.canaries, clients=clients, rounds=args.rounds, seed=args.seed,
+    result = run_audit(dp, canaries=args.canaries, clients=args.clients, rounds=args.rounds, seed=args.seed,
                        runs=args.runs, participation=args.participation, form=args.form)
     print(f"audit ({args.form}, participation {args.participation}, {dp.mode} mode, {result.schedule} schedule): "
           f"accounted epsilon {result.accounted:.4g}, audited lower bound {result.audited:.4g} "

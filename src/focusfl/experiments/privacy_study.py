@@ -34,7 +34,7 @@ from ..engine import simulate
 from ..privacy import central_covers, message_vectors
 from ..privacy.accounting import Accountant, amplification, noise_multiplier
 from ..privacy.audit import CRITERION as AUDIT_CRITERION
-from ..privacy.audit import run_audit
+from ..privacy.audit import DEFAULT_CANARIES, DEFAULT_RUNS, run_audit
 from ..privacy.config import DPConfig, parse_dp
 from ..privacy.mechanism import vector_fields
 from ..runs.config import RunConfig
@@ -274,19 +274,17 @@ AUDIT_WITHIN = Criterion(
     _audit_within,
     reasons={"not reproduced": "the attack proves more epsilon than the accountant reports: the accountant is wrong"},
 )
-# The audit's setting (focusfl audit's): central or local DP at sigma = 1, one round, canaries
-# whose direction no other client touches, where the attack reaches well over half the accounted
-# epsilon of every process whose canaries join often enough (tests/test_privacy.py halves the
-# accountant and sees the criterion flag it).
+# The audit's setting (focusfl audit's): central or local DP at sigma = 1, one round, 25 canaries
+# a run (each in a direction no other client touches) and one other client, uniform's m half of
+# the 26: the attack reaches over half the accounted epsilon on every row (tests/test_privacy.py
+# halves the accountant and sees the criterion flag each).
 AUDIT_DP = "clip=1,noise=1,delta=1e-2"
 AUDIT_PROCESSES = ("full", "bernoulli:p=0.5", "uniform:m=13", "banded")
 # (process, mode, secret schedule): both modes under the public schedule, and central mode under
 # the secret schedule the sampling processes can keep
 AUDIT_SETTINGS = tuple((p, mode, False) for p in AUDIT_PROCESSES for mode in ("central", "local")) + tuple(
     (p, "central", True) for p in AUDIT_PROCESSES[1:])
-# Many runs of few canaries: the noise a run draws grows as clients x canaries, so 25 canaries
-# over 1,200 runs cost a tenth of 100 over 300 for the same 30,000 trials.
-AUDIT_CANARIES = 25
+AUDIT_CANARIES = DEFAULT_CANARIES["trials"]  # focusfl audit's defaults (privacy/audit.py says why)
 
 
 def audit_dp(mode: str, secret: bool) -> str:
@@ -295,7 +293,7 @@ def audit_dp(mode: str, secret: bool) -> str:
 
 
 def audit_runs(quick: bool) -> int:
-    return 100 if quick else 1200
+    return 100 if quick else DEFAULT_RUNS
 
 
 def audit_rows(quick: bool) -> list[tuple[str, str, bool, Any]]:
