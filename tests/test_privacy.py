@@ -689,7 +689,7 @@ def test_the_audit_per_process_and_mode_and_its_one_run_form_as_a_user_types_the
     assert "(trials, participation full, central mode, public schedule)" in central.stdout
     assert "participation bernoulli:p=0.5, local mode, public schedule" in local.stdout
     assert "uniform:m=10, central mode, secret schedule" in secret.stdout
-    assert "(one-run," in one_run.stdout and "guesses correct over 400 canaries" in one_run.stdout
+    assert "(one-run," in one_run.stdout and "guesses correct over 400 canaries tested" in one_run.stdout
     assert float(one_run.stdout.split("audited lower bound ")[1].split()[0]) > 0.5  # it proves something
 
 
@@ -731,6 +731,26 @@ def test_the_audit_schedules_its_canaries_by_the_runs_process_and_accounts_them_
         accountant = Accountant(1.0, 1e-5, amplification(process, dp), 15)
         assert observed.accounted == accountant.epsilons(joined, 4)[:12].max()
         assert observed.scores.size == (12 if secret else int((joined[:12] > 0).sum()))
+
+
+def test_the_one_run_bound_is_their_theorems_and_tiny_audits_prove_nothing():
+    """All r guesses correct at delta = 0: the p-value is q^r with q = e^eps / (1 + e^eps), so the
+    bound at 5% is ln(q / (1 - q)) for q = 0.05^(1/r); their delta term only lowers it. An audit
+    with no canary to count proves 0 rather than failing."""
+    from scipy.stats import binom
+
+    from focusfl.privacy.audit import one_run_epsilon, one_run_p_value, run_audit
+
+    q = 0.05 ** (1 / 100)
+    assert one_run_epsilon(1000, 100, 100, 0.0, 0.05) == pytest.approx(math.log(q / (1 - q)), abs=1e-6)
+    assert one_run_p_value(1000, 100, 90, 2.0, 0.0) == pytest.approx(binom.sf(89, 100, 1 / (1 + math.exp(-2.0))))
+    assert 0 < one_run_epsilon(1000, 100, 100, 1e-5, 0.05) < one_run_epsilon(1000, 100, 100, 0.0, 0.05)
+    assert one_run_epsilon(1000, 100, 50, 1e-5, 0.05) == 0.0  # chance proves nothing
+    dp = parse_dp("clip=1,noise=1,mode=central,delta=1e-2")
+    for form, runs in (("trials", 1), ("one-run", None)):
+        assert run_audit(dp, canaries=2, runs=runs, form=form).audited == 0.0
+        nobody = run_audit(dp, canaries=2, runs=runs, form=form, participation="bernoulli:p=0.01")
+        assert (nobody.canaries, nobody.audited, nobody.accounted) == (0, 0.0, 0.0)
 
 
 def test_every_rows_verdict_holds_and_a_halved_accountant_flips_it(monkeypatch):

@@ -75,7 +75,7 @@ class Message(NamedTuple):
 class AuditResult(NamedTuple):
     accounted: float  # the largest accounted epsilon among the canaries
     audited: float  # the attack's lower bound on epsilon
-    canaries: int  # over every run
+    canaries: int  # tested, over every run (under a public schedule, those whose slot joined)
     included: int  # of them, the canaries in the federation
     form: str
     schedule: str  # "public" (the attacker knows it) or "secret"
@@ -91,9 +91,10 @@ class AuditResult(NamedTuple):
 
     def evidence(self) -> str:
         """The attack's numbers behind the bound, in words."""
+        tested = f"{self.canaries} canaries tested, {self.included} in"
         if self.form == "one-run":
-            return f"{self.correct} of {self.guesses} guesses correct over {self.canaries} canaries, {self.included} in"
-        return f"TPR {self.tpr:.4g}, FPR {self.fpr:.4g} over {self.canaries} canaries, {self.included} in"
+            return f"{self.correct} of {self.guesses} guesses correct over {tested}"
+        return f"TPR {self.tpr:.4g}, FPR {self.fpr:.4g} over {tested}"
 
 
 class Observed(NamedTuple):
@@ -179,7 +180,8 @@ def observe(dp: DPConfig, participation: Any, canaries: int, clients: int, round
         active = torch.as_tensor(active_set, dtype=torch.int64)
         is_canary = active < canaries
         directions = torch.where(is_canary, active, torch.full_like(active, canaries))
-        values = torch.where(is_canary, slot_value[directions.clamp(max=canaries - 1)], dp.clip)
+        values = torch.full((active.numel(),), dp.clip, dtype=torch.float64)
+        values[is_canary] = slot_value[active[is_canary]]
         rows = torch.zeros(active.numel(), canaries + 1, dtype=torch.float64)
         rows[torch.arange(active.numel()), directions] = values
         sent = privacy.messages(Message(rows), round_, active).delta
@@ -234,7 +236,10 @@ def _bound(tp: int, pos: int, fp: int, neg: int, delta: float) -> float:
 def _best_threshold(scores: np.ndarray, member: np.ndarray, delta: float) -> float:
     """The threshold (among the scores) with the largest bound on these canaries, among those
     with at least SELECTION_FALSE_POSITIVES false positives where any has."""
+    if scores.size == 0:
+        return math.inf  # nothing to choose on: no guess
     ranks = np.unique(np.geomspace(1, max(1, scores.size // 2), 200).astype(np.int64))
+    ranks = np.minimum(ranks, scores.size - 1)
     candidates = np.sort(scores)[::-1][ranks]  # the top 1, 2, ... scores: the rare false positives matter
     rates = [_rates(scores, member, t) for t in candidates]
     steady = [r[2] >= SELECTION_FALSE_POSITIVES for r in rates]
@@ -280,12 +285,14 @@ def one_run_bound(scores: np.ndarray, member: np.ndarray, delta: float) -> tuple
     """(epsilon, guesses, correct): the best bound over the guess counts k (k "in" on the top
     scores, k "out" on the bottom), each at (1 - CONFIDENCE) / (the counts tried) (Bonferroni)."""
     m = scores.size
-    counts = np.unique(np.maximum(1, m // 2 ** np.arange(1, max(2, int(math.log2(m)) + 1))))
+    if m < 2:
+        return 0.0, 0, 0  # no canary to guess out beside one guessed in
+    counts = np.unique(np.maximum(1, m // 2 ** np.arange(1, int(math.log2(m)) + 1)))
     order = np.argsort(scores, kind="stable")
     level = (1 - CONFIDENCE) / counts.size
     best = (0.0, 0, 0)
     for k in counts:
-        k = int(min(k, m // 2))
+        k = int(k)
         correct = int(member[order[m - k:]].sum() + (~member[order[:k]]).sum())
         epsilon = one_run_epsilon(m, 2 * k, correct, delta, level)
         if epsilon > best[0] or best[1] == 0:
