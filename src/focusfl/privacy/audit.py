@@ -14,8 +14,9 @@ case the accountant must cover. A canary that is out leaves its slot to a client
 What the attacker sees is what the mode releases: in central mode the final model (canary j's
 coordinate: C k_j + noise when in, noise when out, k_j the rounds its slot joined); in local
 mode each message as it leaves the client (what local mode protects from a reader without the
-seed), its coordinate j summed over the rounds the slot joined. Under a public schedule the attacker knows the schedule (which rounds each canary
-joined: metrics.csv, config.json's seed) and scores each canary by its likelihood ratio; under a
+seed), its coordinate j summed over the rounds the slot joined. Under a public schedule the
+attacker knows the schedule (which rounds each canary joined: metrics.csv, config.json's seed),
+plays the game on the canaries that joined and scores each by its likelihood ratio; under a
 secret schedule it does not, and scores the coordinate alone.
 
 Two forms turn scores into a lower bound on epsilon:
