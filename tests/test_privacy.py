@@ -571,11 +571,9 @@ def test_calibrated_sigma_spends_the_budget_on_the_most_spending_client():
 
 
 def test_the_privacy_study_section_judges_its_claim_from_its_runs():
-    from focusfl.experiments.privacy_study import AUDIT_WITHIN, EXACT_UNDER_DP, privacy_section
+    from focusfl.experiments.privacy_study import AUDIT_SETTINGS, AUDIT_WITHIN, EXACT_UNDER_DP, privacy_section
 
     section = privacy_section(quick=True)
-    from focusfl.experiments.privacy_study import AUDIT_SETTINGS
-
     assert [c.where for c in section.claims][:2] == ["local DP", "audit, full, central DP, public schedule"]
     assert len(section.claims) == 1 + len(AUDIT_SETTINGS)
     assert section.claims[0].verdict.name == EXACT_UNDER_DP.name
