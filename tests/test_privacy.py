@@ -729,6 +729,10 @@ def test_the_audit_schedules_its_canaries_by_the_runs_process_and_accounts_them_
         accountant = Accountant(1.0, 1e-5, amplification(process, dp), 15)
         assert observed.accounted == accountant.epsilons(joined, 4)[:12].max()
         assert observed.scores.size == (12 if secret else int((joined[:12] > 0).sum()))
+    # a target stops the training where it stops a run: after the one round within it
+    capped = observe(parse_dp("clip=1,noise=1,mode=central,delta=1e-2,target_epsilon=3"), "full", 4, 5, 6, seed=0)
+    assert capped.accounted == Accountant(1.0, 1e-2, amplification(None, parse_dp("clip=1,noise=1,mode=central")),
+                                          5).epsilons(np.ones(5, dtype=np.int64), 1).max() < 3
 
 
 def test_the_one_run_bound_is_their_theorems_and_tiny_audits_prove_nothing():

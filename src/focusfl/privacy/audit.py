@@ -179,6 +179,8 @@ def observe(dp: DPConfig, participation: Any, canaries: int, clients: int, round
     noised_rounds = 0
     for round_, active_set in enumerate(process.active_sets(0, rounds)):
         active = torch.as_tensor(active_set, dtype=torch.int64)
+        if privacy.exhausted(round_, active) is not None:
+            break  # a target_epsilon stops the training where it stops a run
         is_canary = active < canaries
         directions = torch.where(is_canary, active, torch.full_like(active, canaries))
         values = torch.full((active.numel(),), dp.clip, dtype=torch.float64)
