@@ -901,11 +901,13 @@ def _command_texts(command: str | None = None) -> dict[str, tuple[str, str]]:
                      "round patterns of FedAvg and FOCUS (docs/framework.md).",
                      _examples("focusfl matrices --clients 4 --active 1,3 --out runs/matrices")),
         "audit": ("Check the DP accountant by an attack (docs/privacy.md, \"Audit\"): canary clients, each in the "
-                  "federation with probability 1/2, a private training through the run's mechanism, a membership "
-                  "test on the released model and the empirical lower bound on epsilon it proves, beside the "
-                  "accounted epsilon; exit status 1 if the lower bound exceeds it.",
+                  "federation with probability 1/2, a private training through the run's mechanism under the run's "
+                  "participation process, a membership test on the released output (central: the final model; "
+                  "local: the messages) and the empirical lower bound on epsilon it proves, beside the accounted "
+                  "epsilon; exit status 1 if the lower bound exceeds it.",
                   _examples("focusfl audit --dp clip=1,noise=1,mode=central,delta=1e-2",
-                            "focusfl audit --dp clip=1,noise=1,mode=central,delta=1e-5 --canaries 200 --runs 200")),
+                            "focusfl audit --dp clip=1,noise=1,mode=local,delta=1e-2 --participation bernoulli:p=0.5",
+                            "focusfl audit --dp clip=1,noise=1,mode=central,delta=1e-5 --form one-run")),
     }
 
 
@@ -926,16 +928,25 @@ def _finish_help(parser: argparse.ArgumentParser, name: str, texts: dict) -> Non
 # -- audit ---------------------------------------------------------------------------------------
 def _add_audit(sub) -> None:
     p = sub.add_parser("audit", help="check the DP accountant by an attack: canary clients, a membership test on "
-                       "the released model, an empirical lower bound on epsilon")
+                       "the released output, an empirical lower bound on epsilon")
     p.add_argument("--dp", required=True, metavar="DP",
-                   help="the mechanism audited: clip=C,noise=SIGMA,mode=central,delta=D (docs/privacy.md)")
-    p.add_argument("--canaries", type=int, default=100, metavar="K",
-                   help="canary clients a run, each in the federation with probability 1/2 (default 100)")
+                   help="the mechanism audited: clip=C,noise=SIGMA,mode=central|local,delta=D[,secret_schedule=true] "
+                   "(docs/privacy.md)")
+    p.add_argument("--participation", default="full", metavar="SPEC",
+                   help="the participation process, as focusfl run takes it (built with the run's seed; default full); "
+                   "under a public schedule the attacker knows which rounds each canary joined")
+    p.add_argument("--form", choices=("trials", "one-run"), default="trials",
+                   help="trials (the default): canaries of independent runs pooled, the tighter bound where runs are "
+                   "as cheap as here; one-run: Steinke, Nasr and Jagielski (2023), every canary in one run, guesses "
+                   "on the top and bottom scores, for a training too costly to repeat")
+    p.add_argument("--canaries", type=int, default=None, metavar="K",
+                   help="canary clients a run, each in the federation with probability 1/2 (default: 25 for trials, "
+                   "1000 for one-run)")
     p.add_argument("--clients", type=int, default=None, metavar="N",
                    help="clients a run, the canaries among them (default: the canaries and one other)")
     p.add_argument("--rounds", type=int, default=1, metavar="R", help="rounds of private training (default 1)")
-    p.add_argument("--runs", type=int, default=100, metavar="B",
-                   help="independent runs whose canaries are pooled (default 100)")
+    p.add_argument("--runs", type=int, default=None, metavar="B",
+                   help="trials form: independent runs whose canaries are pooled (default 1200)")
     p.add_argument("--seed", type=int, default=0, help="the first run's seed (default 0)")
     p.set_defaults(handler=_cmd_audit)
 
@@ -948,12 +959,11 @@ def _cmd_audit(args) -> int:
     dp = parse_dp(args.dp)
     if dp is None:
         raise ConfigError("audit: --dp none has nothing to audit")
-    clients = args.canaries + 1 if args.clients is None else args.clients
-    result = run_audit(dp, canaries=args.canaries, clients=clients, rounds=args.rounds, seed=args.seed,
-                       runs=args.runs)
-    print(f"audit: accounted epsilon {result.accounted:.4g}, audited lower bound {result.audited:.4g} "
-          f"(delta {dp.delta:g}; TPR {result.tpr:.4g}, FPR {result.fpr:.4g} over {result.canaries} canaries, "
-          f"{result.included} in)")
+    result = run_audit(dp, canaries=args.canaries, clients=args.clients, rounds=args.rounds, seed=args.seed,
+                       runs=args.runs, participation=args.participation, form=args.form)
+    print(f"audit ({args.form}, participation {args.participation}, {dp.mode} mode, {result.schedule} schedule): "
+          f"accounted epsilon {result.accounted:.4g}, audited lower bound {result.audited:.4g} "
+          f"(delta {dp.delta:g}; {result.evidence()})")
     print(f"{'holds' if result.holds else 'FLAGGED'}: {CRITERION}")
     return 0 if result.holds else 1
 
