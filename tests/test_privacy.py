@@ -298,7 +298,7 @@ def _library_epsilons(mask: np.ndarray, multiplier: float, delta: float, rates: 
     """Each client's epsilon by the library's own RDP accountant, from the realised participation
     ``mask`` [R, N]: the composition of the Gaussians it joined (add-or-remove); with ``rates``
     (a secret Poisson schedule) or ``sample`` (a secret m of N), the smaller of that and the
-    amplified bound over the R rounds (m of N: replace-one, sensitivity 2C)."""
+    amplified bound over the R rounds (m of N: both terms replace-one, sensitivity 2C)."""
     rounds, clients = mask.shape
     return np.array([_library_epsilon(int(joined), multiplier, delta, None if rates is None else float(rates[i]),
                                       sample, rounds, clients) for i, joined in enumerate(mask.sum(axis=0))])
@@ -308,7 +308,9 @@ def _library_epsilons(mask: np.ndarray, multiplier: float, delta: float, rates: 
 def _library_epsilon(joined: int, multiplier: float, delta: float, rate: float | None, sample: int | None,
                      rounds: int, clients: int) -> float:
     gaussian = dp_accounting.GaussianDpEvent(multiplier)
-    eps = RdpAccountant(list(ORDERS)).compose(dp_accounting.SelfComposedDpEvent(gaussian, joined)).get_epsilon(
+    # a secret m of N rests on replace-one: the joined rounds' Gaussians then move the sum by 2C
+    joined_gaussian = gaussian if sample is None else dp_accounting.GaussianDpEvent(multiplier / 2)
+    eps = RdpAccountant(list(ORDERS)).compose(dp_accounting.SelfComposedDpEvent(joined_gaussian, joined)).get_epsilon(
         delta) if joined else 0.0
     if rate is not None:
         sampled = dp_accounting.PoissonSampledDpEvent(rate, gaussian)
@@ -669,6 +671,28 @@ def test_the_audit_holds_for_the_accountant_and_flags_half_of_it(monkeypatch):
     monkeypatch.setattr(Accountant, "epsilons", lambda self, counts, rounds: epsilons(self, counts, rounds) / 2)
     halved = run_audit(dp, canaries=100, clients=101, rounds=1, runs=100)
     assert not halved.holds and halved.audited == result.audited
+
+
+def test_a_secret_uniform_schedule_accounts_its_public_term_under_replace_one(monkeypatch):
+    """m = 25 of 26, a secret schedule: the amplified bound rests on replace-one, so the public
+    term it is the minimum with must too (sensitivity 2C). Accounted under add-or-remove at C, as
+    it was, the public term gave 2.785 and the audit reached 3.71: flagged."""
+    from focusfl.privacy.accounting import Accountant
+    from focusfl.privacy.audit import run_audit
+
+    dp = parse_dp("clip=1,noise=1,mode=central,delta=1e-2,secret_schedule=true")
+    result = run_audit(dp, participation="uniform:m=25")
+    assert result.holds and result.accounted == pytest.approx(7.219, abs=1e-3)
+    monkeypatch.setattr(Accountant, "_composed_epsilon", _add_or_remove)
+    old = run_audit(dp, participation="uniform:m=25")
+    assert old.accounted == pytest.approx(2.785, abs=1e-3) and not old.holds and old.audited == result.audited
+
+
+def _add_or_remove(accountant, count: int) -> float:
+    """The public term as it was: add-or-remove at sensitivity C whatever the amplified term's relation."""
+    from focusfl.privacy.accounting import epsilon_of, one_round_rdp
+
+    return epsilon_of(one_round_rdp("none", accountant.multiplier), count, accountant.delta)
 
 
 def test_the_audit_per_process_and_mode_and_its_one_run_form_as_a_user_types_them():
