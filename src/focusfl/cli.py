@@ -619,14 +619,19 @@ def _add_sweep(sub) -> None:
 
     # The run fields come from the experiment file (experiments/sweep.py's DEFAULTS); threads is
     # how each worker computes, recorded in every run's config.json.
-    add_run_options(p, ("threads", "work", "dp"), defaults={"work": None, "dp": None}, helps={
+    add_run_options(p, ("threads", "work", "dp", "numerics"), defaults={"work": None, "dp": None, "numerics": None},
+                    helps={
         "threads": "torch threads per worker (small runs are fastest so, and the results do not depend on "
                    "--workers; a thread count changes float rounding)",
         "work": "work SPEC of every run, replacing the file's 'work' axis: each active client's local steps per "
                 "round (fixed, uniform, 'rates:r=0.25;1;...', markov; docs/algorithms.md) (default: the file's "
                 "'work', else fixed)",
         "dp": "client-level DP of every run, replacing the file's 'dp': clip=C,noise=SIGMA,mode=central|local"
-              "[,delta=D][,target_epsilon=E] (docs/privacy.md) (default: the file's 'dp', else none)"})
+              "[,delta=D][,target_epsilon=E] (docs/privacy.md) (default: the file's 'dp', else none)",
+        "numerics": "the numerical environment of every run, replacing the file's 'numerics': native (the CPU's "
+                    "own fastest kernels) or portable (the kernels every x86-64 CPU has: the same bytes on any of "
+                    "them, slower); the command starts itself again in it, and its workers inherit it (recorded "
+                    "in every run's config.json; docs/runs.md) (default: the file's 'numerics', else native)"})
     add_algorithm_import_option(p, "the experiment file's algorithms")
     p.add_argument("--executor", choices=["local", "ray"], default="local",
                    help="local: this machine; ray: tasks on a Ray cluster (pip install '.[ray]' in a clone)")
@@ -654,7 +659,7 @@ def _add_sweep(sub) -> None:
 def _cmd_sweep(args) -> int:
     from .experiments.sweep import counts_line, load_experiment, restart_note, run_sweep
 
-    experiment = load_experiment(args.experiment, work=args.work, dp=args.dp)
+    experiment = load_experiment(args.experiment, work=args.work, dp=args.dp, numerics=args.numerics)
     out = Path(args.out or f"runs/{Path(args.experiment).stem}")
     report = run_sweep(experiment, out, workers=args.workers, threads=args.threads, executor=args.executor,
                        address=args.address, checkpoint_every=args.checkpoint_every, band=args.band,
