@@ -468,7 +468,7 @@ def grid_rows(runs, folder: Path, target: float | None) -> list[dict]:
 # -- the search ---------------------------------------------------------------------------------
 # The run fields tune takes (its trials' configuration), and its own defaults for them.
 RUN_OPTIONS = ("problem", "participation", "work", "rounds", "local_steps", "seed", "dtype", "device",
-               "eval_every", "schedule", "threads", "dp")
+               "eval_every", "schedule", "threads", "dp", "numerics")
 TUNE_DEFAULTS = {"rounds": 300}
 
 
@@ -613,7 +613,9 @@ def tune(setup: TuneSetup, search: TuneSearch) -> int:
             # A work axis only when asked: a tune under fixed work writes the tables it always did.
             **({"work": [run.work]} if _is_work(run.work) else {}),
             # The trials' DP (the sweep refuses what run refuses before any trial starts).
-            **({} if parse_dp(run.dp) is None else {"dp": run.dp}))
+            **({} if parse_dp(run.dp) is None else {"dp": run.dp}),
+            # The trials' numerical environment; native left out, as every tune before it wrote.
+            **({} if run.numerics == "native" else {"numerics": run.numerics}))
 
     def tables(experiment, runs, folder, *, band, failures) -> list[str]:
         trials = grid_rows(runs, folder, setup.target)
@@ -683,4 +685,5 @@ SETUP_KEYS = ("problem", "participation", "rounds", "local_steps", "seed", "targ
 def setup_record(setup: TuneSetup) -> dict:
     """The tune folder's record of its setup (config.json's "tune")."""
     run = setup.run.with_problem_defaults()
-    return {key: setup.target if key == "target" else getattr(run, key) for key in SETUP_KEYS}
+    record = {key: setup.target if key == "target" else getattr(run, key) for key in SETUP_KEYS}
+    return record if run.numerics == "native" else {**record, "numerics": run.numerics}
