@@ -184,6 +184,15 @@ SPEC_CASES = {
     "work-rates": (["--work", f"rates:r={HUGE}"], "work rates: r is an integer of 31 digits"),
     "work-markov": (["--work", "markov:slow=1" + "0" * 400], "work markov: slow is an integer of 401 digits"),
     "problem-clients": (["--problem", f"ridge:clients={HUGE}"], "clients is an integer of 31 digits"),
+    # a rate's own domain, (0, 1]: a top far below the floor left every band at the floor
+    "banded-top": (["--participation", "banded:top=-1e300"], "banded: top=-1e+300 is outside (0, 1]"),
+    "banded-floor": (["--participation", "banded:floor=inf"], "banded: floor=inf is not finite"),
+    "banded-floor-above-top": (["--participation", "banded:top=0.2,floor=0.5"], "floor=0.5 is above top=0.2"),
+    # q's keys E_i / q_i and its sum stay ordinary floats (q=1e308 overflowed with a warning)
+    "weighted-q-huge": (["--participation", "weighted:q=1e300"], "weighted: q[0]=1e+300 is outside [1e-100, 1e+100]"),
+    "weighted-q-tiny": (["--participation", "weighted:q=1e-310"], "weighted: q[0]=1e-310 is outside"),
+    "problem-hetero": (["--problem", "ridge:hetero=1e300,dim=5,samples=10"], "its minimizer is not finite"),
+    "problem-reg-nan": (["--problem", "ridge:reg=nan,dim=5,samples=10"], "reg must be >= 0 (a finite number), got nan"),
 }
 
 
@@ -251,6 +260,12 @@ TRACE_CASES = {
 @pytest.mark.parametrize("case", TRACE_CASES)
 def test_bad_trace_files(refusals, case):
     refused(refusals, "trace", case)
+
+
+@pytest.mark.parametrize("spec,contains", [("banded:top=-1e300", "top=-1e+300 is outside (0, 1]"),
+                                           ("weighted:q=1e300", "q[0]=1e+300 is outside")])
+def test_participation_command_refuses_a_parameter_outside_its_domain(spec, contains):
+    assert_one_line_error(run_cli("participation", spec, "--clients", "4", "--rounds", "10"), contains=contains)
 
 
 def test_participation_command_reports_a_bad_trace_in_one_line(tmp_path):

@@ -1,11 +1,12 @@
 """The command line as a user meets it: outputs, reruns, and one-line errors with exit code 2."""
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
-from cli_harness import run_cli, run_main
+from cli_harness import assert_one_line_error, run_cli, run_main
 from focusfl.cli import main
 from focusfl.errors import FocusflError
 from focusfl.io.atomic import read_csv
@@ -139,6 +140,44 @@ def test_participation_command_prints_statistics_and_plots(tmp_path, capsys):
     assert "tau_max" in text and "q (empirical)" in text
     assert len([line for line in text.splitlines() if line.strip()[:1].isdigit()]) == 6
     assert plot.stat().st_size > 1000
+
+
+RASTER_COMMANDS = {"participation": ["participation", "bernoulli"], "work": ["work", "uniform"]}
+
+
+def _unwritable_target(tmp_path, case: str):
+    if case == "below a file":
+        (tmp_path / "taken.png").write_bytes(b"mine")
+        return tmp_path / "taken.png" / "raster.png", "is a file, not a folder"
+    if case == "read-only folder":
+        if os.geteuid() == 0:
+            pytest.skip("root writes into a read-only folder")
+        folder = tmp_path / "locked"
+        folder.mkdir(mode=0o555)
+        return folder / "raster.png", "is not writable"
+    # a name the check accepts whose scratch file (.NAME.PID.focusfl-tmp.png) the filesystem refuses
+    return tmp_path / ("r" * 240 + ".png"), "cannot be written: File name too long"
+
+
+@pytest.mark.parametrize("case", ["below a file", "read-only folder", "scratch name too long"])
+@pytest.mark.parametrize("command", list(RASTER_COMMANDS))
+def test_a_raster_that_cannot_be_written_is_one_line_and_prints_nothing_else(tmp_path, command, case):
+    """The statistics and "wrote" are printed once the figure is in place; a write the filesystem
+    refuses (before the work where it can be seen, else when it happens) is one line, exit 2."""
+    target, says = _unwritable_target(tmp_path, case)
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    proc = run_cli(*RASTER_COMMANDS[command], "--clients", "3", "--rounds", "20", "--plot", str(target))
+    line = assert_one_line_error(proc, contains=says)
+    assert "--plot" in line and proc.stdout == "", proc.stdout
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before  # no figure, no scratch file
+
+
+@pytest.mark.parametrize("command", list(RASTER_COMMANDS))
+def test_wrote_is_the_last_line_and_names_the_figure_in_place(tmp_path, command):
+    plot = tmp_path / "new" / "raster.png"
+    proc = run_main(*RASTER_COMMANDS[command], "--clients", "3", "--rounds", "20", "--plot", str(plot))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == f"wrote {plot}" and plot.read_bytes()[:4] == b"\x89PNG"
 
 
 @pytest.mark.parametrize("suffix", [".svg", ".pdf"])

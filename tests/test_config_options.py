@@ -34,7 +34,7 @@ def commands() -> dict[tuple[str, ...], tuple[tuple[str, ...], dict]]:
     from focusfl.experiments import reproduce_nn, tune
 
     found = {("run",): (tuple(options()), {}), ("tune",): (tune.RUN_OPTIONS, tune.TUNE_DEFAULTS),
-             ("sweep",): (("threads", "work", "dp"), {"work": None, "dp": None})}
+             ("sweep",): (("threads", "work", "dp", "numerics"), {"work": None, "dp": None, "numerics": None})}
     for preset, setup in (("mnist-demo", reproduce_nn.MNIST_DEMO), ("fedsum-mnist", reproduce_nn.FEDSUM_MNIST),
                           ("focus-cifar10", reproduce_nn.FOCUS_CIFAR10),
                           ("fedsum-resnet18", reproduce_nn.FEDSUM_RESNET18["cifar10"]),

@@ -1,7 +1,8 @@
 """A run's numerical environment as the user asks for it: ``--numerics portable`` gives the same
 bytes on every emulated x86-64 CPU, is recorded in config.json, replays and resumes to the same
 bytes; a library caller outside the environment its run asks for gets one line (docs/runs.md,
-"On any machine")."""
+"On any machine"). A sweep and a tune compute every run in one environment (``--numerics`` or
+the experiment file's ``numerics``), started again in it with their workers inheriting it."""
 from __future__ import annotations
 
 import json
@@ -78,4 +79,85 @@ def test_the_library_refuses_a_run_outside_the_environment_it_asks_for(tmp_path)
         pytest.skip("this test process computes in the portable environment")
     with pytest.raises(NumericsError, match="ATEN_CPU_CAPABILITY=default"):
         run_to_folder(RunConfig(rounds=2, numerics="portable"), tmp_path / "lib")
+    assert not (tmp_path / "lib").exists()
+
+
+# -- sweep and tune: one environment for every run ---------------------------------------------------
+EXPERIMENT = """algorithms = ["fedavg", "focus"]
+problems = ["ridge:clients=4,dim=3,samples=5"]
+participation = ["bernoulli"]
+rounds = 4
+lr = 0.01
+seeds = 2
+"""
+
+
+def _experiment(folder, extra: str = ""):
+    path = folder / "grid.toml"
+    path.write_text(EXPERIMENT + extra)
+    return path
+
+
+def _numerics_of_runs(folder) -> set[str]:
+    return {json.loads(path.read_text())["numerics"] for path in (folder / "runs").glob("*/config.json")}
+
+
+def test_a_portable_sweep_starts_again_its_workers_inherit_it_and_it_has_one_set_of_bytes(tmp_path):
+    grid = _experiment(tmp_path)
+    for name, extra, workers in (("here", {}, "2"), ("other", OTHER_CPU, "1")):
+        done = run_cli("sweep", str(grid), "--numerics", "portable", "--workers", workers, "--out",
+                       str(tmp_path / name), env=_bare_env(**extra))
+        assert done.returncode == 0, done.stderr
+        assert _numerics_of_runs(tmp_path / name) == {"portable"}  # 4 runs, each in a worker that refuses otherwise
+    here, other = (tmp_path / name for name in ("here", "other"))
+    assert (here / "results.csv").read_bytes() == (other / "results.csv").read_bytes()
+    assert 'numerics = "portable"' in (here / "experiment.toml").read_text()  # its copy reruns the same grid
+
+
+def test_a_sweep_started_in_the_portable_environment_computes_as_its_file_asks(tmp_path):
+    from focusfl.device import PORTABLE_ENVIRONMENT
+
+    grid = _experiment(tmp_path)
+    done = run_cli("sweep", str(grid), "--out", str(tmp_path / "native"), env=_bare_env(**PORTABLE_ENVIRONMENT))
+    assert done.returncode == 0, done.stderr
+    assert _numerics_of_runs(tmp_path / "native") == {"native"}
+    (tmp_path / "files").mkdir()
+    portable = _experiment(tmp_path / "files", 'numerics = "portable"\n')  # the file's own key
+    done = run_cli("sweep", str(portable), "--out", str(tmp_path / "portable"), env=_bare_env())
+    assert done.returncode == 0, done.stderr
+    assert _numerics_of_runs(tmp_path / "portable") == {"portable"}
+
+
+def test_tune_trials_compute_in_the_environment_it_asks_for(tmp_path):
+    out = tmp_path / "tune"
+    done = run_cli("tune", "--algorithm", "fedavg", "--problem", "ridge:clients=4,dim=3,samples=5", "--participation",
+                   "full", "--rounds", "5", "--points", "3", "--numerics", "portable", "--out", str(out),
+                   env=_bare_env())
+    assert done.returncode == 0, done.stderr
+    assert _numerics_of_runs(out) == {"portable"}
+    assert json.loads((out / "config.json").read_text())["tune"]["numerics"] == "portable"
+
+
+@pytest.mark.parametrize("extra,says", [
+    ('numerics = ["native", "portable"]\n', "numerics: one value for the whole sweep"),
+    ('numerics = "fast"\n', "numerics: expected one of native, portable"),
+])
+def test_a_sweep_that_varies_or_misnames_numerics_is_one_line(tmp_path, extra, says):
+    grid = _experiment(tmp_path, extra)
+    proc = run_cli("sweep", str(grid), "--out", str(tmp_path / "out"), env=_bare_env())
+    assert_one_line_error(proc, contains=says)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_library_refuses_a_sweep_outside_the_environment_it_asks_for(tmp_path):
+    from focusfl.device import numerics
+    from focusfl.errors import NumericsError
+    from focusfl.experiments.sweep import load_experiment, run_sweep
+
+    if numerics()["mode"] == "portable":
+        pytest.skip("this test process computes in the portable environment")
+    experiment = load_experiment(_experiment(tmp_path), numerics="portable")
+    assert experiment.numerics == "portable"
+    with pytest.raises(NumericsError, match="numerics=portable"):
+        run_sweep(experiment, tmp_path / "lib")
     assert not (tmp_path / "lib").exists()

@@ -159,7 +159,7 @@ def test_every_key_an_unknown_key_error_lists_is_accepted(name):
 # or run's default.
 SWEEP_KEY_OF = {"algorithm": "algorithms", "problem": "problems", "seed": "seeds"}
 SET_BY_THE_COMMAND = {"threads"}
-LEFT_AT_DEFAULT = {"deterministic", "numerics"}
+LEFT_AT_DEFAULT = {"deterministic"}
 
 
 def test_a_sweep_names_every_run_field_that_changes_a_runs_bytes():

@@ -137,6 +137,11 @@ def test_check_says_not_finite_for_a_nan(tmp_path):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     engines = next(line for line in proc.stdout.splitlines() if line.split()[1:2] == ["engines"])
     assert engines.startswith("FAIL") and "not finite" in engines and "0.00e+00" not in engines, engines
+    # the whole runs stop at the NaN; each says where it appeared (the server's u, in round 1)
+    assert "KeyError" not in proc.stdout + proc.stderr, proc.stdout
+    for check in ("float32", "communication", "convergence"):
+        line = next(line for line in proc.stdout.splitlines() if line.split()[1:2] == [check])
+        assert line.startswith("FAIL") and "not finite after round 1: server.u (NaN)" in line, line
 
 
 # -- the flag's help says what each command does ---------------------------------------------------------

@@ -400,7 +400,7 @@ def _cmd_participation_import(args) -> int:
         write_text(path, text)
         lines.append(f"wrote {path} (replay it with {replay})")
     if args.plot:
-        _write_raster(trace.mask, args.plot, f"{args.format} {Path(args.path).name}", say=False)
+        _write_raster(trace.mask, args.plot, f"{args.format} {Path(args.path).name}")
         lines.append(f"wrote {args.plot}")
     print("\n".join(lines))
     return 0
@@ -423,21 +423,25 @@ def _cmd_participation(args) -> int:
     mask = process.mask(args.rounds)
     stats = summarize(mask)
     nominal = process.nominal_p()
-    print(f"{process.describe()['name']}: {args.clients} clients, {args.rounds} rounds, seed {args.seed}")
-    print(f"mean active per round {stats.mean_active:.3f}, empty rounds {stats.empty_rounds}")
-    print(f"tau_max {stats.tau_max}, tau_avg {stats.tau_avg:.3f}")
-    header = f"{'client':>6} {'p (empirical)':>14} {'p (nominal)':>12} {'q (empirical)':>14}"
-    print(header)
+    lines = [f"{process.describe()['name']}: {args.clients} clients, {args.rounds} rounds, seed {args.seed}",
+             f"mean active per round {stats.mean_active:.3f}, empty rounds {stats.empty_rounds}",
+             f"tau_max {stats.tau_max}, tau_avg {stats.tau_avg:.3f}",
+             f"{'client':>6} {'p (empirical)':>14} {'p (nominal)':>12} {'q (empirical)':>14}"]
     for i in range(args.clients):
         nom = "" if nominal is None else f"{nominal[i]:.4f}"
-        print(f"{i:>6} {stats.p[i]:>14.4f} {nom:>12} {stats.q[i]:>14.4f}")
+        lines.append(f"{i:>6} {stats.p[i]:>14.4f} {nom:>12} {stats.q[i]:>14.4f}")
+    # The figure is in place before a line is printed (as `participation import` does): a reader
+    # that has gone (`| head -1`) ends the printing, never the figure, and "wrote" is never early.
     if args.plot:
         _write_raster(mask, args.plot, args.spec)
+        lines.append(f"wrote {args.plot}")
+    print("\n".join(lines))
     return 0
 
 
 def _check_raster_target(plot: str) -> None:
-    """Before the work: a .png/.pdf/.svg that is not a user's file (io.figures)."""
+    """Before the work: a .png/.pdf/.svg that is not a user's file, where a file can be written
+    (io.figures)."""
     from .errors import ConfigError
     from .io.figures import check_figure_targets
 
@@ -446,15 +450,27 @@ def _check_raster_target(plot: str) -> None:
     check_figure_targets([plot], "--plot")
 
 
-def _write_raster(mask, plot: str, title: str, say: bool = True) -> None:
+def _write_figure(plot: str, draw) -> None:
+    """``draw(path)`` into the figure ``plot``, put in place atomically (io.figures); a write the
+    filesystem refuses is one line naming ``plot`` (not the scratch file beside it)."""
+    from .errors import ConfigError
+    from .io.atomic import full_disk
     from .io.figures import figure_files
+
+    try:
+        Path(plot).parent.mkdir(parents=True, exist_ok=True)
+        with figure_files([plot], "--plot") as (scratch,):
+            draw(scratch)
+    except OSError as exc:
+        if full_disk(exc):
+            raise  # main's one line for a full disk
+        raise ConfigError(f"--plot {plot!r} cannot be written: {exc.strerror or exc}") from None
+
+
+def _write_raster(mask, plot: str, title: str) -> None:
     from .participation.plots import plot_raster
 
-    Path(plot).parent.mkdir(parents=True, exist_ok=True)
-    with figure_files([plot], "--plot") as (scratch,):
-        plot_raster(mask, scratch, title=title)
-    if say:
-        print(f"wrote {plot}")
+    _write_figure(plot, lambda path: plot_raster(mask, path, title=title))
 
 
 # -- work ----------------------------------------------------------------------------------------
@@ -477,37 +493,32 @@ def _cmd_work(args) -> int:
 
     process = make_work(args.spec, args.clients, args.local_steps, seed=args.seed)
     if args.plot:
-        from .io.figures import check_figure_targets
-
-        if Path(args.plot).suffix.lower() not in (".png", ".pdf", ".svg"):
-            raise ConfigError(f"--plot must end in .png, .pdf or .svg, got {args.plot!r}")
-        check_figure_targets([args.plot], "--plot")  # before the work: never over a user's file
+        _check_raster_target(args.plot)  # before the work: never over a user's file
     # The int64 table and its float64 copy.
     check_allocation(args.rounds * args.clients * 16,
                      f"work statistics of {args.rounds:,} rounds x {args.clients:,} clients", error=ConfigError)
     table = process.table(args.rounds)
     stats = summarize_work(table, args.local_steps)
-    print(f"{process.describe()['name']}: {args.clients} clients, tau {args.local_steps}, {args.rounds} rounds, "
-          f"seed {args.seed}")
-    print(f"mean steps {stats.mean_steps:.3f} of {args.local_steps}, short rounds {stats.mean_short:.3f}")
+    lines = [f"{process.describe()['name']}: {args.clients} clients, tau {args.local_steps}, {args.rounds} rounds, "
+             f"seed {args.seed}",
+             f"mean steps {stats.mean_steps:.3f} of {args.local_steps}, short rounds {stats.mean_short:.3f}"]
     if min(stats.counted) < args.rounds:  # a trace: only the client-rounds it records count
-        print(f"counted: the {sum(stats.counted):,} client-rounds the trace records in rounds 0..{args.rounds - 1} "
-              f"(of {args.rounds * args.clients:,}); '-': a client it never names there")
-    print(f"{'client':>6} {'mean steps':>11} {'min':>4} {'max':>4} {'short':>7}")
+        lines.append(f"counted: the {sum(stats.counted):,} client-rounds the trace records in rounds "
+                     f"0..{args.rounds - 1} (of {args.rounds * args.clients:,}); '-': a client it never names there")
+    lines.append(f"{'client':>6} {'mean steps':>11} {'min':>4} {'max':>4} {'short':>7}")
     for i in range(args.clients):
         if not stats.counted[i]:
-            print(f"{i:>6} {'-':>11} {'-':>4} {'-':>4} {'-':>7}")
+            lines.append(f"{i:>6} {'-':>11} {'-':>4} {'-':>4} {'-':>7}")
             continue
-        print(f"{i:>6} {stats.mean[i]:>11.3f} {stats.min[i]:>4} {stats.max[i]:>4} {stats.short[i]:>7.3f}")
-    print(f"{'mean':>6} {stats.mean_steps:>11.3f} {stats.mean_min:>4.1f} {stats.mean_max:>4.1f} {stats.mean_short:>7.3f}")
-    if args.plot:
-        from .io.figures import figure_files
+        lines.append(f"{i:>6} {stats.mean[i]:>11.3f} {stats.min[i]:>4} {stats.max[i]:>4} {stats.short[i]:>7.3f}")
+    lines.append(f"{'mean':>6} {stats.mean_steps:>11.3f} {stats.mean_min:>4.1f} {stats.mean_max:>4.1f} "
+                 f"{stats.mean_short:>7.3f}")
+    if args.plot:  # in place before a line is printed (see _cmd_participation)
         from .work.plots import plot_work
 
-        Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
-        with figure_files([args.plot], "--plot") as (scratch,):
-            plot_work(table, args.local_steps, scratch, title=args.spec)
-        print(f"wrote {args.plot}")
+        _write_figure(args.plot, lambda path: plot_work(table, args.local_steps, path, title=args.spec))
+        lines.append(f"wrote {args.plot}")
+    print("\n".join(lines))
     return 0
 
 
@@ -608,14 +619,19 @@ def _add_sweep(sub) -> None:
 
     # The run fields come from the experiment file (experiments/sweep.py's DEFAULTS); threads is
     # how each worker computes, recorded in every run's config.json.
-    add_run_options(p, ("threads", "work", "dp"), defaults={"work": None, "dp": None}, helps={
+    add_run_options(p, ("threads", "work", "dp", "numerics"), defaults={"work": None, "dp": None, "numerics": None},
+                    helps={
         "threads": "torch threads per worker (small runs are fastest so, and the results do not depend on "
                    "--workers; a thread count changes float rounding)",
         "work": "work SPEC of every run, replacing the file's 'work' axis: each active client's local steps per "
                 "round (fixed, uniform, 'rates:r=0.25;1;...', markov; docs/algorithms.md) (default: the file's "
                 "'work', else fixed)",
         "dp": "client-level DP of every run, replacing the file's 'dp': clip=C,noise=SIGMA,mode=central|local"
-              "[,delta=D][,target_epsilon=E] (docs/privacy.md) (default: the file's 'dp', else none)"})
+              "[,delta=D][,target_epsilon=E] (docs/privacy.md) (default: the file's 'dp', else none)",
+        "numerics": "the numerical environment of every run, replacing the file's 'numerics': native (the CPU's "
+                    "own fastest kernels) or portable (the kernels every x86-64 CPU has: the same bytes on any of "
+                    "them, slower); the command starts itself again in it, and its workers inherit it (recorded "
+                    "in every run's config.json; docs/runs.md) (default: the file's 'numerics', else native)"})
     add_algorithm_import_option(p, "the experiment file's algorithms")
     p.add_argument("--executor", choices=["local", "ray"], default="local",
                    help="local: this machine; ray: tasks on a Ray cluster (pip install '.[ray]' in a clone)")
@@ -643,7 +659,7 @@ def _add_sweep(sub) -> None:
 def _cmd_sweep(args) -> int:
     from .experiments.sweep import counts_line, load_experiment, restart_note, run_sweep
 
-    experiment = load_experiment(args.experiment, work=args.work, dp=args.dp)
+    experiment = load_experiment(args.experiment, work=args.work, dp=args.dp, numerics=args.numerics)
     out = Path(args.out or f"runs/{Path(args.experiment).stem}")
     report = run_sweep(experiment, out, workers=args.workers, threads=args.threads, executor=args.executor,
                        address=args.address, checkpoint_every=args.checkpoint_every, band=args.band,
@@ -901,11 +917,13 @@ def _command_texts(command: str | None = None) -> dict[str, tuple[str, str]]:
                      "round patterns of FedAvg and FOCUS (docs/framework.md).",
                      _examples("focusfl matrices --clients 4 --active 1,3 --out runs/matrices")),
         "audit": ("Check the DP accountant by an attack (docs/privacy.md, \"Audit\"): canary clients, each in the "
-                  "federation with probability 1/2, a private training through the run's mechanism, a membership "
-                  "test on the released model and the empirical lower bound on epsilon it proves, beside the "
-                  "accounted epsilon; exit status 1 if the lower bound exceeds it.",
+                  "federation with probability 1/2, a private training through the run's mechanism under the run's "
+                  "participation process, a membership test on the released output (central: the final model; "
+                  "local: the messages) and the empirical lower bound on epsilon it proves, beside the accounted "
+                  "epsilon; exit status 1 if the lower bound exceeds it.",
                   _examples("focusfl audit --dp clip=1,noise=1,mode=central,delta=1e-2",
-                            "focusfl audit --dp clip=1,noise=1,mode=central,delta=1e-5 --canaries 200 --runs 200")),
+                            "focusfl audit --dp clip=1,noise=1,mode=local,delta=1e-2 --participation bernoulli:p=0.5",
+                            "focusfl audit --dp clip=1,noise=1,mode=central,delta=1e-5 --form one-run")),
     }
 
 
@@ -926,16 +944,25 @@ def _finish_help(parser: argparse.ArgumentParser, name: str, texts: dict) -> Non
 # -- audit ---------------------------------------------------------------------------------------
 def _add_audit(sub) -> None:
     p = sub.add_parser("audit", help="check the DP accountant by an attack: canary clients, a membership test on "
-                       "the released model, an empirical lower bound on epsilon")
+                       "the released output, an empirical lower bound on epsilon")
     p.add_argument("--dp", required=True, metavar="DP",
-                   help="the mechanism audited: clip=C,noise=SIGMA,mode=central,delta=D (docs/privacy.md)")
-    p.add_argument("--canaries", type=int, default=100, metavar="K",
-                   help="canary clients a run, each in the federation with probability 1/2 (default 100)")
+                   help="the mechanism audited: clip=C,noise=SIGMA,mode=central|local,delta=D[,secret_schedule=true] "
+                   "(docs/privacy.md)")
+    p.add_argument("--participation", default="full", metavar="SPEC",
+                   help="the participation process, as focusfl run takes it (built with the run's seed; default full); "
+                   "under a public schedule the attacker knows which rounds each canary joined")
+    p.add_argument("--form", choices=("trials", "one-run"), default="trials",
+                   help="trials (the default): canaries of independent runs pooled, the tighter bound where runs are "
+                   "as cheap as here; one-run: Steinke, Nasr and Jagielski (2023), every canary in one run, guesses "
+                   "on the top and bottom scores, for a training too costly to repeat")
+    p.add_argument("--canaries", type=int, default=None, metavar="K",
+                   help="canary clients a run, each in the federation with probability 1/2 (default: 25 for trials, "
+                   "1000 for one-run)")
     p.add_argument("--clients", type=int, default=None, metavar="N",
                    help="clients a run, the canaries among them (default: the canaries and one other)")
     p.add_argument("--rounds", type=int, default=1, metavar="R", help="rounds of private training (default 1)")
-    p.add_argument("--runs", type=int, default=100, metavar="B",
-                   help="independent runs whose canaries are pooled (default 100)")
+    p.add_argument("--runs", type=int, default=None, metavar="B",
+                   help="trials form: independent runs whose canaries are pooled (default 1200)")
     p.add_argument("--seed", type=int, default=0, help="the first run's seed (default 0)")
     p.set_defaults(handler=_cmd_audit)
 
@@ -948,12 +975,11 @@ def _cmd_audit(args) -> int:
     dp = parse_dp(args.dp)
     if dp is None:
         raise ConfigError("audit: --dp none has nothing to audit")
-    clients = args.canaries + 1 if args.clients is None else args.clients
-    result = run_audit(dp, canaries=args.canaries, clients=clients, rounds=args.rounds, seed=args.seed,
-                       runs=args.runs)
-    print(f"audit: accounted epsilon {result.accounted:.4g}, audited lower bound {result.audited:.4g} "
-          f"(delta {dp.delta:g}; TPR {result.tpr:.4g}, FPR {result.fpr:.4g} over {result.canaries} canaries, "
-          f"{result.included} in)")
+    result = run_audit(dp, canaries=args.canaries, clients=args.clients, rounds=args.rounds, seed=args.seed,
+                       runs=args.runs, participation=args.participation, form=args.form)
+    print(f"audit ({args.form}, participation {args.participation}, {dp.mode} mode, {result.schedule} schedule): "
+          f"accounted epsilon {result.accounted:.4g}, audited lower bound {result.audited:.4g} "
+          f"(delta {dp.delta:g}; {result.evidence()})")
     print(f"{'holds' if result.holds else 'FLAGGED'}: {CRITERION}")
     return 0 if result.holds else 1
 

@@ -396,18 +396,59 @@ def check_tracking(make: Maker, participation: str = "bernoulli", rounds: int = 
 
 
 # -- whole runs ------------------------------------------------------------------------------------
+def not_finite_fields(state: Any) -> list[str]:
+    """The fields of a state that hold a value that is not finite, as ``server.u (NaN)``."""
+    found = []
+    for side in ("server", "clients"):
+        part = getattr(state, side)
+        names = getattr(part, "_fields", None) or [str(i) for i in range(len(part))]
+        for name, tensor in zip(names, part):
+            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                found.append(f"{side}.{name} ({'NaN' if bool(torch.isnan(tensor).any()) else 'inf'})")
+    return found
+
+
+class FirstNotFinite:
+    """A whole run's ``on_round``: the first round after which its state held a value that is not
+    finite, and in which fields. A run evaluated only at its end stops there, rounds after the
+    NaN appeared; this says where it appeared (a check's runs are small: one test per round)."""
+
+    def __init__(self) -> None:
+        self.round: int | None = None
+        self.fields: list[str] = []
+
+    def __call__(self, result: Any) -> None:
+        if self.round is None and (fields := not_finite_fields(result.state)):
+            self.round, self.fields = result.rounds_done, fields
+
+    def divergence(self, result: Any) -> str:
+        """Why ``result`` (which diverged) stopped, in a check's words: where a NaN appeared, else
+        the metric that was not finite, else the blow-up (engine/divergence.py)."""
+        if self.round is None and (fields := not_finite_fields(result.state)):
+            self.round, self.fields = result.diverged_at, fields
+        if self.round is not None:
+            return f"not finite after round {self.round}: {', '.join(self.fields)}"
+        row = result.rows[-1] if result.rows else {}
+        metrics = [k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)]
+        if metrics:
+            return f"{', '.join(metrics)} not finite after round {result.diverged_at}"
+        return f"the loss blew up (diverged at round {result.diverged_at})"
+
+
 def check_float32(make: Maker, lr: float, rounds: int = 30) -> Check:
     """float32 with stochastic gradients runs, stays float32 and lowers the error."""
     def run() -> Check:
         problem = make_problem(RIDGE + ",batch=5", dtype=torch.float32)
         process = make_participation("uniform:m=3", problem.num_clients, seed=0)
         algorithm = make(lr=lr, local_steps=2)
-        result = simulate(algorithm, problem, process, rounds, eval_every=rounds)
-        first, last = result.rows[0]["rel_error"], result.rows[-1]["rel_error"]
+        watch = FirstNotFinite()
+        result = simulate(algorithm, problem, process, rounds, eval_every=rounds, on_round=watch)
         dtype = algorithm.model(result.state).dtype
-        ok = dtype == torch.float32 and result.diverged_at is None and last < first
-        return Check("float32", ok, f"rel_error {first:.3g} -> {last:.3g} in {rounds} rounds, model {str(dtype)[6:]}"
-                     + ("" if result.diverged_at is None else f", diverged at round {result.diverged_at}"))
+        if result.diverged_at is not None:
+            return Check("float32", False, f"{watch.divergence(result)}; model {str(dtype)[6:]}")
+        first, last = result.rows[0]["rel_error"], result.rows[-1]["rel_error"]
+        ok = dtype == torch.float32 and last < first
+        return Check("float32", ok, f"rel_error {first:.3g} -> {last:.3g} in {rounds} rounds, model {str(dtype)[6:]}")
 
     return _guarded("float32", run)
 
@@ -420,13 +461,15 @@ def check_convergence(make: Maker, lr: float, problem_spec: str = RIDGE, *, exac
         problem = make_problem(problem_spec)
         algorithm = make(lr=lr, local_steps=2)
         claims = algorithm.exact_at_full if exact is None else exact
+        watch = FirstNotFinite()
         result = simulate(algorithm, problem, make_participation("full", problem.num_clients), rounds,
-                          eval_every=rounds)
-        final, bound = result.rows[-1]["rel_error"], EXACT_ERROR if claims else INEXACT_ERROR
-        ok = result.diverged_at is None and final <= bound
-        name = problem_spec.split(":")[0]
-        return Check("convergence", ok, f"{name}, full participation, lr {lr:.3g}: rel_error {final:.2e} after "
-                     f"{rounds} rounds (bound {bound:g}: {'exact' if claims else 'inexact'})")
+                          eval_every=rounds, on_round=watch)
+        name, bound = problem_spec.split(":")[0], EXACT_ERROR if claims else INEXACT_ERROR
+        if result.diverged_at is not None:
+            return Check("convergence", False, f"{name}, full participation, lr {lr:.3g}: {watch.divergence(result)}")
+        final = result.rows[-1]["rel_error"]
+        return Check("convergence", final <= bound, f"{name}, full participation, lr {lr:.3g}: rel_error {final:.2e} "
+                     f"after {rounds} rounds (bound {bound:g}: {'exact' if claims else 'inexact'})")
 
     return _guarded("convergence", run)
 
@@ -471,8 +514,12 @@ def check_communication(make: Maker, rounds: int = 4, active: int = 3) -> Check:
         if not (comm.down >= 1 and comm.up >= 1 and comm.server_memory >= 1 and comm.client_memory >= 0
                 and comm.server_memory_per_client >= 0):
             return Check("communication", False, f"figures out of range: {tuple(comm)}")
+        watch = FirstNotFinite()
         result = simulate(algorithm, problem, make_participation(f"uniform:m={active}", problem.num_clients, seed=0),
-                          rounds)
+                          rounds, on_round=watch)
+        if result.diverged_at is not None:  # a run cut short counts fewer floats than it would have sent
+            return Check("communication", False, f"down {comm.down:g}, up {comm.up:g} vectors per client; "
+                         f"{rounds} rounds of {active}: {watch.divergence(result)}")
         last = result.rows[-1]
         expected = (rounds * active * comm.down * problem.dim, rounds * active * comm.up * problem.dim)
         ok = (last["comm_down"], last["comm_up"]) == expected

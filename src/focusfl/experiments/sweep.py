@@ -42,12 +42,13 @@ from tqdm import tqdm
 from ..algorithms import ALGORITHMS, algorithm_class, algorithm_keys
 from ..algorithms.importing import (imports_permitted, is_algorithm_import, planned_code, recorded_code,
                                    tracebacks_shown)
+from ..device import require_numerics
 from ..engine.simulate import ENGINES, SCHEDULES
 from ..errors import ConfigError, FocusflError
 from ..privacy.config import parse_dp
 from ..io.atomic import write_json, write_text
 from ..io.folders import finish_waiting, open_store
-from ..runs.config import DTYPES, RunConfig, field_defaults, run_key  # noqa: F401 (re-exported)
+from ..runs.config import DTYPES, NUMERICS, RunConfig, field_defaults, run_key  # noqa: F401 (re-exported)
 from ..runs.batch import batch_size, group_batches, run_bytes
 from ..runs.driver import build, execute_batch
 from ..runs.folder import Interrupted, run_state
@@ -67,7 +68,7 @@ ALGORITHM_OVERRIDES = (*RUN_AXES, "schedule")
 # The run's own keys that an algorithm SPEC may not hold: a key of the experiment or of a table.
 SPEC_RUN_KEYS = ("lr", "local_steps")
 TOP_KEYS = ("name", "algorithms", "problems", "participation", "work", "seeds", *RUN_AXES, "dtype", "device",
-            "engine", "schedule", "metric", "targets", "band", "dp")
+            "engine", "schedule", "metric", "targets", "band", "dp", "numerics")
 # The run fields' defaults (runs.config); dtype and eval_every None: each problem's own
 # (defaults_for: float32 and every 50 rounds for neural networks), filled in by expand.
 DEFAULTS = {**{k: v for k, v in field_defaults().items() if k in (*RUN_AXES, "schedule", "device", "engine")},
@@ -108,6 +109,9 @@ class Experiment:
     work: list | None = None
     # Client-level DP of every run (the --dp record, focusfl.privacy; "none": without).
     dp: str | dict = "none"
+    # The numerical environment of every run (runs.config.NUMERICS): one for the whole sweep, as
+    # its variables are read when torch loads, in this process and the workers it starts.
+    numerics: str = "native"
 
 
 @dataclass
@@ -128,12 +132,14 @@ class SweepRun:
 
 
 # -- reading and checking the file ---------------------------------------------------------------
-def load_experiment(path: str | Path, *, work: str | None = None, dp: str | None = None) -> Experiment:
+def load_experiment(path: str | Path, *, work: str | None = None, dp: str | None = None,
+                    numerics: str | None = None) -> Experiment:
     """Read, parse and check an experiment file; ConfigError (one line, naming the key) if bad.
 
     ``work``: a work SPEC that replaces the file's ``work`` axis (``focusfl sweep --work``); the
     experiment's text (copied into the sweep folder) is then the file rewritten with it, so that
-    the copy reruns the same grid. ``dp``: likewise, the file's ``dp`` (``focusfl sweep --dp``)."""
+    the copy reruns the same grid. ``dp``, ``numerics``: likewise, the file's ``dp`` and
+    ``numerics`` (``focusfl sweep --dp``, ``--numerics``)."""
     path = Path(path)
     try:
         if path.stat().st_size > MAX_FILE_BYTES:
@@ -146,8 +152,10 @@ def load_experiment(path: str | Path, *, work: str | None = None, dp: str | None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     try:
-        if work is not None or dp is not None:
-            data = {**data, **({} if work is None else {"work": work}), **({} if dp is None else {"dp": dp})}
+        given = {key: value for key, value in (("work", work), ("dp", dp), ("numerics", numerics))
+                 if value is not None}
+        if given:
+            data = {**data, **given}
             text = experiment_text(data)
         return parse_experiment(data, text)
     except ConfigError as exc:
@@ -235,7 +243,8 @@ def parse_experiment(data: dict, text: str | None = None) -> Experiment:
     except ConfigError as exc:
         raise ConfigError(f"dp: {exc}") from None
     experiment = Experiment(name, algorithms, problems, participation, seeds, axes, dtype, device, engine,
-                            metric, tuple(float(t) for t in targets), band, text, participation_overrides, work, dp)
+                            metric, tuple(float(t) for t in targets), band, text, participation_overrides, work, dp,
+                            _numerics(data.get("numerics", "native")))
     check_size(experiment)
     return experiment
 
@@ -312,6 +321,19 @@ def _run_value(key: str, value: Any, where: str) -> Any:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{where}: expected an integer >= 1, got {_show(value)}")
+    return value
+
+
+def _numerics(value: Any) -> str:
+    """The sweep's one numerical environment: a grid cannot vary it, since its variables must be
+    in force before torch loads, in the sweep's process and in every worker it starts."""
+    if isinstance(value, list):
+        if len({json.dumps(v) for v in value}) > 1:
+            raise ConfigError(f"numerics: one value for the whole sweep (the environment is set before torch "
+                              f"loads, for every run), got {_show(value)}; split it into one sweep per value")
+        value = value[0] if value else None
+    if value not in NUMERICS:
+        raise ConfigError(f"numerics: expected one of {', '.join(NUMERICS)}, got {_show(value)}")
     return value
 
 
@@ -453,7 +475,7 @@ def plan(experiment: Experiment, *, threads: int = DEFAULT_THREADS) -> Iterator[
                                     participation=participation_spec, rounds=rounds, local_steps=local_steps, lr=lr,
                                     seed=seed, dtype=experiment.dtype, device=experiment.device,
                                     engine=experiment.engine, eval_every=eval_every, schedule=axes["schedule"][0],
-                                    threads=threads, dp=experiment.dp,
+                                    threads=threads, dp=experiment.dp, numerics=experiment.numerics,
                                     **({} if work_spec is None else {"work": work_spec}))
                             except FocusflError as exc:
                                 raise ConfigError(f"{entry.where}: {exc}") from None
@@ -575,6 +597,9 @@ def run_sweep(
     lost with its node again (executors.RayExecutor). While a Ray sweep's runs go, ``status.json``
     in ``out`` says how many are queued, running (on which nodes), done, retried and failed, and the
     ETA (:func:`write_status`)."""
+    # Before anything computes or is written: the sweep's process is in the numerical environment
+    # its runs ask for (the CLI starts itself again in it; its workers inherit it).
+    require_numerics(experiment.numerics)
     root = None
     if tensorboard is not None:
         require()

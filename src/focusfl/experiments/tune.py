@@ -469,7 +469,7 @@ def grid_rows(runs, folder: Path, target: float | None) -> list[dict]:
 # -- the search ---------------------------------------------------------------------------------
 # The run fields tune takes (its trials' configuration), and its own defaults for them.
 RUN_OPTIONS = ("problem", "participation", "work", "rounds", "local_steps", "seed", "dtype", "device",
-               "eval_every", "schedule", "threads", "dp")
+               "eval_every", "schedule", "threads", "dp", "numerics")
 TUNE_DEFAULTS = {"rounds": 300}
 
 
@@ -617,7 +617,9 @@ def tune(setup: TuneSetup, search: TuneSearch) -> int:
             # A work axis only when asked: a tune under fixed work writes the tables it always did.
             **({"work": [run.work]} if _is_work(run.work) else {}),
             # The trials' DP (the sweep refuses what run refuses before any trial starts).
-            **({} if parse_dp(run.dp) is None else {"dp": run.dp}))
+            **({} if parse_dp(run.dp) is None else {"dp": run.dp}),
+            # The trials' numerical environment; native left out, as every tune before it wrote.
+            **({} if run.numerics == "native" else {"numerics": run.numerics}))
 
     def tables(experiment, runs, folder, *, band, failures) -> list[str]:
         trials = grid_rows(runs, folder, setup.target)
@@ -680,8 +682,9 @@ def tune(setup: TuneSetup, search: TuneSearch) -> int:
 
 
 # The keys of the tune folder's config.json "tune" object: the trials' shared run fields and the
-# target in the order they have always had, then every other run field tune takes (threads, dp),
-# so that the record names every setting that changes a trial's bytes (tests/test_tune.py).
+# target in the order they have always had, then every other run field tune takes (threads, dp,
+# numerics), so that the record names every setting that changes a trial's bytes
+# (tests/test_tune.py).
 _SETUP_FIRST = ("problem", "participation", "rounds", "local_steps", "seed", "target", "dtype", "device",
                 "eval_every", "schedule", "work")
 SETUP_KEYS = (*_SETUP_FIRST, *(key for key in RUN_OPTIONS if key not in _SETUP_FIRST))

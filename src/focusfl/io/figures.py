@@ -40,13 +40,21 @@ def _tagged(path: Path) -> bool:
 
 
 def check_figure_targets(paths, option: str) -> None:
-    """ConfigError (one line) if a path names a folder, or a file focusfl did not write."""
+    """ConfigError (one line) if a path names a folder, or a file focusfl did not write, or lies
+    where no file can be written (below a file, in a folder that is not writable)."""
     for path in map(Path, paths):
         if path.is_dir():
             raise ConfigError(f"{option} {str(path)!r} is a folder; give a file name")
         if (path.exists() or path.is_symlink()) and not _tagged(path):
             raise ConfigError(f"{option}: {str(path)!r} exists and focusfl did not write it; "
                               "choose another name (focusfl does not overwrite it)")
+        ancestor = path.absolute().parent
+        while not ancestor.exists() and ancestor != ancestor.parent:
+            ancestor = ancestor.parent
+        if not ancestor.is_dir():
+            raise ConfigError(f"{option} {str(path)!r} cannot be written: {str(ancestor)!r} is a file, not a folder")
+        if not os.access(ancestor, os.W_OK | os.X_OK):
+            raise ConfigError(f"{option} {str(path)!r} cannot be written: {str(ancestor)!r} is not writable")
 
 
 

@@ -245,6 +245,14 @@ def check_real(where: str, key: str, value: Any) -> float:
     return value
 
 
+def check_rate(where: str, key: str, value: Any) -> float:
+    """One probability in (0, 1] (a rate every client's p is built from)."""
+    value = check_real(where, key, value)
+    if not 0.0 < value <= 1.0:
+        raise ConfigError(f"{where}: {key}={value:g} is outside (0, 1]")
+    return value
+
+
 def per_client(where: str, key: str, value: Any, n: int) -> np.ndarray:
     """A scalar broadcast to all clients, or a list of exactly ``n`` numbers, as float64 ``[n]``."""
     if isinstance(value, (list, tuple, np.ndarray)):

@@ -18,6 +18,7 @@ from .base import (
     MemorylessProcess,
     check_int,
     check_probabilities,
+    check_rate,
     check_real,
     resolve_rates,
     round_rng,
@@ -233,11 +234,16 @@ class BandedParticipation(IndependentCoins):
         super().__init__(num_clients, seed)
         where = f"participation {self.name}"
         self.width = check_int(where, "width", width, 1)
-        self.top = check_real(where, "top", top)
+        # top and floor are rates themselves: a top below the floor (top=-1e300) would leave
+        # every band at the floor and the spec saying something else than the process draws.
+        self.top = check_rate(where, "top", top)
         self.step = check_real(where, "step", step)
-        self.floor = check_real(where, "floor", floor)
+        self.floor = check_rate(where, "floor", floor)
         if self.step < 0:
             raise ConfigError(f"{where}: step={self.step:g} must be >= 0")
+        if self.floor > self.top:
+            raise ConfigError(f"{where}: floor={self.floor:g} is above top={self.top:g} (every band would "
+                              f"have the floor)")
         band = np.arange(self.num_clients) // self.width
         self.p = check_probabilities(where, "p", np.maximum(self.top - self.step * band, self.floor))
 

@@ -18,6 +18,11 @@ from .full import default_m
 # Monte Carlo size and chunk for nominal_p: the standard error is at most 0.5/sqrt(20000) = 0.0035.
 NOMINAL_DRAWS = 20_000
 _MC_CHUNK = 2_000
+# The range of every q_i. q is a relative weight (its scale does not matter), drawn from through
+# the keys E_i / q_i and normalised by its sum: within [1e-100, 1e100] the keys (E_i <= ~40) and
+# the sum of up to 10^200 clients stay ordinary floats; beyond it they overflow or lose their
+# digits (q=1e308 on 4 clients sums to inf, q=1e-310 makes every key inf).
+Q_RANGE = (1e-100, 1e100)
 # Sub-streams of the parameter stream (see base.param_rng).
 _Q_SUBSTREAM = 1
 _MC_SUBSTREAM = 2
@@ -52,6 +57,11 @@ class WeightedParticipation(MemorylessProcess):
         if np.any(q <= 0):
             i = int(np.flatnonzero(q <= 0)[0])
             raise ConfigError(f"{where}: q[{i}]={q[i]:g} must be > 0 (a client with q = 0 is never sampled)")
+        outside = np.flatnonzero((q < Q_RANGE[0]) | (q > Q_RANGE[1]))
+        if outside.size:
+            i = int(outside[0])
+            raise ConfigError(f"{where}: q[{i}]={q[i]:g} is outside [{Q_RANGE[0]:g}, {Q_RANGE[1]:g}] "
+                              f"(a relative weight: scale q into that range)")
         # Kept as given: draws use these exact values (the scale of q does not matter), so
         # describe() -> make_participation rebuilds bit-identical masks. ``q`` is the normalised view.
         self.q_raw = q

@@ -7,6 +7,7 @@ parameter names (``clients``, ``samples``, ``dim``, ``reg``, ``noise``, ``hetero
 from __future__ import annotations
 
 import abc
+import math
 from typing import Any, ClassVar
 
 import numpy as np
@@ -102,6 +103,9 @@ class LinearModelProblem(Problem, abc.ABC):
         self.targets = torch.as_tensor(targets, dtype=dtype, device=self.device)
         self.sizes = torch.full((self.num_clients,), self.samples, device=self.device)
         self._x_star = self._solve()
+        if not bool(torch.isfinite(self._x_star).all()):  # data beyond the dtype's range (hetero=1e300)
+            raise ConfigError(f"{self._memory_subject()}: its minimizer is not finite in {str(dtype)[6:]} "
+                              f"(reg={p['reg']:g}, noise={p['noise']:g}, hetero={p['hetero']:g}: too large)")
 
     def _validate(self, p: dict[str, Any]) -> None:
         where = f"problem {self.name!r}"
@@ -109,8 +113,8 @@ class LinearModelProblem(Problem, abc.ABC):
             if p[key] < 1:
                 raise ConfigError(f"{where}: {key} must be >= 1, got {p[key]}")
         for key in ("reg", "noise", "hetero"):
-            if p[key] < 0:
-                raise ConfigError(f"{where}: {key} must be >= 0, got {p[key]}")
+            if not math.isfinite(p[key]) or p[key] < 0:  # nan < 0 is False: said apart
+                raise ConfigError(f"{where}: {key} must be >= 0 (a finite number), got {p[key]}")
         if not 0 <= p["batch"] <= p["samples"]:
             raise ConfigError(
                 f"{where}: batch must be in 0..samples={p['samples']} (0 = full batch), got {p['batch']}"
