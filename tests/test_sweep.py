@@ -154,6 +154,29 @@ def test_every_key_an_unknown_key_error_lists_is_accepted(name):
                 make_algorithm(run.config.algorithm, lr=lr, local_steps=run.config.local_steps)
 
 
+# The run fields that change a run's bytes (runs.config's keyed fields) and where a sweep takes
+# each: its experiment file's key, the command's --threads (each run's config.json records it),
+# or run's default.
+SWEEP_KEY_OF = {"algorithm": "algorithms", "problem": "problems", "seed": "seeds"}
+SET_BY_THE_COMMAND = {"threads"}
+LEFT_AT_DEFAULT = {"deterministic"}
+
+
+def test_a_sweep_names_every_run_field_that_changes_a_runs_bytes():
+    """A new run field that changes bytes fails here until the experiment file takes it or the
+    sweep leaves it at the default (dp was once a run option a sweep file could not say)."""
+    from focusfl.experiments.sweep import TOP_KEYS, plan
+    from focusfl.runs.config import _KEYED, field_defaults
+
+    assert {SWEEP_KEY_OF.get(name, name) for name in _KEYED} - SET_BY_THE_COMMAND - LEFT_AT_DEFAULT <= set(TOP_KEYS)
+    experiment = parse_experiment({"algorithms": ["focus"], "problems": SMALL, "rounds": 3,
+                                   "dp": "clip=1,noise=1,mode=central"})
+    defaults = field_defaults()
+    for planned in plan(experiment, threads=2):
+        assert planned.config.threads == 2 and planned.config.dp == "clip=1,noise=1,mode=central"
+        assert all(getattr(planned.config, name) == defaults[name] for name in LEFT_AT_DEFAULT)
+
+
 def test_a_folder_that_is_not_a_sweep_is_refused(tmp_path):
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("mine")

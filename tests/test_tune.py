@@ -181,6 +181,49 @@ def test_a_tune_folder_of_another_experiment_is_refused_and_the_same_one_is_exte
     assert elsewhere.returncode == 0, elsewhere.stderr
     
 
+# The run fields that change a run's bytes (runs.config's keyed fields), by where a tune takes
+# each: per trial, from its setup (config.json's "tune" record), or left at run's default.
+PER_TRIAL = {"algorithm"}
+LEFT_AT_DEFAULT = {"engine", "deterministic"}
+
+
+def test_the_tune_record_names_every_run_field_that_changes_a_trials_bytes():
+    """A new run field that changes bytes fails here until tune records it or leaves it at the
+    default (its trials were run under a dp its config.json did not name)."""
+    from focusfl.experiments.sweep import make_experiment, plan
+    from focusfl.runs.config import _KEYED, field_defaults
+
+    assert set(_KEYED) - PER_TRIAL - LEFT_AT_DEFAULT <= set(tune.SETUP_KEYS)
+    assert set(tune.RUN_OPTIONS) <= set(tune.SETUP_KEYS) and not LEFT_AT_DEFAULT & set(tune.RUN_OPTIONS)
+    experiment = make_experiment(algorithms=["fedavg"], problems=[SMALL], rounds=2, lr=[0.1])
+    defaults = field_defaults()
+    for planned in plan(experiment):
+        assert {name: getattr(planned.config, name) for name in LEFT_AT_DEFAULT} == \
+            {name: defaults[name] for name in LEFT_AT_DEFAULT}
+
+
+def test_a_private_tune_records_its_dp_and_threads_and_refuses_another_in_its_folder(tmp_path):
+    out = tmp_path / "t"
+    dp = "clip=1,noise=1,mode=central,delta=1e-5"
+    common = ["tune", "--algorithm", "fedavg", "--problem", SMALL, "--rounds", "3", "--lr-min", "0.01",
+              "--lr-max", "0.1", "--points", "2", "--out", str(out)]
+    proc = run_cli(*common, "--dp", dp)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads((out / "config.json").read_text())["tune"]
+    assert record["dp"] == {"clip": 1, "noise": 1, "mode": "central", "delta": 1e-5}
+    assert record["threads"] == 1 and record["numerics"] == "native"
+    trials = [json.loads(path.read_text()) for path in (out / "runs").glob("*/config.json")]
+    assert len(trials) >= 2 and all(t["dp"] == record["dp"] and isinstance(t["dp_nonce"], int) for t in trials)
+    before = snapshot(out)
+    for other, says in ((["--dp", dp.replace("noise=1", "noise=2")], "its dp is"), ([], "its dp is"),
+                        (["--dp", dp, "--threads", "2"], "its threads is null, this one's 2")):
+        assert_one_line_error(run_main(*common, *other), 2, says)
+    assert snapshot(out) == before
+    plain = run_main(*common[:-1], str(tmp_path / "plain"))
+    assert plain.returncode == 0, plain.stderr
+    assert json.loads((tmp_path / "plain" / "config.json").read_text())["tune"]["dp"] == "none"
+
+
 # -- the search rule: an interior optimum ------------------------------------------------------------
 def scored(lr, final, diverged=False):
     return {"lr": lr, "final": math.inf if diverged else final, "first_round_below_target": None,

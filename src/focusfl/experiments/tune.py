@@ -38,10 +38,11 @@ from ..errors import ConfigError, DivergenceError, FocusflError
 from ..io.atomic import write_csv, write_json
 from ..metrics import selection_metric
 from ..privacy.config import parse_dp
-from ..runs.config import RunConfig, WithRun
+from ..runs.config import RunConfig, WithRun, resolved_dp
 from ..runs.driver import build, execute
 from ..runs.folder import METRICS, read_config
 from ..spec import format_spec, parse_spec
+from ..threads import DEFAULT_THREADS
 from .aggregate import Series, _Reducer, _stats
 from .layout import RUNS
 from .sweep import SPEC_RUN_KEYS, compute_configs, make_experiment, restart_note, run_sweep
@@ -581,10 +582,13 @@ def algorithm_table(spec: str, lrs: Sequence[float]) -> dict:
 SEARCH_KEYS = ("name", "algorithms", "lr", "seeds", "targets")
 
 
-def tune_identity(data: dict) -> dict:
-    """The setup a tune's trials share (problem, participation, work, rounds, ...): a folder
-    that holds a tune of another setup is refused rather than mixed with (io.folders)."""
-    return {key: value for key, value in data.items() if key not in SEARCH_KEYS}
+def tune_identity(data: dict, threads: int = DEFAULT_THREADS) -> dict:
+    """The setup a tune's trials share (problem, participation, work, rounds, dp, ...): a folder
+    that holds a tune of another setup is refused rather than mixed with (io.folders).
+    ``threads``: the trials' torch threads, which change their bytes at the rounding level; named
+    where not the default, so a folder made before keeps its identity."""
+    identity = {key: value for key, value in data.items() if key not in SEARCH_KEYS}
+    return identity if threads == DEFAULT_THREADS else {**identity, "threads": threads}
 
 
 def tune(setup: TuneSetup, search: TuneSearch) -> int:
@@ -643,7 +647,8 @@ def tune(setup: TuneSetup, search: TuneSearch) -> int:
         asked_data = data()
         reports.append(run_sweep(make_experiment(**asked_data), search.out, workers=search.workers,
                                  threads=run.threads, progress=True, kind="tune", tables=tables,
-                                 experiment_identity=tune_identity(asked_data), batch_runs=search.batch_runs))
+                                 experiment_identity=tune_identity(asked_data, run.threads),
+                                 batch_runs=search.batch_runs))
         return {spec: [t for t in found["trials"] if t["algorithm"] == labels[spec] and t["lr"] in new]
                 for spec, new in asked.items()}
 
@@ -676,14 +681,17 @@ def tune(setup: TuneSetup, search: TuneSearch) -> int:
     return 0
 
 
-# The keys of the tune folder's config.json "tune" object, in the order it has always had them:
-# the trials' shared run fields and the target.
-SETUP_KEYS = ("problem", "participation", "rounds", "local_steps", "seed", "target", "dtype", "device", "eval_every",
-              "schedule", "work")
+# The keys of the tune folder's config.json "tune" object: the trials' shared run fields and the
+# target in the order they have always had, then every other run field tune takes (threads, dp,
+# numerics), so that the record names every setting that changes a trial's bytes
+# (tests/test_tune.py).
+_SETUP_FIRST = ("problem", "participation", "rounds", "local_steps", "seed", "target", "dtype", "device",
+                "eval_every", "schedule", "work")
+SETUP_KEYS = (*_SETUP_FIRST, *(key for key in RUN_OPTIONS if key not in _SETUP_FIRST))
 
 
 def setup_record(setup: TuneSetup) -> dict:
     """The tune folder's record of its setup (config.json's "tune")."""
     run = setup.run.with_problem_defaults()
-    record = {key: setup.target if key == "target" else getattr(run, key) for key in SETUP_KEYS}
-    return record if run.numerics == "native" else {**record, "numerics": run.numerics}
+    shown = {"target": setup.target, "dp": resolved_dp(run.dp)}  # dp as a run's config.json keeps it
+    return {key: shown[key] if key in shown else getattr(run, key) for key in SETUP_KEYS}

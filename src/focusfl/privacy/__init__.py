@@ -31,13 +31,17 @@ class RunPrivacy:
     """One run's DP: the mechanism's record ``dp``, the run's ``seed`` (the noise's key), each
     client's participation count (int64 [N] on the run's device) and the accountant.
     ``noised_by_clients``: the messages arrive clipped and noised already (a federation's nodes
-    under local mode, flower/client_app.py), so the server only counts and accounts."""
+    under local mode, flower/client_app.py), so the server only counts and accounts.
+    ``legacy_key``: the noise keyed by the seed alone (mechanism.noise_key), a run recorded before
+    the nonce and resumed."""
 
     def __init__(self, dp: DPConfig, *, seed: int, num_clients: int, vectors: int, participation: Any,
-                 end_round: int, device: torch.device | str = "cpu", noised_by_clients: bool = False) -> None:
+                 end_round: int, device: torch.device | str = "cpu", noised_by_clients: bool = False,
+                 legacy_key: bool = False) -> None:
         if noised_by_clients and dp.mode != "local":
             raise ValueError("only local-mode messages are noised by the clients")
         self.dp, self.seed, self.vectors, self.noised_by_clients = dp, seed, vectors, noised_by_clients
+        self.legacy_key = legacy_key
         self.counts = torch.zeros(num_clients, dtype=torch.int64, device=device)
         self.rounds = 0
         self.amp: Amplification = amplification(participation, dp)
@@ -93,7 +97,7 @@ class RunPrivacy:
             self.counts.index_add_(0, active, torch.ones_like(active))
         if message is None or self.noised_by_clients:
             return message
-        return privatize(self.dp, message, active, round_, self.seed)
+        return privatize(self.dp, message, active, round_, self.seed, legacy_key=self.legacy_key)
 
     def epsilons(self) -> np.ndarray | None:
         """Each client's epsilon now (None without accounting)."""
@@ -130,22 +134,24 @@ def dp_nonce(spec: Any, key: str) -> int | None:
 
 
 def run_privacy(spec: Any, algorithm: Any, problem: Any, participation: Any, *, seed: int, end_round: int,
-                start_round: int = 0, federated: bool = False, nonce: int = 0) -> RunPrivacy | None:
+                start_round: int = 0, federated: bool = False, nonce: int | None = 0) -> RunPrivacy | None:
     """The run's :class:`RunPrivacy` from its ``dp`` record (None without DP); ``federated``: the
     messages come from a federation's nodes, which noise their own under local mode. ``nonce``:
     the run's (dp_nonce), unless the record gives one; its record carries it (a federation's
-    nodes noise by the record they are sent)."""
+    nodes noise by the record they are sent). ``nonce`` None: a run recorded before the nonce,
+    resumed with the noise its first rounds drew (keyed by the seed alone, mechanism.noise_key)."""
     dp = parse_dp(spec)
     if dp is None:
         return None
-    if dp.nonce is None:
+    legacy_key = dp.nonce is None and nonce is None
+    if dp.nonce is None and nonce is not None:
         dp = replace(dp, nonce=nonce)
     if federated and dp.secret_schedule:
         raise ConfigError("--dp: secret_schedule cannot hold in a federation: who arrives is the server's to see and "
                           "depends on the nodes' failures, not on the process's coins alone")
     privacy = RunPrivacy(dp, seed=seed, num_clients=problem.num_clients, vectors=message_vectors(algorithm),
                          participation=participation, end_round=end_round, device=problem.device,
-                         noised_by_clients=federated and dp.mode == "local")
+                         noised_by_clients=federated and dp.mode == "local", legacy_key=legacy_key)
     if start_round and participation is not None:
         privacy.resume(participation, start_round)
     return privacy

@@ -1,6 +1,7 @@
 """The Gaussian mechanism on a round's stacked client messages: every vector a client sends
 clipped to norm C, then Gaussian noise, keyed by (seed, nonce, round, client, field, coordinate)
-(the nonce: the run's, privacy.dp_nonce).
+(the nonce: the run's, privacy.dp_nonce; a run recorded before the nonce resumes keyed by the
+seed alone, noise_key).
 
 A message is the NamedTuple an algorithm's ``client_round`` returns: its fields of shape
 [n, ...] with more than one dimension are vectors (FOCUS's u; SCAFFOLD's delta_x and delta_c),
@@ -41,13 +42,24 @@ def clip_rows(rows: torch.Tensor, clip: float) -> torch.Tensor:
     return rows * scale.view(-1, *([1] * (rows.dim() - 1)))
 
 
-def keyed_gaussian(seed: int, round_: int, clients: torch.Tensor, field: int, dim: int, nonce: int = 0) -> torch.Tensor:
+def noise_key(seed: int, nonce: int | None) -> tuple[int, ...]:
+    """The words a run's noise is keyed by before (round, client, field, coordinate): its seed and
+    its nonce as two 32-bit words. ``nonce`` None: the seed alone, the key of the DP runs recorded
+    before the nonce (config.json with a dp and no dp_nonce), the same in every run of one seed;
+    it is kept only so that such a run resumes with the noise its first rounds drew
+    (runs.driver.BuiltRun.legacy_key); nothing new draws it."""
+    return (seed,) if nonce is None else (seed, nonce, nonce >> 32)
+
+
+def keyed_gaussian(seed: int, round_: int, clients: torch.Tensor, field: int, dim: int,
+                   nonce: int | None = 0) -> torch.Tensor:
     """Standard normal numbers, float64 [n, dim], one row per client, keyed by (seed, nonce, round,
-    client, field, coordinate) (the nonce: the run's, privacy.dp_nonce): Box-Muller on pairs of 32-bit uniforms, both of its normals used
-    (one hash per number; the tail is cut at about 6.7 standard deviations, docs/privacy.md)."""
+    client, field, coordinate) (the nonce: the run's, privacy.dp_nonce; None: noise_key's legacy
+    key): Box-Muller on pairs of 32-bit uniforms, both of its normals used (one hash per number;
+    the tail is cut at about 6.7 standard deviations, docs/privacy.md)."""
     half = (dim + 1) // 2
     positions = torch.arange(2 * half, dtype=torch.int64, device=clients.device)
-    bits = hash_bits(seed, nonce, nonce >> 32, round_, clients[:, None], NOISE_STREAM + field, positions[None, :],
+    bits = hash_bits(*noise_key(seed, nonce), round_, clients[:, None], NOISE_STREAM + field, positions[None, :],
                      device=clients.device)
     uniforms = (bits.to(torch.float64) + 0.5) / float(2**32)
     radius = torch.sqrt(-2.0 * torch.log(uniforms[:, :half]))
@@ -63,11 +75,13 @@ def noise_std(dp: DPConfig, participants: int) -> float:
     return dp.noise * dp.clip / math.sqrt(participants)
 
 
-def privatize(dp: DPConfig, message: Any, active: torch.Tensor, round_: int, seed: int) -> Any:
+def privatize(dp: DPConfig, message: Any, active: torch.Tensor, round_: int, seed: int, *,
+              legacy_key: bool = False) -> Any:
     """The message with every vector field clipped and noised (the rows of clients ``active``),
     the noise keyed by ``seed`` and the record's nonce (0 where none is set: a mechanism used
-    outside a run; every run sets its own, privacy.run_privacy)."""
-    nonce = 0 if dp.nonce is None else dp.nonce
+    outside a run; every run sets its own, privacy.run_privacy); ``legacy_key``: by the seed
+    alone (noise_key), a run recorded before the nonce and resumed."""
+    nonce = None if legacy_key else 0 if dp.nonce is None else dp.nonce
     n = active.numel()
     if n == 0:
         return message

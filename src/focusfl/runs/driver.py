@@ -59,6 +59,10 @@ class BuiltRun:
     # config.json's ASKED block when the run was asked for before this build (a resumed run keeps
     # its own, with the rounds it now runs to); None: the block of ``config`` (runs.config.asked).
     asked_record: dict | None = None
+    # A DP run recorded before the noise was keyed by a nonce (config.json with a dp and no
+    # dp_nonce), resumed: its noise keyed by the seed alone, as its first rounds drew it, and its
+    # config.json without a dp_nonce, as before (noise_as_recorded).
+    legacy_key: bool = False
 
     @property
     def resolved(self) -> dict[str, Any]:
@@ -71,7 +75,7 @@ class BuiltRun:
                       work=None if self.work is None else self.work.describe())
         info.update(epsilon_bound(self.config.dp, self.participation))
         info = info if self.asked_record is None else {**info, ASKED: self.asked_record}
-        if parse_dp(self.config.dp) is None:
+        if parse_dp(self.config.dp) is None or self.legacy_key:
             return info
         return {**info, DP_NONCE: dp_nonce(self.config.dp, horizon_free_key(self._requested(info)))}
 
@@ -85,14 +89,26 @@ class BuiltRun:
         return self._requested(self.resolved)
 
     @property
-    def dp_nonce(self) -> int:
-        """The nonce its DP noise is keyed by beside the seed (config.json's ``dp_nonce``; 0 without DP)."""
-        return self.resolved.get(DP_NONCE, 0)
+    def dp_nonce(self) -> int | None:
+        """The nonce its DP noise is keyed by beside the seed (config.json's ``dp_nonce``; 0 without
+        DP; None: ``legacy_key``, the seed alone)."""
+        return None if self.legacy_key else self.resolved.get(DP_NONCE, 0)
 
     @property
     def key(self) -> str:
         """The run's identity: runs.config.run_key of its requested record."""
         return run_key(self.requested)
+
+
+def noise_as_recorded(built: BuiltRun, recorded: dict[str, Any]) -> BuiltRun:
+    """``built``, rebuilt from the config.json content ``recorded`` to continue it, drawing the
+    noise that record's run drew: a DP run recorded before the nonce (a dp without a nonce of its
+    own, and no dp_nonce) was keyed by the seed alone, and a resume with the nonce would draw
+    other noise than its first rounds did (docs/privacy.md)."""
+    dp = parse_dp(built.config.dp)
+    if dp is None or dp.nonce is not None or DP_NONCE in recorded:
+        return built
+    return dataclasses.replace(built, legacy_key=True)
 
 
 def resolve_device(name: str) -> torch.device:

@@ -57,7 +57,7 @@ from .checkpoint import (
     take_checkpoint,
 )
 from .config import ASKED, RunConfig, as_requested, asked, config_from_json, run_key, state_budget
-from .driver import BuiltRun, build, execute, reference_of
+from .driver import BuiltRun, build, execute, noise_as_recorded, reference_of
 from .inputs import CHANGED, INPUTS, check_inputs, input_digests, recorded_changes, recorded_inputs, unpinned
 from .store import TABLE, MappedClients, copy_table, table_disk_bytes
 from .tensorboard import RunLogger, check_root, claim_log_dir, has_events, iter_metrics, require
@@ -373,6 +373,7 @@ def resumed_run(out: str | Path, *, rounds: int | None = None, curve: bool = Tru
         if rounds is not None:
             config = config.replace(rounds=rounds)
         built = _asked_as_before(build(unpinned(config), allow_model_import=allow_model_import, problems=problems), data)
+        built = noise_as_recorded(built, data)
         recorded = _inputs_record(built, expected_inputs_of(data, f"{source}/{CONFIG}"), accept_changed_inputs,
                                   f"the run in {out}", earlier=recorded_changes(data))
         recorded.update(extra or {})
