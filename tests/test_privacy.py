@@ -881,8 +881,9 @@ def test_the_one_run_bound_is_their_theorems_and_tiny_audits_prove_nothing():
 
 def test_every_rows_verdict_holds_and_a_halved_accountant_flips_it(monkeypatch):
     """The report's audit table at its full size, run once with an accountant that reports half
-    the epsilon: every row is flagged, and every audited bound is within twice what it reported
-    (the true accountant's epsilon), so the true accountant holds on every row."""
+    the epsilon: every row is flagged but the secret uniform one (where the attack is loose), and
+    every audited bound is within twice what it reported (the true accountant's epsilon), so the
+    true accountant holds on every row."""
     from focusfl.experiments.privacy_study import AUDIT_SETTINGS, audit_claims, audit_rows
     from focusfl.privacy.accounting import Accountant, epsilon_of, one_round_rdp
 
@@ -894,5 +895,10 @@ def test_every_rows_verdict_holds_and_a_halved_accountant_flips_it(monkeypatch):
         (p, m) for p in ("full", "bernoulli:p=0.5", "uniform:m=13", "banded") for m in ("central", "local")}
     assert rows[0][3].accounted == epsilon_of(one_round_rdp("none", 1.0), 1, 1e-2) / 2
     for (process, mode, secret, result), claim in zip(rows, audit_claims(rows, quick=False)):
-        assert not result.holds and claim.verdict.outcome == "not reproduced", (process, mode, secret)
         assert result.audited <= 2 * result.accounted, (process, mode, secret)
+        if secret and process.startswith("uniform"):
+            # the attack without the schedule is loose here (docs/privacy.md, "What the audit cannot
+            # show"): half of 6.56 stays above it; the old bug's flip is its own test above
+            assert result.holds and claim.verdict.outcome == "reproduced"
+            continue
+        assert not result.holds and claim.verdict.outcome == "not reproduced", (process, mode, secret)
