@@ -261,16 +261,26 @@ def _sweep_in_thread(experiment, out: Path, result: dict, **options) -> threadin
     return thread
 
 
-def _shipped_checkpoint_written(out: Path, thread: threading.Thread, result: dict) -> None:
-    """Wait until a run is running on the doomed node, in a temporary folder there (never in the
-    sweep folder), and has written (and so handed to the tracker) a few checkpoints."""
+def ship_folders(known: frozenset = frozenset()) -> list[Path]:
+    """The temporary folders of shipped runs on this machine, but those in ``known`` (a killed
+    worker leaves its own behind)."""
     import tempfile
 
+    return [folder for folder in Path(tempfile.gettempdir()).glob("focusfl-ship-*") if folder not in known]
+
+
+def partial_checkpoints(folders) -> int:
+    return sum(len(list(folder.glob(".*.focusfl-partial/checkpoint.pt"))) for folder in folders)
+
+
+def _shipped_checkpoint_written(out: Path, thread: threading.Thread, result: dict, known: frozenset) -> None:
+    """Wait until a run is running on the doomed node, in a temporary folder there (never in the
+    sweep folder), and has written (and so handed to the tracker) a few checkpoints."""
     deadline = time.monotonic() + 240
     while not (out / "status.json").is_file() or not json.loads((out / "status.json").read_text()).get("running_on"):
         assert time.monotonic() < deadline and thread.is_alive(), result
         time.sleep(0.1)
-    while not list(Path(tempfile.gettempdir()).glob("focusfl-ship-*/.*.focusfl-partial/checkpoint.pt")):
+    while not partial_checkpoints(ship_folders(known)):
         assert time.monotonic() < deadline and thread.is_alive(), result
         time.sleep(0.05)
     time.sleep(1.0)  # a checkpoint a round: dozens handed over by now
@@ -288,11 +298,11 @@ def test_a_node_lost_mid_sweep_without_the_folder_resumes_from_its_shipped_check
     assert not run_sweep(experiment, quiet, threads=1, batch_runs=1).failed
     doomed = cluster.add_node(num_cpus=1, num_gpus=2, env_vars=SHIPPING)
     cluster.wait_for_nodes()
-    out, result = tmp_path / "lost", {}
+    out, result, known = tmp_path / "lost", {}, frozenset(ship_folders())
     thread = _sweep_in_thread(experiment, out, result, retries=2)
     replacement = None
     try:
-        _shipped_checkpoint_written(out, thread, result)
+        _shipped_checkpoint_written(out, thread, result, known)
         cluster.remove_node(doomed, allow_graceful=False)
         replacement = cluster.add_node(num_cpus=1, num_gpus=2, env_vars=SHIPPING)
         thread.join(300)
@@ -320,11 +330,11 @@ def test_a_shipped_run_whose_retries_are_spent_keeps_its_checkpoint_for_the_same
     assert not run_sweep(experiment, quiet, threads=1, batch_runs=1).failed
     doomed = cluster.add_node(num_cpus=1, num_gpus=2, env_vars=SHIPPING)
     cluster.wait_for_nodes()
-    out, result = tmp_path / "lost", {}
+    out, result, known = tmp_path / "lost", {}, frozenset(ship_folders())
     thread = _sweep_in_thread(experiment, out, result, retries=0)
     replacement = None
     try:
-        _shipped_checkpoint_written(out, thread, result)
+        _shipped_checkpoint_written(out, thread, result, known)
         cluster.remove_node(doomed, allow_graceful=False)
         thread.join(300)
     finally:
@@ -341,11 +351,15 @@ def test_a_shipped_run_whose_retries_are_spent_keeps_its_checkpoint_for_the_same
     cluster.remove_node(replacement)
 
 
-@pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130)])
-def test_ctrl_c_stops_a_ray_sweep_as_it_stops_a_sweep_on_one_machine(tmp_path, signum, code):
-    """Ctrl-C to `focusfl sweep --executor ray`: Ray's cancel stops each run in flight at the end
-    of its round with a checkpoint; the sweep says so in the line a sweep on one machine prints
-    (tests/test_sweep.py), exits 130, and the same command finds every run resumable."""
+@pytest.mark.parametrize("signum,code,ship", [(signal.SIGINT, 130, False), (signal.SIGTERM, 143, False),
+                                              (signal.SIGINT, 130, True)],
+                         ids=["ctrl-c", "sigterm", "ctrl-c-shipped"])
+def test_ctrl_c_stops_a_ray_sweep_as_it_stops_a_sweep_on_one_machine(tmp_path, signum, code, ship):
+    """Ctrl-C (or SIGTERM) to `focusfl sweep --executor ray`: Ray's cancel stops each run in flight
+    at the end of its round with a checkpoint; the sweep says so in the line a sweep on one
+    machine prints (tests/test_sweep.py), exits with the signal's status, and the same command
+    finds every run resumable. Shipped runs (the local Ray's nodes told FOCUSFL_SHIP_RUNS=1) come
+    back stopped, and the driver publishes them so."""
     from cli_harness import cli_env, popen_cli
 
     from focusfl.runs.folder import run_state
@@ -353,13 +367,17 @@ def test_ctrl_c_stops_a_ray_sweep_as_it_stops_a_sweep_on_one_machine(tmp_path, s
     path = write(tmp_path, f"algorithms = ['focus']\nproblems = ['{SMALL}']\nrounds = 10000000\nseeds = 2\n")
     out = tmp_path / "sweep"
     env = cli_env()
+    known = frozenset(ship_folders())
     env.pop("RAY_ADDRESS", None)  # a local Ray of its own, as a user's first sweep on Ray starts
+    if ship:
+        env["FOCUSFL_SHIP_RUNS"] = "1"  # the local Ray's node inherits the driver's environment
     proc = popen_cli("sweep", str(path), "--out", str(out), "--executor", "ray", "--checkpoint-every", "1000",
                      env=env)
     deadline = time.monotonic() + 180
-    while len(list((out / "runs").glob(".*.focusfl-partial/checkpoint.pt"))) < 2:
+    while partial_checkpoints(ship_folders(known) if ship else [out / "runs"]) < 2:
         assert time.monotonic() < deadline and proc.poll() is None, proc.poll()
         time.sleep(0.05)
+    assert partial_checkpoints([out / "runs"]) == (0 if ship else 2)  # shipped runs write nothing in the folder
     proc.send_signal(signum)
     _, stderr = proc.communicate(timeout=180)
     assert proc.returncode == code, stderr
@@ -415,6 +433,7 @@ def test_a_shipped_checkpoint_resumes_to_the_bytes_of_the_run_alone(tmp_path):
     (lambda s: (s["files"].update({"../x": b""}), s["digests"].update({"../x": [0, ""]})), "holds a file named '../x'"),
     (lambda s: s["digests"].pop("config.json"), "is not a checkpoint focusfl shipped"),
     (lambda s: s.update({"files": None}), "is not a checkpoint focusfl shipped"),
+    (lambda s: s["digests"].update({"config.json": "0"}), "is not a checkpoint focusfl shipped"),
 ])
 def test_a_shipped_checkpoint_that_does_not_check_out_is_one_line_and_never_used(tmp_path, damage, message):
     from focusfl.errors import DataError
@@ -424,7 +443,7 @@ def test_a_shipped_checkpoint_that_does_not_check_out_is_one_line_and_never_used
     damage(snapshot)
     with pytest.raises(DataError, match=message) as caught:
         checked_files(snapshot, "0123456789abcdef")
-    assert "\n" not in str(caught.value) and "run 0123456789ab shipped to the driver's node" in str(caught.value)
+    assert "\n" not in str(caught.value) and "the shipped checkpoint of run 0123456789ab" in str(caught.value)
     # A run handed such a checkpoint runs from round 0, to the same files, and says why.
     from focusfl.runs.config import RunConfig
 

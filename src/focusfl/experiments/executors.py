@@ -534,9 +534,10 @@ def folder_snapshot(folder: Path, round_done: int, metrics_bytes: int | None = N
 def checked_files(snapshot: dict, key: str) -> dict[str, bytes]:
     """The files of a checkpoint that travelled (folder_snapshot's dict), each one's size and
     SHA-256 checked against what the writer recorded; DataError (one line) if any differs."""
-    where = f"the checkpoint of run {key[:12]} shipped to the driver's node"
+    where = f"the shipped checkpoint of run {key[:12]}"
     files, digests = snapshot.get("files"), snapshot.get("digests")
-    if not isinstance(files, dict) or not isinstance(digests, dict) or set(files) != set(digests):
+    if not isinstance(files, dict) or not isinstance(digests, dict) or set(files) != set(digests) or \
+            not all(isinstance(entry, list) and len(entry) == 2 for entry in digests.values()):
         raise DataError(f"{where} is not a checkpoint focusfl shipped")
     if CHECKPOINT not in files:
         raise DataError(f"{where} holds no {CHECKPOINT}")
@@ -772,9 +773,11 @@ class RayExecutor:
         try:
             answer = ray.get(ref)
         except Exception as exc:  # the task or its worker died, retries spent; or the sweep cancelled it
+            from ray.exceptions import TaskCancelledError
+
             _stop_on_sweep_error(getattr(exc, "cause", None))  # Ray wraps what the task raised
             _keep_checkpoints(ray, tracker, tasks)  # the same command resumes a shipped run from it
-            if isinstance(exc, ray.exceptions.TaskCancelledError):
+            if isinstance(exc, TaskCancelledError):
                 return []  # stopped before it started: nothing ran
             text = str(exc).strip().splitlines()
             failed = {"status": "failed", "error": f"Ray: {type(exc).__name__}: {text[-1] if text else ''}"}
@@ -873,8 +876,12 @@ def _hand_checkpoints(ray, tracker, item: RunTask | BatchTask) -> None:
         return
     for task in item.tasks if isinstance(item, BatchTask) else (item,):
         snapshot = resumable_snapshot(Path(task.out)) if task.resume else None
-        if snapshot is not None:  # waited for: the task's own look at the tracker comes after it
-            ray.get(tracker.keep.remote(task.key, snapshot))
+        if snapshot is None:
+            continue
+        try:  # waited for: the task's own look at the tracker comes after it
+            ray.get(tracker.keep.remote(task.key, snapshot), timeout=SHIP_SECONDS)
+        except Exception:  # noqa: BLE001 - a tracker lost: the run starts from round 0 there, and says so
+            return
 
 
 def _keep_checkpoints(ray, tracker, tasks: Iterable[RunTask]) -> None:
