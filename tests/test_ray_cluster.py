@@ -8,6 +8,7 @@ have two cores): every test here runs on one xdist worker, one after another."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import threading
 import time
@@ -371,14 +372,18 @@ def test_ctrl_c_stops_a_ray_sweep_as_it_stops_a_sweep_on_one_machine(tmp_path, s
     env.pop("RAY_ADDRESS", None)  # a local Ray of its own, as a user's first sweep on Ray starts
     if ship:
         env["FOCUSFL_SHIP_RUNS"] = "1"  # the local Ray's node inherits the driver's environment
+    # A session of its own, as a terminal's job: Ctrl-C goes to its whole process group.
     proc = popen_cli("sweep", str(path), "--out", str(out), "--executor", "ray", "--checkpoint-every", "1000",
-                     env=env)
+                     env=env, start_new_session=True)
     deadline = time.monotonic() + 180
     while partial_checkpoints(ship_folders(known) if ship else [out / "runs"]) < 2:
         assert time.monotonic() < deadline and proc.poll() is None, proc.poll()
         time.sleep(0.05)
     assert partial_checkpoints([out / "runs"]) == (0 if ship else 2)  # shipped runs write nothing in the folder
-    proc.send_signal(signum)
+    if signum == signal.SIGINT:
+        os.killpg(proc.pid, signum)  # the local Ray's processes too, as a terminal's Ctrl-C
+    else:
+        proc.send_signal(signum)
     _, stderr = proc.communicate(timeout=180)
     assert proc.returncode == code, stderr
     assert stderr.strip().splitlines()[-1] == (
