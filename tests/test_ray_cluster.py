@@ -270,6 +270,14 @@ def ship_folders(known: frozenset = frozenset()) -> list[Path]:
     return [folder for folder in Path(tempfile.gettempdir()).glob("focusfl-ship-*") if folder not in known]
 
 
+def remove_left_behind(known: frozenset) -> None:
+    """The temporary folders the killed node's worker left (a worker that ends removes its own)."""
+    import shutil
+
+    for folder in ship_folders(known):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def partial_checkpoints(folders) -> int:
     return sum(len(list(folder.glob(".*.focusfl-partial/checkpoint.pt"))) for folder in folders)
 
@@ -309,6 +317,7 @@ def test_a_node_lost_mid_sweep_without_the_folder_resumes_from_its_shipped_check
         thread.join(300)
     finally:
         thread.join()
+        remove_left_behind(known)
     assert "error" not in result, result
     report = result["report"]
     assert report.ran == 2 and not report.failed and not report.restarted
@@ -340,6 +349,7 @@ def test_a_shipped_run_whose_retries_are_spent_keeps_its_checkpoint_for_the_same
         thread.join(300)
     finally:
         thread.join()
+        remove_left_behind(known)
     assert "error" not in result, result
     assert len(result["report"].failed) == 1
     kept = list((out / "runs").glob(".*.focusfl-partial/checkpoint.pt"))
@@ -369,7 +379,9 @@ def test_ctrl_c_stops_a_ray_sweep_as_it_stops_a_sweep_on_one_machine(tmp_path, s
     out = tmp_path / "sweep"
     env = cli_env()
     known = frozenset(ship_folders())
-    env.pop("RAY_ADDRESS", None)  # a local Ray of its own, as a user's first sweep on Ray starts
+    # A local Ray of its own, as a user's first sweep on Ray starts (Ray would join the module's
+    # cluster, which is running on this machine).
+    env["RAY_ADDRESS"] = "local"
     if ship:
         env["FOCUSFL_SHIP_RUNS"] = "1"  # the local Ray's node inherits the driver's environment
     # A session of its own, as a terminal's job: Ctrl-C goes to its whole process group.
