@@ -901,15 +901,27 @@ def _keep_checkpoints(ray, tracker, tasks: Iterable[RunTask]) -> None:
                 install_checkpoint(Path(task.out), checked_files(held[task.key], task.key))
 
 
+TRACKER_SECONDS = 30.0  # how long a sweep waits for its tracker to start before going on without one
+
+
 def _start_tracker(ray):
     """The sweep's tracker actor (ray_tracker.py), on the driver's node (it outlives any worker
-    node lost), asking for no CPU; None where it cannot start (the runs go on without it)."""
+    node lost), asking for no CPU; None where it cannot start there (the runs go on without it:
+    no live status, and a lost shipped run starts again from round 0). The affinity is hard: a
+    soft one was seen placing it on a worker node of a ``ray.cluster_utils.Cluster``, which then
+    took the shipped checkpoints with it when it died."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    tracker = None
     try:
-        here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=True)
-        return ray.remote(Tracker).options(num_cpus=0, scheduling_strategy=here).remote()
-    except Exception:  # a Ray without node affinity, or a client connection: no live status
+        here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
+        tracker = ray.remote(Tracker).options(num_cpus=0, scheduling_strategy=here).remote()
+        ray.get(tracker.snapshot.remote(), timeout=TRACKER_SECONDS)
+        return tracker
+    except Exception:  # a Ray without node affinity, a client connection, a node that cannot host it
+        if tracker is not None:
+            with contextlib.suppress(Exception):
+                ray.kill(tracker)
         return None
 
 
