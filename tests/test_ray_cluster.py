@@ -7,7 +7,10 @@ CI. One cluster serves the whole module (each Ray node is several processes; the
 have two cores): every test here runs on one xdist worker, one after another."""
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -100,7 +103,7 @@ def test_batched_tasks_give_the_same_files_as_one_run_per_task(cluster, tmp_path
 def test_a_batch_shipped_back_from_a_node_without_the_folder_is_the_same_runs(tmp_path):
     """Where the sweep folder is not visible, a task steps its batch in a temporary folder and
     returns the files; published by the driver, they are the runs a batch in place writes."""
-    from focusfl.experiments.executors import BatchTask, RunTask, _shipped_batch, publish_shipped
+    from focusfl.experiments.executors import BatchTask, RunTask, _shipped, publish_shipped
     from focusfl.experiments.sweep import expand
 
     experiment = load_experiment(write(tmp_path, f'algorithms = ["focus"]\nproblems = ["{SMALL}"]\n'
@@ -110,7 +113,8 @@ def test_a_batch_shipped_back_from_a_node_without_the_folder_is_the_same_runs(tm
     runs = expand(experiment, threads=1)
     tasks = tuple(RunTask(key=run.key, config=run.config.to_dict(), out=str(tmp_path / "runs" / run.key),
                           batch_runs=3) for run in runs)
-    outcomes = _shipped_batch(BatchTask(tasks, 3))
+    outcomes, resumed = _shipped(BatchTask(tasks, 3), {}, None)
+    assert resumed == []
     for task, outcome in zip(tasks, outcomes):
         assert outcome["status"] == "complete"
         publish_shipped(task, outcome.pop("files"))
@@ -241,3 +245,254 @@ def test_runs_on_a_gpu_need_a_gpu_request_and_the_gpu_ray_assigns(device, gpus, 
     executor.check_devices(["cpu"])
     if gpus:
         executor.check_devices(["cuda", "cuda:0", f"cuda:{max(0, int(gpus) - 1)}"])
+
+
+SHIPPING = {"FOCUSFL_SHIP_RUNS": "1"}  # a node that does not see the sweep folder: it ships its runs back
+
+
+def _sweep_in_thread(experiment, out: Path, result: dict, **options) -> threading.Thread:
+    def sweep():
+        try:  # two GPUs per task: only the doomed node (and later its replacement) can run it
+            result["report"] = run_sweep(experiment, out, executor="ray", threads=1, gpus_per_task=2,
+                                         batch_runs=1, checkpoint_every=1, **options)
+        except BaseException as exc:  # seen by the assertions below
+            result["error"] = exc
+
+    thread = threading.Thread(target=sweep)
+    thread.start()
+    return thread
+
+
+def ship_folders(known: frozenset = frozenset()) -> list[Path]:
+    """The temporary folders of shipped runs on this machine, but those in ``known`` (a killed
+    worker leaves its own behind)."""
+    import tempfile
+
+    return [folder for folder in Path(tempfile.gettempdir()).glob("focusfl-ship-*") if folder not in known]
+
+
+def remove_left_behind(known: frozenset) -> None:
+    """The temporary folders the killed node's worker left (a worker that ends removes its own)."""
+    import shutil
+
+    for folder in ship_folders(known):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def partial_checkpoints(folders) -> int:
+    return sum(len(list(folder.glob(".*.focusfl-partial/checkpoint.pt"))) for folder in folders)
+
+
+def _shipped_checkpoint_written(out: Path, thread: threading.Thread, result: dict, known: frozenset) -> None:
+    """Wait until a run is running on the doomed node, in a temporary folder there (never in the
+    sweep folder), and has written (and so handed to the tracker) a few checkpoints."""
+    deadline = time.monotonic() + 240
+    while not (out / "status.json").is_file() or not json.loads((out / "status.json").read_text()).get("running_on"):
+        assert time.monotonic() < deadline and thread.is_alive(), result
+        time.sleep(0.1)
+    # A run hands each checkpoint over before it writes the next: three seen, one is with the tracker.
+    versions: set[tuple[int, int]] = set()
+    while len(versions) < 3:
+        assert time.monotonic() < deadline and thread.is_alive(), result
+        for path in (p for folder in ship_folders(known) for p in folder.glob(".*.focusfl-partial/checkpoint.pt")):
+            with contextlib.suppress(FileNotFoundError):
+                versions.add((path.stat().st_ino, path.stat().st_mtime_ns))
+        time.sleep(0.01)
+    assert not list((out / "runs").glob(".*partial/checkpoint.pt"))  # the node writes nothing in the folder
+
+
+def test_a_node_lost_mid_sweep_without_the_folder_resumes_from_its_shipped_checkpoint(cluster, tmp_path):
+    """Nodes that do not see the sweep folder run their runs in a temporary folder and hand each
+    checkpoint to the sweep's tracker on the driver's node; the node running a run dies half way;
+    Ray runs the task again on another such node, which resumes from the latest checkpoint (its
+    files checked), and the tables are a sweep's that lost no node."""
+    grid = f'algorithms = ["focus"]\nproblems = ["{SMALL}"]\nseeds = 2\nrounds = 1000\nlocal_steps = 2\n'
+    experiment = load_experiment(write(tmp_path, grid))
+    quiet = tmp_path / "quiet"
+    assert not run_sweep(experiment, quiet, threads=1, batch_runs=1).failed
+    doomed = cluster.add_node(num_cpus=1, num_gpus=2, env_vars=SHIPPING)
+    cluster.wait_for_nodes()
+    out, result, known = tmp_path / "lost", {}, frozenset(ship_folders())
+    thread = _sweep_in_thread(experiment, out, result, retries=2)
+    replacement = None
+    try:
+        _shipped_checkpoint_written(out, thread, result, known)
+        cluster.remove_node(doomed, allow_graceful=False)
+        replacement = cluster.add_node(num_cpus=1, num_gpus=2, env_vars=SHIPPING)
+        thread.join(300)
+    finally:
+        thread.join()
+        remove_left_behind(known)
+    assert "error" not in result, result
+    report = result["report"]
+    assert report.ran == 2 and not report.failed and not report.restarted
+    for name in ("results.csv", "summary.csv"):
+        assert (out / name).read_bytes() == (quiet / name).read_bytes()
+    assert tables(out) == tables(quiet)
+    status = json.loads((out / "status.json").read_text())
+    assert status["retried"] >= 1 and status["resumed_after_loss"] == 1  # resumed, not run from round 0
+    assert status["done"] == 2 and status["failed"] == 0 and status["state"] == "finished"
+    cluster.remove_node(replacement)
+
+
+def test_a_shipped_run_whose_retries_are_spent_keeps_its_checkpoint_for_the_same_command(cluster, tmp_path):
+    """With no retries, a run lost with its node fails; the driver puts the latest checkpoint the
+    tracker holds into the sweep folder (a partial run folder, as a killed run leaves it), and the
+    same command hands it to a node without the folder, which resumes from it."""
+    grid = f'algorithms = ["focus"]\nproblems = ["{SMALL}"]\nseeds = 1\nrounds = 1000\nlocal_steps = 2\n'
+    experiment = load_experiment(write(tmp_path, grid))
+    quiet = tmp_path / "quiet"
+    assert not run_sweep(experiment, quiet, threads=1, batch_runs=1).failed
+    doomed = cluster.add_node(num_cpus=1, num_gpus=2, env_vars=SHIPPING)
+    cluster.wait_for_nodes()
+    out, result, known = tmp_path / "lost", {}, frozenset(ship_folders())
+    thread = _sweep_in_thread(experiment, out, result, retries=0)
+    replacement = None
+    try:
+        _shipped_checkpoint_written(out, thread, result, known)
+        cluster.remove_node(doomed, allow_graceful=False)
+        thread.join(300)
+    finally:
+        thread.join()
+        remove_left_behind(known)
+    assert "error" not in result, result
+    assert len(result["report"].failed) == 1
+    kept = list((out / "runs").glob(".*.focusfl-partial/checkpoint.pt"))
+    assert len(kept) == 1
+    replacement = cluster.add_node(num_cpus=1, num_gpus=2, env_vars=SHIPPING)
+    cluster.wait_for_nodes()
+    again = run_sweep(experiment, out, executor="ray", threads=1, gpus_per_task=2, batch_runs=1, retries=0)
+    assert again.resumed == 1 and again.ran == 1 and not again.failed and not again.restarted
+    assert tables(out) == tables(quiet)
+    cluster.remove_node(replacement)
+
+
+@pytest.mark.parametrize("signum,code,ship", [(signal.SIGINT, 130, False), (signal.SIGTERM, 143, False),
+                                              (signal.SIGINT, 130, True)],
+                         ids=["ctrl-c", "sigterm", "ctrl-c-shipped"])
+def test_ctrl_c_stops_a_ray_sweep_as_it_stops_a_sweep_on_one_machine(tmp_path, signum, code, ship):
+    """Ctrl-C (or SIGTERM) to `focusfl sweep --executor ray`: Ray's cancel stops each run in flight
+    at the end of its round with a checkpoint; the sweep says so in the line a sweep on one
+    machine prints (tests/test_sweep.py), exits with the signal's status, and the same command
+    finds every run resumable. Shipped runs (the local Ray's nodes told FOCUSFL_SHIP_RUNS=1) come
+    back stopped, and the driver publishes them so."""
+    from cli_harness import cli_env, popen_cli
+
+    from focusfl.runs.folder import run_state
+
+    path = write(tmp_path, f"algorithms = ['focus']\nproblems = ['{SMALL}']\nrounds = 10000000\nseeds = 2\n")
+    out = tmp_path / "sweep"
+    env = cli_env()
+    known = frozenset(ship_folders())
+    # A local Ray of its own, as a user's first sweep on Ray starts (Ray would join the module's
+    # cluster, which is running on this machine).
+    env["RAY_ADDRESS"] = "local"
+    if ship:
+        env["FOCUSFL_SHIP_RUNS"] = "1"  # the local Ray's node inherits the driver's environment
+    # A session of its own, as a terminal's job: Ctrl-C goes to its whole process group.
+    proc = popen_cli("sweep", str(path), "--out", str(out), "--executor", "ray", "--checkpoint-every", "1000",
+                     env=env, start_new_session=True)
+    deadline = time.monotonic() + 180
+    while partial_checkpoints(ship_folders(known) if ship else [out / "runs"]) < 2:
+        assert time.monotonic() < deadline and proc.poll() is None, proc.poll()
+        time.sleep(0.05)
+    assert partial_checkpoints([out / "runs"]) == (0 if ship else 2)  # shipped runs write nothing in the folder
+    if signum == signal.SIGINT:
+        os.killpg(proc.pid, signum)  # the local Ray's processes too, as a terminal's Ctrl-C
+    else:
+        proc.send_signal(signum)
+    _, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == code, stderr
+    assert stderr.strip().splitlines()[-1] == (
+        "focusfl: sweep interrupted: 2 run(s) stopped with a checkpoint; run the same command again to continue")
+    status = json.loads((out / "status.json").read_text())
+    assert status["state"] == "stopped" and status["interrupted"] == 2 and status["failed"] == 0
+    runs = [folder for folder in (out / "runs").iterdir() if not folder.name.startswith(".")]
+    assert len(runs) == 2
+    for folder in runs:
+        assert json.loads((folder / "config.json").read_text())["status"] == "interrupted"
+        assert run_state(folder, folder.name) == "resume"
+
+
+def _snapshot_of_a_stopped_run(tmp_path: Path) -> dict:
+    """folder_snapshot of a run's partial folder after its checkpoint of round 4 (of 8)."""
+    from focusfl.experiments.executors import folder_snapshot
+    from focusfl.runs.config import RunConfig
+    from focusfl.runs.folder import run_to_folder
+
+    taken: list[dict] = []
+
+    def ship(out, work, checkpoint):
+        if checkpoint.round == 4:
+            taken.append(folder_snapshot(work, checkpoint.round, checkpoint.metrics_bytes))
+
+    config = RunConfig(algorithm="focus", problem=SMALL, rounds=8, lr=1e-3)
+    run_to_folder(config, tmp_path / "alone", checkpoint_every=2, curve=False, on_checkpoint=ship)
+    return taken[0]
+
+
+def test_a_shipped_checkpoint_resumes_to_the_bytes_of_the_run_alone(tmp_path):
+    """A checkpoint taken as bytes (folder_snapshot), checked and installed in another folder,
+    resumes there to the files of the run that was never stopped."""
+    from focusfl.experiments.executors import checked_files, install_checkpoint
+    from focusfl.runs.folder import resume_folder, run_state
+
+    snapshot = _snapshot_of_a_stopped_run(tmp_path)
+    assert snapshot["round"] == 4 and sorted(snapshot["files"]) == ["checkpoint.pt", "config.json", "metrics.csv"]
+    elsewhere = tmp_path / "elsewhere" / "run"
+    install_checkpoint(elsewhere, checked_files(snapshot, "k"))
+    assert run_state(elsewhere, "k") == "resume"
+    resume_folder(elsewhere, curve=False)
+    assert tables(elsewhere) == tables(tmp_path / "alone")
+
+
+@pytest.mark.parametrize("damage,message", [
+    (lambda s: s["files"].update({"checkpoint.pt": s["files"]["checkpoint.pt"][:-1]}),
+     r"checkpoint.pt is \d+ bytes, \d+ were written"),
+    (lambda s: s["files"].update({"metrics.csv": s["files"]["metrics.csv"].replace(b"0", b"1", 1)}),
+     "metrics.csv has changed since it was written"),
+    (lambda s: (s["files"].pop("checkpoint.pt"), s["digests"].pop("checkpoint.pt")), "holds no checkpoint.pt"),
+    (lambda s: (s["files"].update({"../x": b""}), s["digests"].update({"../x": [0, ""]})), "holds a file named '../x'"),
+    (lambda s: s["digests"].pop("config.json"), "is not a checkpoint focusfl shipped"),
+    (lambda s: s.update({"files": None}), "is not a checkpoint focusfl shipped"),
+    (lambda s: s["digests"].update({"config.json": "0"}), "is not a checkpoint focusfl shipped"),
+])
+def test_a_shipped_checkpoint_that_does_not_check_out_is_one_line_and_never_used(tmp_path, damage, message):
+    from focusfl.errors import DataError
+    from focusfl.experiments.executors import RunTask, _shipped, checked_files
+
+    snapshot = _snapshot_of_a_stopped_run(tmp_path)
+    damage(snapshot)
+    with pytest.raises(DataError, match=message) as caught:
+        checked_files(snapshot, "0123456789abcdef")
+    assert "\n" not in str(caught.value) and "the shipped checkpoint of run 0123456789ab" in str(caught.value)
+    # A run handed such a checkpoint runs from round 0, to the same files, and says why.
+    from focusfl.runs.config import RunConfig
+
+    task = RunTask(key="0123456789abcdef", out=str(tmp_path / "x"),
+                   config=RunConfig(algorithm="focus", problem=SMALL, rounds=8, lr=1e-3).to_dict())
+    (outcome,), resumed = _shipped(task, {task.key: snapshot}, None)
+    assert outcome["status"] == "complete" and resumed == [] and outcome["restarted"] == str(caught.value)
+    for name in ("metrics.csv", "model.pt"):
+        assert outcome["files"][name] == (tmp_path / "alone" / name).read_bytes()
+
+
+@pytest.mark.parametrize("value,ships", [("", False), ("0", False), ("1", True)])
+def test_a_node_ships_its_runs_back_where_it_does_not_see_the_folder_or_is_told_to(tmp_path, monkeypatch, value, ships):
+    from focusfl.experiments.executors import sees_sweep_folder
+    from focusfl.io.folders import MARKER
+
+    monkeypatch.setenv("FOCUSFL_SHIP_RUNS", value)
+    assert not sees_sweep_folder(tmp_path)  # no marker: not the sweep folder, wherever it is
+    (tmp_path / MARKER).write_text("{}")
+    assert sees_sweep_folder(tmp_path) is not ships
+
+
+@pytest.mark.parametrize("value", ["yes", "2", " 1"])
+def test_a_bad_ship_runs_value_is_one_line(tmp_path, monkeypatch, value):
+    from focusfl.errors import ConfigError
+    from focusfl.experiments.executors import sees_sweep_folder
+
+    monkeypatch.setenv("FOCUSFL_SHIP_RUNS", value)
+    with pytest.raises(ConfigError, match=f"FOCUSFL_SHIP_RUNS must be 0 or 1 on node .*, got {value!r}"):
+        sees_sweep_folder(tmp_path)

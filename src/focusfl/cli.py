@@ -643,8 +643,9 @@ def _add_sweep(sub) -> None:
     p.add_argument("--cpus-per-task", type=positive_float, metavar="C",
                    help="with --executor ray: CPUs each task asks Ray for (fractional up to 1; default: --threads)")
     p.add_argument("--retries", type=non_negative_int, metavar="N",
-                   help="with --executor ray: times Ray runs a task again when its node or worker is lost; with a "
-                   "shared sweep folder a run resumes from its last checkpoint (default: 3)")
+                   help="with --executor ray: times Ray runs a task again when its node or worker is lost; a run "
+                   "resumes from its last checkpoint, in the shared sweep folder or shipped to the driver's node "
+                   "(default: 3)")
     p.add_argument("--checkpoint-every", type=non_negative_int, metavar="R",
                    help="each run saves a checkpoint every R rounds (default: once a minute)")
     p.add_argument("--band", choices=["std", "minmax"],

@@ -18,13 +18,24 @@ same bytes whichever executor ran it, given the same torch thread count (``DEFAU
   (one machine, or a shared file system); otherwise it runs in a temporary folder and ships the
   files back to the driver, which publishes them.
   A task lost with its node (or its worker process) is run again by Ray, at most ``retries``
-  times: where the sweep folder is shared, the new attempt resumes each run from the checkpoint
-  the lost one left (``checkpoint_every``), so a lost node costs the rounds since its last
-  checkpoint and the files are the bytes of a sweep that lost none; a shipped run starts again.
+  times, and the new attempt resumes each run from the checkpoint the lost one left
+  (``checkpoint_every``), so a lost node costs the rounds since its last checkpoint and the files
+  are the bytes of a sweep that lost none. Where the sweep folder is shared the checkpoint is in
+  it; a shipped run hands each checkpoint, as it is written, to the sweep's tracker actor on the
+  driver's node (ray_tracker.py), and the next attempt installs the latest one, its files'
+  sizes and SHA-256 checked, in its temporary folder. A shipped run whose task failed or was
+  stopped has that checkpoint put in the sweep folder (a partial run folder, as a killed run
+  leaves it), and a sweep run again hands it to the tracker before the run's task starts.
+- Ctrl-C (SIGINT), SIGTERM or SIGHUP to a Ray sweep cancels its tasks: Ray delivers SIGINT to
+  each run in flight, which saves a checkpoint at the end of its round and is published as
+  interrupted (a shipped one by the driver); queued tasks never start. The sweep then ends as on
+  one machine (``SweepStopped``), counting the runs stopped with a checkpoint.
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import hashlib
 import math
 import multiprocessing
 import multiprocessing.connection
@@ -47,11 +58,21 @@ import focusfl
 from .. import __version__
 from ..algorithms.importing import ChangedCode, algorithm_imports, planned_code, user_code_error, user_tracebacks
 from ..errors import ConfigError, DataError, DiskFullError, FocusflError
-from ..io.atomic import disk_full, full_disk
-from ..io.folders import LOCK_SUFFIX, MARKER, _sibling, open_output
+from ..io.atomic import disk_full, full_disk, open_atomic
+from ..io.folders import LOCK_SUFFIX, MARKER, PARTIAL_SUFFIX, _sibling, open_output, read_marker
 from ..runs.batch import BatchEntry, BatchOutcome, run_batch_to_folders
+from ..runs.checkpoint import CHECKPOINT
 from ..runs.config import BATCH_RUNS, RunConfig
-from ..runs.folder import Interrupted, _clear, resume_folder, run_state, run_to_folder
+from ..runs.folder import (
+    METRICS,
+    Interrupted,
+    OnCheckpoint,
+    _clear,
+    _SIGNAL_CODES,
+    resume_folder,
+    run_state,
+    run_to_folder,
+)
 from ..signals import handled
 from ..threads import DEFAULT_THREADS
 from .ray_tracker import Tracker
@@ -87,42 +108,35 @@ class RunTask:
     batch_runs: int | None = None
 
 
-def run_task(task: RunTask) -> dict:
+def run_task(task: RunTask, on_checkpoint: OnCheckpoint | None = None) -> dict:
     """Execute one run (:func:`_run_task`) with the permission to import algorithm code its task
-    carries, and only the code it was planned with."""
+    carries, and only the code it was planned with. ``on_checkpoint``: run_to_folder's."""
+    if task.ship:
+        return _shipped(task, {}, on_checkpoint)[0][0]
     with algorithm_imports(task.allow_algorithm_import), planned_code(task.algorithm_code or {}), \
             user_tracebacks(task.user_tracebacks):
-        return _run_task(task)
+        return _run_task(task, on_checkpoint)
 
 
-def _run_task(task: RunTask) -> dict:
+def _run_task(task: RunTask, on_checkpoint: OnCheckpoint | None = None) -> dict:
     """Execute one run; never raises for the run's own failure: the outcome says what happened
     (``status`` complete / diverged / interrupted / failed, ``error``, ``seconds``; ``restarted``:
     why a run that was to be resumed ran again from its start)."""
     started = time.perf_counter()
     config = RunConfig.from_dict(task.config, where=f"run {task.key}")
     extra = None if task.batch_runs is None else {BATCH_RUNS: task.batch_runs}
+    options = dict(checkpoint_every=task.checkpoint_every, curve=False, allow_model_import=task.allow_model_import,
+                   extra=extra, on_checkpoint=on_checkpoint)
     try:
-        if task.ship:
-            with tempfile.TemporaryDirectory(prefix="focusfl-run-") as tmp:
-                out = Path(tmp) / "run"
-                result = run_to_folder(config, out, checkpoint_every=0, curve=False,
-                                       allow_model_import=task.allow_model_import, extra=extra)
-                files = {entry.name: entry.read_bytes() for entry in out.iterdir()
-                         if entry.is_file() and not entry.name.startswith(".")}
-            return _outcome(result, started, files=files)
         if task.resume:
             try:
-                result = resume_folder(task.out, checkpoint_every=task.checkpoint_every, curve=False,
-                                       allow_model_import=task.allow_model_import, extra=extra)
+                result = resume_folder(task.out, **options)
             except DataError as exc:  # an unreadable checkpoint: run it again from the start, and say so
-                result = run_to_folder(config, task.out, checkpoint_every=task.checkpoint_every, restart=True,
-                                       curve=False, allow_model_import=task.allow_model_import, extra=extra)
+                result = run_to_folder(config, task.out, restart=True, **options)
                 return _outcome(result, started, restarted=str(exc).splitlines()[0] if str(exc) else "DataError")
         else:
             # run_state found no checkpoint to lose: clear whatever partial folder is there.
-            result = run_to_folder(config, task.out, checkpoint_every=task.checkpoint_every, restart=True,
-                                   curve=False, allow_model_import=task.allow_model_import, extra=extra)
+            result = run_to_folder(config, task.out, restart=True, **options)
         return _outcome(result, started)
     except Interrupted as exc:
         return {"status": "interrupted", "error": str(exc), "seconds": time.perf_counter() - started,
@@ -147,25 +161,25 @@ class BatchTask:
     batch_runs: int
 
 
-def run_batch_task(batch: BatchTask) -> list[dict]:
+def run_batch_task(batch: BatchTask, on_checkpoint: OnCheckpoint | None = None) -> list[dict]:
     """Execute a batch of runs; an outcome per run, as run_task gives it (a fault of the batch
     itself fails each of its runs; a full disk ends the sweep). The batch's runs come from one
     command, so its first task carries their permission to import algorithm code; each run
-    builds only the code it was planned with."""
+    builds only the code it was planned with. ``on_checkpoint``: run_to_folder's, for each run."""
     planned = {target: sha for task in batch.tasks for target, sha in (task.algorithm_code or {}).items()}
     with algorithm_imports(batch.tasks[0].allow_algorithm_import), planned_code(planned), \
             user_tracebacks(batch.tasks[0].user_tracebacks):
-        return _run_batch_task(batch)
+        return _run_batch_task(batch, on_checkpoint)
 
 
-def _run_batch_task(batch: BatchTask) -> list[dict]:
+def _run_batch_task(batch: BatchTask, on_checkpoint: OnCheckpoint | None = None) -> list[dict]:
     started = time.perf_counter()
     first = batch.tasks[0]
     entries = [BatchEntry(RunConfig.from_dict(task.config, where=f"run {task.key}"), task.out, task.resume)
                for task in batch.tasks]
     try:
         outcomes = run_batch_to_folders(entries, batch_runs=batch.batch_runs, checkpoint_every=first.checkpoint_every,
-                                        allow_model_import=first.allow_model_import)
+                                        allow_model_import=first.allow_model_import, on_checkpoint=on_checkpoint)
     except Interrupted as exc:
         return [{"status": "interrupted", "error": str(exc), "seconds": time.perf_counter() - started,
                  "exit_code": exc.exit_code}] * len(batch.tasks)
@@ -378,7 +392,8 @@ def _ray_item(item: RunTask | BatchTask, threads: int, tracker=None) -> dict:
     """A Ray task: a run or a batch of runs, in place when the sweep folder is visible here, else
     shipped back. Returns ``outcomes`` (one per run, as run_task gives it) and where it ran:
     ``node`` (Ray's node id), ``gpus`` (the GPU ids Ray assigned it: its CUDA_VISIBLE_DEVICES),
-    ``started`` / ``ended`` (wall-clock seconds)."""
+    ``started`` / ``ended`` (wall-clock seconds), ``resumed_after_loss`` (runs this attempt
+    resumed from a checkpoint a lost attempt left)."""
     import ray
 
     started = time.time()
@@ -391,33 +406,55 @@ def _ray_item(item: RunTask | BatchTask, threads: int, tracker=None) -> dict:
         # computes on a GPU another task holds.
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     torch.set_num_threads(threads)
-    sweep_folder = Path(tasks[0].out).parent.parent
-    shared = (sweep_folder / MARKER).is_file()
-    # A task run again after its node was lost finds the checkpoints the lost attempt left: it
-    # resumes from them (the folder's state now, not the one the sweep planned with).
-    if shared:
-        for task in tasks:
-            _wait_for_writer(Path(task.out))
-    fresh = tuple(_as_found(task, shared) for task in tasks)
-    resumed_here = [task.key for task, planned in zip(fresh, tasks) if task.resume and not planned.resume]
-    if not isinstance(item, BatchTask):
-        outcomes = [run_task(fresh[0])]
-    elif shared:
-        outcomes = run_batch_task(replace(item, tasks=fresh))
+    try:
+        shared = sees_sweep_folder(Path(tasks[0].out).parent.parent)
+    except ConfigError as exc:
+        outcomes, resumed = [{"status": "failed", "error": str(exc), "seconds": 0.0} for _ in tasks], []
     else:
-        outcomes = _shipped_batch(replace(item, tasks=fresh))
-    if any(outcome["status"] == "interrupted" for outcome in outcomes):
+        outcomes, resumed = _in_place(item) if shared else _shipped(item, _held(ray, tracker, tasks),
+                                                                     _shipping_to(ray, tracker))
+    if any(outcome["status"] == "interrupted" and outcome.get("exit_code") != _SIGNAL_CODES[signal.SIGINT]
+           for outcome in outcomes):
         # A signal stopped the runs (a node shutting down: preemption, a reboot) and they saved
         # their checkpoints. The worker exits as a lost one does, so that Ray runs the task again
-        # (on another node), and the new attempt resumes them; a cancelled task is not retried.
+        # (on another node), and the new attempt resumes them. SIGINT is the sweep's own stop
+        # (ray.cancel, or Ctrl-C where the workers share its terminal): the outcomes go back.
         os._exit(1)
     for outcome in outcomes:
         outcome.setdefault("version", __version__)
     context = ray.get_runtime_context()
     return {"outcomes": outcomes, "node": context.get_node_id(), "gpus": [str(g) for g in ray.get_gpu_ids()],
             "visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "assigned": context.get_assigned_resources(),
-            "started": started, "ended": time.time(), "resumed_after_loss": resumed_here}
+            "started": started, "ended": time.time(), "resumed_after_loss": resumed}
 
+
+SHIP_RUNS = "FOCUSFL_SHIP_RUNS"  # "1" in a node's environment: its tasks ship their runs back
+
+
+def sees_sweep_folder(sweep_folder: Path) -> bool:
+    """Whether a task here writes its runs in the sweep folder: the folder (its marker) is
+    visible here, unless this node's environment says FOCUSFL_SHIP_RUNS=1 (a node that sees the
+    folder read-only, slowly, or sees another folder at that path); "0" or unset: look.
+    ConfigError (one line) for another value."""
+    ship = os.environ.get(SHIP_RUNS, "")
+    if ship not in ("", "0", "1"):
+        raise ConfigError(f"{SHIP_RUNS} must be 0 or 1 on node {socket.gethostname()}, got {ship!r}")
+    return ship != "1" and (sweep_folder / MARKER).is_file()
+
+
+def _in_place(item: RunTask | BatchTask) -> tuple[list[dict], list[str]]:
+    """The runs of ``item`` in their folders of the shared sweep folder: (outcomes, the runs
+    resumed from a checkpoint a lost attempt left)."""
+    tasks = item.tasks if isinstance(item, BatchTask) else (item,)
+    # A task run again after its node was lost finds the checkpoints the lost attempt left: it
+    # resumes from them (the folder's state now, not the one the sweep planned with).
+    for task in tasks:
+        _wait_for_writer(Path(task.out))
+    fresh = tuple(_as_found(task) for task in tasks)
+    resumed = [task.key for task, planned in zip(fresh, tasks) if task.resume and not planned.resume]
+    if isinstance(item, BatchTask):
+        return run_batch_task(replace(item, tasks=fresh)), resumed
+    return [run_task(fresh[0])], resumed
 
 LOST_WRITER_SECONDS = 120.0  # how long a retried task waits for the lost attempt's worker to be gone
 
@@ -443,26 +480,137 @@ def _wait_for_writer(out: Path) -> None:
         time.sleep(0.5)
 
 
-def _shipped_batch(batch: BatchTask) -> list[dict]:
-    """A batch of runs in a temporary folder, each run's files returned as bytes (``files``) for
-    the driver to publish: a node without the sweep folder still steps its runs together."""
-    with tempfile.TemporaryDirectory(prefix="focusfl-batch-") as tmp:
-        here = tuple(replace(task, out=str(Path(tmp) / task.key), ship=False, resume=False, checkpoint_every=0)
-                     for task in batch.tasks)
-        outcomes = run_batch_task(replace(batch, tasks=here))
+def _shipped(item: RunTask | BatchTask, held: dict[str, dict], on_checkpoint: OnCheckpoint | None
+             ) -> tuple[list[dict], list[str]]:
+    """The runs of ``item`` in a temporary folder, each run's files returned as bytes (``files``)
+    for the driver to publish (complete, diverged, or interrupted with its checkpoint): a node
+    without the sweep folder still steps a batch together. A run with a checkpoint in ``held``
+    (folder_snapshot's, from the tracker) resumes from it, once its files are checked; one whose
+    files do not check out runs from round 0 and says why (``restarted``). ``on_checkpoint``:
+    told of each checkpoint the runs write. (outcomes, the runs resumed after a lost attempt.)"""
+    tasks = item.tasks if isinstance(item, BatchTask) else (item,)
+    with tempfile.TemporaryDirectory(prefix="focusfl-ship-") as tmp:
+        here, restarted = [], {}
+        for task in tasks:
+            out = Path(tmp) / task.key
+            try:
+                resume = task.key in held and install_checkpoint(out, checked_files(held[task.key], task.key))
+            except DataError as exc:
+                restarted[task.key], resume = str(exc), False
+            if task.resume and task.key not in held:
+                restarted[task.key] = "its checkpoint did not reach this node (the sweep's tracker holds none)"
+            here.append(replace(task, out=str(out), ship=False, resume=resume))
+        if isinstance(item, BatchTask):
+            outcomes = run_batch_task(replace(item, tasks=tuple(here)), on_checkpoint)
+        else:
+            outcomes = [run_task(here[0], on_checkpoint)]
+        outcomes = [dict(outcome) for outcome in outcomes]  # a batch's fault is one outcome for all its runs
         for task, outcome in zip(here, outcomes):
-            if outcome["status"] in ("complete", "diverged"):
-                outcome["files"] = {entry.name: entry.read_bytes() for entry in Path(task.out).iterdir()
-                                    if entry.is_file() and not entry.name.startswith(".")}
-    return outcomes
+            if task.key in restarted:
+                outcome.setdefault("restarted", restarted[task.key])
+            if outcome["status"] in ("complete", "diverged", "interrupted") and Path(task.out).is_dir():
+                outcome["files"] = _files_of(Path(task.out))
+    resumed = [task.key for task, planned in zip(here, tasks) if task.resume and not planned.resume]
+    return outcomes, resumed
 
 
-def _as_found(task: RunTask, shared: bool) -> RunTask:
-    if not shared:
-        return replace(task, ship=True, resume=False)
+def _files_of(folder: Path) -> dict[str, bytes]:
+    """A run folder's files (focusfl's own hidden ones, its marker and temporary files, left out)."""
+    return {entry.name: entry.read_bytes() for entry in sorted(folder.iterdir())
+            if entry.is_file() and not entry.is_symlink() and not entry.name.startswith(".")}
+
+
+def folder_snapshot(folder: Path, round_done: int, metrics_bytes: int | None = None) -> dict:
+    """What a run resumes from, as bytes that travel: the files of its (partial) run folder
+    (config.json, metrics.csv cut to ``metrics_bytes``, checkpoint.pt, a client table), each
+    file's size and SHA-256, and the round of the checkpoint (-1: not known)."""
+    files = _files_of(folder)
+    if metrics_bytes is not None and METRICS in files:
+        files[METRICS] = files[METRICS][:metrics_bytes]  # rows past the checkpoint are cut on resume anyway
+    return {"round": round_done, "files": files,
+            "digests": {name: [len(data), hashlib.sha256(data).hexdigest()] for name, data in files.items()}}
+
+
+def checked_files(snapshot: dict, key: str) -> dict[str, bytes]:
+    """The files of a checkpoint that travelled (folder_snapshot's dict), each one's size and
+    SHA-256 checked against what the writer recorded; DataError (one line) if any differs."""
+    where = f"the shipped checkpoint of run {key[:12]}"
+    files, digests = snapshot.get("files"), snapshot.get("digests")
+    if not isinstance(files, dict) or not isinstance(digests, dict) or set(files) != set(digests) or \
+            not all(isinstance(entry, list) and len(entry) == 2 for entry in digests.values()):
+        raise DataError(f"{where} is not a checkpoint focusfl shipped")
+    if CHECKPOINT not in files:
+        raise DataError(f"{where} holds no {CHECKPOINT}")
+    for name, data in files.items():
+        if not isinstance(name, str) or "/" in name or name.startswith(".") or not isinstance(data, bytes):
+            raise DataError(f"{where} holds a file named {name!r}")
+        size, digest = digests[name]
+        if len(data) != size:
+            raise DataError(f"{where}: {name} is {len(data)} bytes, {size} were written")
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise DataError(f"{where}: {name} has changed since it was written (SHA-256 differs)")
+    return files
+
+
+def install_checkpoint(out: Path, files: dict[str, bytes]) -> bool:
+    """``files`` (checked_files') as the partial folder of run folder ``out``, as a killed run
+    leaves it, for resume_folder to continue from: each file written atomically, the
+    checkpoint last (until then the folder holds the previous one, which the longer metrics.csv
+    still fits). True; ConfigError (one line) when the folder cannot be written."""
+    with open_output(out, kind="run") as output:
+        for name in sorted(files, key=lambda name: name == CHECKPOINT):
+            with open_atomic(output.work / name, "wb") as handle:
+                handle.write(files[name])
+    return True
+
+
+SHIP_SECONDS = 60.0  # how long a shipped run waits for its checkpoint to reach the tracker
+
+
+def _shipping_to(ray, tracker) -> OnCheckpoint | None:
+    """A shipped run's on_checkpoint: each checkpoint handed to the tracker on the driver's node,
+    and waited for (Ray's object transfer), so that it is there before the run goes on; a
+    tracker lost or slow costs this checkpoint, not the run (Ray's next attempt would start
+    from an earlier one, or from round 0)."""
+    if tracker is None:
+        return None
+
+    def ship(out: Path, work: Path, checkpoint) -> None:
+        snapshot = folder_snapshot(work, checkpoint.round, checkpoint.metrics_bytes)
+        try:
+            ray.get(tracker.keep.remote(out.name, snapshot), timeout=SHIP_SECONDS)
+        except Exception:  # noqa: BLE001 - see the docstring
+            pass
+
+    return ship
+
+
+def _held(ray, tracker, tasks: Iterable[RunTask]) -> dict[str, dict]:
+    """The checkpoints the tracker holds for ``tasks``' runs (none without a tracker)."""
+    if tracker is None:
+        return {}
+    try:
+        return ray.get(tracker.latest.remote([task.key for task in tasks]), timeout=SHIP_SECONDS)
+    except Exception:  # noqa: BLE001 - a tracker lost: the runs start from round 0
+        return {}
+
+
+def _as_found(task: RunTask) -> RunTask:
     if not task.resume and run_state(Path(task.out), task.key) == "resume":
         return replace(task, resume=True)
     return task
+
+
+def resumable_snapshot(out: Path) -> dict | None:
+    """The files a run in the sweep folder resumes from (folder_snapshot's dict): those of its
+    partial folder when a killed run left its checkpoint there, else of the published folder of
+    an interrupted run; None when neither holds a checkpoint."""
+    partial = _sibling(out, PARTIAL_SUFFIX)
+    if (partial / CHECKPOINT).is_file() and (read_marker(partial) or {}).get("state") == "partial":
+        return folder_snapshot(partial, -1)
+    if (out / CHECKPOINT).is_file():
+        return folder_snapshot(out, -1)
+    return None
 
 
 def check_resource(value: float | None, option: str) -> float | None:
@@ -557,7 +705,9 @@ class RayExecutor:
     def run(self, tasks: Iterable[RunTask | BatchTask]) -> Iterator[tuple[RunTask, dict]]:
         """(task, outcome) per run; ``tasks`` may hold batches of runs (BatchTask). While they
         run, ``on_progress`` (when set) gets ``{"running": {run key: node}, "retried": n}`` every
-        PROGRESS_SECONDS that it changed."""
+        PROGRESS_SECONDS that it changed. SIGINT, SIGTERM or SIGHUP stops the sweep (see the
+        module docstring): the runs in flight report, then SweepStopped is raised; a second
+        signal stops it at once."""
         tasks = list(tasks)
         if not tasks:
             return
@@ -572,28 +722,38 @@ class RayExecutor:
         self._seen: dict = {}
         self._finished: set[str] = set()
         shown = None
+        stop = _SweepStop()
         # At most a few tasks per slot in flight: the driver's wait stays cheap on 10^5 runs.
         limit = 2 * self.slots + 2
         try:
-            while True:
-                for item in queue:
-                    pending[remote.remote(item, self.threads, tracker)] = item
-                    if len(pending) >= limit:
+            with handled((signal.SIGINT, signal.SIGTERM, signal.SIGHUP), stop.ask, keep_ignored=True):
+                while True:
+                    if stop.signum is None:
+                        for item in queue:
+                            _hand_checkpoints(ray, tracker, item)
+                            pending[remote.remote(item, self.threads, tracker)] = item
+                            if len(pending) >= limit:
+                                break
+                    elif stop.deadline is None:
+                        stop.cancel(ray, pending)
+                    if not pending or stop.expired():
                         break
-                if not pending:
-                    return
-                done, _ = ray.wait(list(pending), num_returns=1,
-                                   timeout=PROGRESS_SECONDS if self.on_progress else None)
-                if done or self.on_progress:
-                    self._seen = _snapshot(ray, tracker, self._seen)
-                for ref in done:
-                    item = pending.pop(ref)
-                    yield from self._receive(ray, ref, item)
-                if self.on_progress:
-                    progress = self._progress()
-                    if progress != shown:
-                        self.on_progress(progress)
-                        shown = progress
+                    done, _ = ray.wait(list(pending), num_returns=1, timeout=PROGRESS_SECONDS)
+                    if done or self.on_progress:
+                        self._seen = _snapshot(ray, tracker, self._seen)
+                    for ref in done:
+                        item = pending.pop(ref)
+                        yield from stop.marked(self._receive(ray, ref, item, tracker))
+                    if self.on_progress:
+                        progress = self._progress()
+                        if progress != shown:
+                            self.on_progress(progress)
+                            shown = progress
+            if stop.signum is not None:
+                yield from stop.marked(self._abandon(ray, tracker, pending))
+                pending = {}
+                raise SweepStopped(f"{signal.Signals(stop.signum).name}: the sweep stopped its Ray tasks",
+                                   128 + stop.signum)
         except BaseException:
             for ref in pending:
                 ray.cancel(ref)
@@ -607,16 +767,24 @@ class RayExecutor:
         return {"running": dict(sorted(running.items())),
                 "retried": sum(attempts > 1 for _, attempts in self._seen.values())}
 
-    def _receive(self, ray, ref, item: RunTask | BatchTask) -> list[tuple[RunTask, dict]]:
+    def _receive(self, ray, ref, item: RunTask | BatchTask, tracker=None) -> list[tuple[RunTask, dict]]:
         tasks = item.tasks if isinstance(item, BatchTask) else (item,)
         self._finished = getattr(self, "_finished", set()) | {task.key for task in tasks}
         try:
             answer = ray.get(ref)
-        except Exception as exc:  # the task or its worker died, retries spent
+        except Exception as exc:  # the task or its worker died, retries spent; or the sweep cancelled it
+            from ray.exceptions import TaskCancelledError
+
             _stop_on_sweep_error(getattr(exc, "cause", None))  # Ray wraps what the task raised
+            _keep_checkpoints(ray, tracker, tasks)  # the same command resumes a shipped run from it
+            if isinstance(exc, TaskCancelledError):
+                return []  # stopped before it started: nothing ran
             text = str(exc).strip().splitlines()
             failed = {"status": "failed", "error": f"Ray: {type(exc).__name__}: {text[-1] if text else ''}"}
             return [(task, dict(failed)) for task in tasks]
+        finally:
+            if tracker is not None:  # fire and forget: the runs' checkpoints are of no more use
+                tracker.forget.remote([task.key for task in tasks])
         placement = {key: answer[key] for key in ("node", "gpus", "visible", "assigned", "started", "ended",
                                                   "resumed_after_loss")}
         seen = getattr(self, "_seen", {})
@@ -625,15 +793,30 @@ class RayExecutor:
         self.placements.append({"runs": [task.key for task in tasks], **placement})
         return [(task, self._publish(task, outcome, placement)) for task, outcome in zip(tasks, answer["outcomes"])]
 
+    def _abandon(self, ray, tracker, pending: dict) -> list[tuple[RunTask, dict]]:
+        """The tasks still running when a stopped sweep stops waiting: ended (their workers
+        killed), their shipped runs' latest checkpoints kept in the sweep folder; a run whose
+        folder then holds a checkpoint is reported interrupted (resumable)."""
+        stopped = []
+        for ref, item in pending.items():
+            ray.cancel(ref, force=True)
+            tasks = item.tasks if isinstance(item, BatchTask) else (item,)
+            _keep_checkpoints(ray, tracker, tasks)
+            stopped += [(task, {"status": "interrupted", "error": "stopped with the sweep"}) for task in tasks
+                        if run_state(Path(task.out), task.key) == "resume"]
+        return stopped
+
     def _publish(self, task: RunTask, outcome: dict, placement: dict) -> dict:
         if outcome.get("version", __version__) != __version__:
             return {"status": "failed", "error": f"the Ray worker runs focusfl {outcome['version']}, "
                                                   f"this driver {__version__}: install the same version on every node"}
         outcome = {**outcome, "node": placement["node"]}
+        if task.key in placement["resumed_after_loss"]:
+            outcome["resumed_after_loss"] = True
         if task.key in placement["resumed_after_loss"] or task.key in placement["retried"]:
             outcome["retried"] = True
         files = outcome.pop("files", None)
-        if files is not None and outcome["status"] in ("complete", "diverged"):
+        if files is not None and outcome["status"] in ("complete", "diverged", "interrupted"):
             try:
                 publish_shipped(task, files)
             except FocusflError as exc:
@@ -651,15 +834,94 @@ class RayExecutor:
 PROGRESS_SECONDS = 2.0  # how often a Ray sweep asks its tracker which runs are running where
 
 
+class SweepStopped(Interrupted):
+    """A Ray sweep stopped by a signal, once every run it stopped was reported (run_sweep then
+    says how many it can resume, as a sweep on one machine does)."""
+
+
+class _SweepStop:
+    """The first SIGINT/SIGTERM/SIGHUP to a Ray sweep: its tasks are cancelled (each run in flight
+    stops at the end of its round with a checkpoint), and their outcomes awaited up to
+    STOP_GRACE_SECONDS; a second signal stops the sweep at once."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.deadline: float | None = None
+
+    def ask(self, signum, frame) -> None:
+        if self.signum is not None:
+            raise KeyboardInterrupt
+        self.signum = signum
+
+    def cancel(self, ray, pending: dict) -> None:
+        for ref in pending:
+            ray.cancel(ref)  # a running task gets SIGINT: its runs checkpoint and return
+        self.deadline = time.monotonic() + STOP_GRACE_SECONDS
+
+    def expired(self) -> bool:
+        return self.deadline is not None and time.monotonic() > self.deadline
+
+    def marked(self, received: Iterable[tuple[RunTask, dict]]) -> Iterator[tuple[RunTask, dict]]:
+        """Outcomes as they are, but those of runs stopped by the sweep's signal exit with its status."""
+        for task, outcome in received:
+            if self.signum is not None and outcome["status"] == "interrupted":
+                outcome = {**outcome, "exit_code": 128 + self.signum}
+            yield task, outcome
+
+
+def _hand_checkpoints(ray, tracker, item: RunTask | BatchTask) -> None:
+    """Before a task starts: the checkpoints its runs to be resumed have in the sweep folder,
+    handed to the tracker, so that a task on a node without the folder resumes them too."""
+    if tracker is None:
+        return
+    for task in item.tasks if isinstance(item, BatchTask) else (item,):
+        snapshot = resumable_snapshot(Path(task.out)) if task.resume else None
+        if snapshot is None:
+            continue
+        try:  # waited for: the task's own look at the tracker comes after it
+            ray.get(tracker.keep.remote(task.key, snapshot), timeout=SHIP_SECONDS)
+        except Exception:  # noqa: BLE001 - a tracker lost: the run starts from round 0 there, and says so
+            return
+
+
+def _keep_checkpoints(ray, tracker, tasks: Iterable[RunTask]) -> None:
+    """The latest checkpoints the tracker holds of ``tasks``' shipped runs, checked and put in the
+    sweep folder (a partial run folder each, as a killed run leaves it), so that the same command
+    resumes them; a checkpoint that does not check out, or a folder another writer holds, is left."""
+    tasks = list(tasks)
+    if tracker is None:
+        return
+    try:
+        held = ray.get(tracker.latest.remote([task.key for task in tasks]), timeout=SHIP_SECONDS)
+    except Exception:  # noqa: BLE001 - a tracker lost: nothing to keep
+        return
+    for task in tasks:
+        if task.key in held and held[task.key]["round"] >= 0:  # -1: handed from the folder itself
+            with contextlib.suppress(FocusflError):
+                install_checkpoint(Path(task.out), checked_files(held[task.key], task.key))
+
+
+TRACKER_SECONDS = 30.0  # how long a sweep waits for its tracker to start before going on without one
+
+
 def _start_tracker(ray):
     """The sweep's tracker actor (ray_tracker.py), on the driver's node (it outlives any worker
-    node lost), asking for no CPU; None where it cannot start (the runs go on without it)."""
+    node lost), asking for no CPU; None where it cannot start there (the runs go on without it:
+    no live status, and a lost shipped run starts again from round 0). The affinity is hard: a
+    soft one was seen placing it on a worker node of a ``ray.cluster_utils.Cluster``, which then
+    took the shipped checkpoints with it when it died."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    tracker = None
     try:
-        here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=True)
-        return ray.remote(Tracker).options(num_cpus=0, scheduling_strategy=here).remote()
-    except Exception:  # a Ray without node affinity, or a client connection: no live status
+        here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
+        tracker = ray.remote(Tracker).options(num_cpus=0, scheduling_strategy=here).remote()
+        ray.get(tracker.snapshot.remote(), timeout=TRACKER_SECONDS)
+        return tracker
+    except Exception:  # a Ray without node affinity, a client connection, a node that cannot host it
+        if tracker is not None:
+            with contextlib.suppress(Exception):
+                ray.kill(tracker)
         return None
 
 

@@ -56,7 +56,7 @@ from ..runs.tensorboard import check_root, has_hparams, log_folder, require, saf
 from ..spec import format_spec, parse_spec
 from ..threads import DEFAULT_THREADS
 from .aggregate import aggregate
-from .executors import BatchTask, RunTask, make_executor
+from .executors import BatchTask, RunTask, SweepStopped, make_executor
 from .layout import EXPERIMENT, RUNS, STATUS
 
 MAX_RUNS = 100_000
@@ -654,6 +654,7 @@ def run_sweep(
                              skipped=report.skipped, queued=len(tasks), slots=pool.slots)
         if status.path is not None:
             pool.on_progress = status.progress  # which runs run where, between finished runs
+        stopped: SweepStopped | None = None
         try:
             for task, outcome in _with_progress(status.follow(pool.run(items)), len(tasks), progress, pool.slots):
                 if outcome.get("restarted"):
@@ -666,12 +667,15 @@ def run_sweep(
                     exit_code = exit_code or outcome.get("exit_code")  # 130, 143, 129: the signal's
                 else:
                     report.failed.append({"run": task.key, **by_key[task.key].axes, "error": outcome.get("error", "")})
+        except SweepStopped as exc:  # a Ray sweep's signal: the runs it stopped were counted above
+            stopped = exc
         finally:
             pool.close()
             status.finish()
-        if report.interrupted:
+        if report.interrupted or stopped is not None:
             raise Interrupted(f"sweep interrupted: {report.interrupted} run(s) stopped with a checkpoint; "
-                              "run the same command again to continue", exit_code or 130)
+                              "run the same command again to continue",
+                              exit_code or (stopped.exit_code if stopped is not None else 130))
         report.written = (tables or aggregate)(experiment, runs, store.path, band=band or experiment.band,
                                                failures=report.failed)
         store.mark([EXPERIMENT, STATUS, *report.written], folders=[RUNS])
@@ -766,7 +770,8 @@ class SweepStatus:
     to read while it runs: runs ``total``, ``finished_earlier``, ``to_run``, ``queued`` (not yet
     started), ``running`` with ``running_on`` (Ray's node id: runs running there now), ``nodes``
     (node id: runs finished there), ``done``, ``retried`` (run again after their node or worker
-    was lost), ``failed``, ``interrupted``,
+    was lost), ``resumed_after_loss`` (of those, the runs that continued from a checkpoint the lost
+    attempt left rather than from round 0), ``failed``, ``interrupted``,
     ``eta_seconds`` (the runs left at the pace so far; null before the first finishes) and
     ``state`` (running / finished / stopped). Rewritten atomically after each run; never read by
     focusfl, and no result file depends on it. ``path`` None: kept in memory only."""
@@ -774,7 +779,7 @@ class SweepStatus:
     def __init__(self, path: Path | None, *, total: int, skipped: int, queued: int, slots: int):
         self.path, self.slots = path, slots
         self.counts = {"total": total, "finished_earlier": skipped, "to_run": queued, "done": 0, "retried": 0,
-                       "failed": 0, "interrupted": 0}
+                       "resumed_after_loss": 0, "failed": 0, "interrupted": 0}
         self.nodes: dict[str, int] = {}
         self.running_on: dict[str, str] | None = None  # run key -> node, where the executor says
         self.retried_live = 0
@@ -787,6 +792,7 @@ class SweepStatus:
             key = "done" if status in ("complete", "diverged") else "interrupted" if status == "interrupted" else "failed"
             self.counts[key] += 1
             self.counts["retried"] += bool(outcome.get("retried"))
+            self.counts["resumed_after_loss"] += bool(outcome.get("resumed_after_loss"))
             if outcome.get("node"):
                 self.nodes[outcome["node"]] = self.nodes.get(outcome["node"], 0) + 1
             self.write("running")
@@ -826,7 +832,7 @@ class SweepStatus:
                                "elapsed_seconds": round(time.monotonic() - self.started, 1)})
 
     def finish(self) -> None:
-        self.write("finished" if self.left() == 0 else "stopped")
+        self.write("finished" if self.left() == 0 and not self.counts["interrupted"] else "stopped")
 
 
 def _with_progress(outcomes: Iterable, total: int, progress: bool, slots: int):

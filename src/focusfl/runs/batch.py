@@ -42,6 +42,7 @@ from .driver import policy_of, starting_state
 from .folder import (
     METRICS,
     Interrupted,
+    OnCheckpoint,
     OpenedRun,
     _Checkpointer,
     _close_quietly,
@@ -54,6 +55,7 @@ from .folder import (
     _StopRequested,
     new_run,
     resumed_run,
+    told_of_checkpoints,
 )
 
 
@@ -126,11 +128,12 @@ def batch_key(config: RunConfig) -> str:
 
 
 def run_batch_to_folders(entries: Sequence[BatchEntry], *, batch_runs: int, checkpoint_every: int | None = None,
-                         allow_model_import: bool = False) -> list[BatchOutcome]:
+                         allow_model_import: bool = False, on_checkpoint: OnCheckpoint | None = None
+                         ) -> list[BatchOutcome]:
     """Run ``entries`` (runs of one batch_key) as one batch, each into its folder; an outcome per
     entry. A signal stops the batch: every run not finished then saved its checkpoint and was
     published as interrupted, and its outcome's error is :class:`Interrupted`. A full disk or a
-    fault of the batch itself is raised."""
+    fault of the batch itself is raised. ``on_checkpoint``: as run_to_folder's, for each run."""
     outcomes = [BatchOutcome() for _ in entries]
     problems: dict = {}
     extra = {BATCH_RUNS: batch_runs}
@@ -153,7 +156,8 @@ def run_batch_to_folders(entries: Sequence[BatchEntry], *, batch_runs: int, chec
                     run.output.discard()
                     outcomes[k].error = stopped
                 continue
-            results, stopped = _drive_together([run for _, run in group], checkpoint_every=checkpoint_every)
+            results, stopped = _drive_together([run for _, run in group], checkpoint_every=checkpoint_every,
+                                               on_checkpoint=on_checkpoint)
             for (k, _), result in zip(group, results):
                 outcomes[k].result = result
                 if result is None:
@@ -186,7 +190,7 @@ def _by_problem(opened: list[tuple[int, OpenedRun]]) -> list[list[tuple[int, Ope
     return list(groups.values())
 
 
-def _drive_together(runs: list[OpenedRun], *, checkpoint_every: int | None
+def _drive_together(runs: list[OpenedRun], *, checkpoint_every: int | None, on_checkpoint: OnCheckpoint | None = None
                     ) -> tuple[list[RunResult | None], Interrupted | None]:
     """runs/folder.py's _drive for several runs of one problem at once (see the module
     docstring): each run's result, or None for a run a signal stopped (then also the
@@ -194,7 +198,8 @@ def _drive_together(runs: list[OpenedRun], *, checkpoint_every: int | None
     flag = _StopFlag()
     writers = [_MetricsWriter(run.output.work / METRICS, truncate_to=None if run.start is None else run.start.metrics_bytes,
                               late_columns=(*run.built.problem.late_metrics, "diverged")) for run in runs]
-    checkpointers = [_Checkpointer(run.built, run.output.work, metrics, checkpoint_every)
+    checkpointers = [_Checkpointer(run.built, run.output.work, metrics, checkpoint_every,
+                                   on_save=told_of_checkpoints(on_checkpoint, run.output))
                      for run, metrics in zip(runs, writers)]
     members = [_member(run, metrics, checkpointer, flag) for run, metrics, checkpointer in zip(runs, writers, checkpointers)]
     batch = RunBatch(runs[0].built.problem, members, engine=runs[0].built.config.engine)

@@ -35,7 +35,7 @@ import signal
 import time
 from pathlib import Path
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ..data.plots import plot_label_histograms, plot_training_curves
 from ..engine import RunResult
@@ -183,12 +183,25 @@ class _MetricsWriter:
             self.handle.close()
 
 
+# Told of each checkpoint a run saves: (the run's folder, its partial folder, the checkpoint).
+OnCheckpoint = Callable[[Path, Path, Checkpoint], None]
+
+
+def told_of_checkpoints(on_checkpoint: OnCheckpoint | None, output: Output) -> Callable[[Checkpoint], None] | None:
+    """A _Checkpointer's ``on_save`` for the run in ``output``: ``on_checkpoint`` told its folders."""
+    if on_checkpoint is None:
+        return None
+    return lambda checkpoint: on_checkpoint(output.target, output.work, checkpoint)
+
+
 class _Checkpointer:
     """Saves checkpoints every ``every`` rounds (None: every CHECKPOINT_SECONDS; 0: never)."""
 
-    def __init__(self, built: BuiltRun, work: Path, metrics: _MetricsWriter, every: int | None, logger=None) -> None:
+    def __init__(self, built: BuiltRun, work: Path, metrics: _MetricsWriter, every: int | None, logger=None,
+                 on_save: Callable[[Checkpoint], None] | None = None) -> None:
         self.built, self.path, self.metrics, self.every = built, work / CHECKPOINT, metrics, every
         self.logger = logger  # a TensorBoard log: flushed first, so it has every row the checkpoint keeps
+        self.on_save = on_save  # told of each checkpoint once it is on disk (a Ray task ships it: experiments/executors.py)
         self.saved_at = time.monotonic()
         self.last_round: int | None = None
 
@@ -204,6 +217,8 @@ class _Checkpointer:
         save_checkpoint(self.path, checkpoint)
         self.saved_at = time.monotonic()
         self.last_round = result.rounds_done
+        if self.on_save is not None:
+            self.on_save(checkpoint)
 
 
 # -- entry points --------------------------------------------------------------------------------
@@ -220,6 +235,7 @@ def run_to_folder(
     expected_inputs: dict | None = None,
     accept_changed_inputs: bool = False,
     extra: dict | None = None,
+    on_checkpoint: OnCheckpoint | None = None,
 ) -> RunResult:
     """Build, run and write metrics.csv, config.json, curve.png, checkpoint.pt and model.pt into ``out``.
 
@@ -231,13 +247,15 @@ def run_to_folder(
     ``expected_inputs``: a replay's recorded input digests (runs/inputs.py: ``{"recorded": ...,
     "skip": parts}``); inputs that differ are refused unless ``accept_changed_inputs``. ``extra``:
     keys config.json records beside the run (a sweep's batch size, runs.config.BATCH_RUNS).
+    ``on_checkpoint(out, work, checkpoint)``: called after each checkpoint is saved in the partial
+    folder ``work`` (a Ray task ships it to the driver's node).
     """
     flag = _StopFlag()
     with new_run(config, out, restart=restart, allow_model_import=allow_model_import, tensorboard=tensorboard,
                  expected_inputs=expected_inputs, accept_changed_inputs=accept_changed_inputs,
                  extra=extra, flag=flag) as opened:
         return _drive(opened.built, opened.output, None, flag, progress=progress, checkpoint_every=checkpoint_every,
-                      curve=curve, recorded=opened.recorded)
+                      curve=curve, recorded=opened.recorded, on_checkpoint=on_checkpoint)
 
 
 @dataclass
@@ -320,7 +338,7 @@ def _refuse_import_on_resume(problem, out: Path) -> None:
 def resume_folder(
     out: str | Path, *, rounds: int | None = None, progress: bool = False, checkpoint_every: int | None = None,
     curve: bool = True, tensorboard: str | Path | None = None, allow_model_import: bool = False,
-    accept_changed_inputs: bool = False, extra: dict | None = None,
+    accept_changed_inputs: bool = False, extra: dict | None = None, on_checkpoint: OnCheckpoint | None = None,
 ) -> RunResult:
     """Continue the run in ``out`` from its checkpoint; ``rounds`` extends a finished run.
 
@@ -344,7 +362,8 @@ def resume_folder(
             _stopped_once_complete(flag, Path(out), opened.done.rounds_done)
             return opened.done
         return _drive(opened.built, opened.output, opened.start, flag, progress=progress,
-                      checkpoint_every=checkpoint_every, curve=curve, recorded=opened.recorded)
+                      checkpoint_every=checkpoint_every, curve=curve, recorded=opened.recorded,
+                      on_checkpoint=on_checkpoint)
 
 
 @contextlib.contextmanager
@@ -519,6 +538,7 @@ def _stored_log_dir(data: dict, out: Path, root: Path | None) -> Path | None:
 def _drive(
     built: BuiltRun, output: Output, start: Checkpoint | None, flag: _StopFlag, *, progress: bool,
     checkpoint_every: int | None, curve: bool = True, recorded: dict | None = None,
+    on_checkpoint: OnCheckpoint | None = None,
 ) -> RunResult:
     """Run ``built`` in ``output``'s partial folder and publish it. The caller has set ``flag`` to
     catch SIGINT, SIGTERM and SIGHUP since it opened ``output``: a signal stops the run at the end
@@ -530,7 +550,8 @@ def _drive(
     metrics = _MetricsWriter(work / METRICS, truncate_to=None if start is None else start.metrics_bytes,
                              late_columns=(*built.problem.late_metrics, "diverged"))
     logger = _open_log(recorded, start, work / METRICS)
-    checkpointer = _Checkpointer(built, work, metrics, checkpoint_every, logger)
+    checkpointer = _Checkpointer(built, work, metrics, checkpoint_every, logger,
+                                 on_save=told_of_checkpoints(on_checkpoint, output))
     on_row = metrics.write if logger is None else _both(metrics.write, logger.log_row)
 
     def on_round(result: RunResult) -> None:
