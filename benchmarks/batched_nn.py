@@ -32,7 +32,7 @@ from focusfl.algorithms import make_algorithm  # noqa: E402
 from focusfl.device import apply_policy, device_policy  # noqa: E402
 from focusfl.engine.batched import BatchMember, run_batch  # noqa: E402
 from focusfl.engine.simulate import simulate  # noqa: E402
-from focusfl.experiments.reproduce_nn import FOCUS_CIFAR10  # noqa: E402
+from focusfl.reproduce.reproduce_nn import FOCUS_CIFAR10  # noqa: E402
 from focusfl.participation import make_participation  # noqa: E402
 from focusfl.problems.nn import NeuralNetwork  # noqa: E402
 from paper_cifar import synthetic_cifar  # noqa: E402

@@ -31,8 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from focusfl.experiments.executors import ray_runtime_env  # noqa: E402
-from focusfl.experiments.sweep import make_experiment, run_sweep  # noqa: E402
+from focusfl.sweeps.executors import ray_runtime_env  # noqa: E402
+from focusfl.sweeps.sweep import make_experiment, run_sweep  # noqa: E402
 
 MNIST = ROOT / "tests" / "fixtures" / "mnist1500.npz"
 TABLES = ("results.csv", "summary.csv")

@@ -39,7 +39,7 @@ PHASE = "trials_seconds="
 def child(argv: list[str]) -> None:
     """Run ``focusfl ARGV`` here, timing the executor's runs (the trials phase)."""
     from focusfl import cli
-    from focusfl.experiments import executors
+    from focusfl.sweeps import executors
 
     spans: list[float] = []
     run = executors.LocalExecutor.run
@@ -83,7 +83,7 @@ def report_sizes():
     studies 2 to 3 times as long (the suite and baselines sections run at their quick sizes)."""
     import dataclasses
 
-    from focusfl.experiments.reproduce_report import FULL, QUICK
+    from focusfl.reproduce.reproduce_report import FULL, QUICK
 
     return dataclasses.replace(QUICK, ridge_rounds=FULL.ridge_rounds, exactness=True, versus_seeds=3,
                                study_rounds=600, prox_rounds=400, push_rounds=600, work_rounds=200,
@@ -98,9 +98,9 @@ def report_child(batch: str) -> None:
 
     import torch
 
-    from focusfl.experiments import reproduce_report as report
-    from focusfl.experiments import suite_study
-    from focusfl.experiments.verdicts import claims_rows
+    from focusfl.reproduce import reproduce_report as report
+    from focusfl.reproduce import suite_study
+    from focusfl.reproduce.verdicts import claims_rows
 
     torch.set_num_threads(1)  # as the report computes
     nothing = lambda *args, **kwargs: None  # noqa: E731

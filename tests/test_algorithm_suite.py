@@ -15,8 +15,8 @@ import torch
 
 from focusfl.algorithms import ALGORITHMS, RoundContext, make_algorithm
 from focusfl.errors import ConfigError
-from focusfl.experiments import conformance as kit
-from focusfl.experiments.conformance import LOGISTIC, RIDGE, maker_of, steps_asked
+from focusfl.sweeps import conformance as kit
+from focusfl.sweeps.conformance import LOGISTIC, RIDGE, maker_of, steps_asked
 from focusfl.participation import make_participation
 from focusfl.problems import make_problem
 

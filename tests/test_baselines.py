@@ -164,7 +164,7 @@ def test_the_baselines_run_and_refuse_bad_keys_on_the_command_line(tmp_path):
 
 # -- the report's claims -----------------------------------------------------------------------------
 def test_the_quick_section_states_three_computed_verdicts():
-    from focusfl.experiments import baselines_study
+    from focusfl.reproduce import baselines_study
 
     section = baselines_study.baselines_section(baselines_study.QUICK, quick=True)
     assert [c.verdict.name for c in section.claims] == [
@@ -176,7 +176,7 @@ def test_the_quick_section_states_three_computed_verdicts():
 @pytest.fixture(scope="module")
 def measured():
     """The section's runs at its full length and seeds, on every third step of the grid."""
-    from focusfl.experiments import baselines_study as study
+    from focusfl.reproduce import baselines_study as study
 
     sizes = study.SuiteSizes(rounds=study.DECISIVE_ROUNDS, seeds=3, grid_every=3)
     return sizes, study.measure(sizes)
@@ -189,7 +189,7 @@ def measured():
 def test_each_claim_flips_with_what_was_measured(measured, criterion, candidate, contrast, numbers):
     """Measured at the section's length and seeds, each claim holds; the same criterion fed the
     roles swapped (FedAvg as the candidate) says "not reproduced"."""
-    from focusfl.experiments.verdicts import CRITERIA
+    from focusfl.reproduce.verdicts import CRITERIA
 
     sizes, runs = measured
     key = "final" if numbers[0] == "amplified_final" else "rounds"

@@ -206,7 +206,7 @@ def test_a_sigterm_stops_every_run_of_the_batch_with_a_checkpoint_and_the_rerun_
 
 
 def test_the_ridge_figure_computed_in_batches_equals_one_run_at_a_time():
-    from focusfl.experiments.reproduce_ridge import run_figure4
+    from focusfl.reproduce.reproduce_ridge import run_figure4
 
     chosen = ["focus", "fedavg", "scaffold", "fedsum_cr"]
     assert run_figure4(10, algorithms=chosen, batch_runs=1) == run_figure4(10, algorithms=chosen, batch_runs="auto")

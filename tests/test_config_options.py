@@ -31,7 +31,8 @@ AXES = {(("tune",), "algorithm")}
 
 def commands() -> dict[tuple[str, ...], tuple[tuple[str, ...], dict]]:
     """Each command that takes run fields: (the fields, its own defaults over the fields')."""
-    from focusfl.experiments import reproduce_nn, tune
+    from focusfl.reproduce import reproduce_nn
+    from focusfl.sweeps import tune
 
     found = {("run",): (tuple(options()), {}), ("tune",): (tune.RUN_OPTIONS, tune.TUNE_DEFAULTS),
              ("sweep",): (("threads", "work", "dp", "numerics"), {"work": None, "dp": None, "numerics": None})}
@@ -77,7 +78,7 @@ def test_every_run_field_is_one_generated_option_with_the_fields_default(command
 
 @pytest.mark.parametrize("problem", [SMALL, "nn:data=mnist,clients=4"])
 def test_run_sweep_tune_and_federation_fill_the_same_problem_defaults(problem):
-    from focusfl.experiments.sweep import DEFAULTS, parse_experiment
+    from focusfl.sweeps.sweep import DEFAULTS, parse_experiment
 
     expected = defaults_for(problem)
     assert expected["dtype"] == ("float32" if problem.startswith("nn") else "float64")
@@ -89,7 +90,7 @@ def test_run_sweep_tune_and_federation_fill_the_same_problem_defaults(problem):
         {k: expected[k] for k in ("lr", "local_steps", "rounds", "schedule")}
     assert DEFAULTS["dtype"] is None and DEFAULTS["eval_every"] is None  # the problem's, in expand
     tune_args = build_parser().parse_args(["tune", "--algorithm", "focus", "--problem", problem])
-    from focusfl.experiments.cli import setup_from_args
+    from focusfl.reproduce.cli import setup_from_args
 
     setup = setup_from_args(tune_args)
     assert (setup.dtype, setup.eval_every) == (expected["dtype"], expected["eval_every"])

@@ -91,7 +91,7 @@ def _small_experiment(text: str) -> str:
 
 def _fedscale_behaviour() -> str:
     """A FedScale client behaviour pickle (protocol 0: text) of the report's synthetic devices."""
-    from focusfl.experiments.suite_study import synthetic_fedscale
+    from focusfl.reproduce.suite_study import synthetic_fedscale
 
     return pickle.dumps(synthetic_fedscale(), protocol=0).decode("ascii")
 

@@ -44,7 +44,7 @@ def documented_command(text: str, before: str) -> list[str]:
 
 
 def test_the_mnist_demo_table_has_the_programs_form():
-    from focusfl.experiments.reproduce_nn import MNIST_DEMO, docs_table
+    from focusfl.reproduce.reproduce_nn import MNIST_DEMO, docs_table
 
     table = documented_table(NN_DOC.read_text(), DEMO_HEADER)
     rows = [line for line in table.splitlines()[2:]]

@@ -15,8 +15,8 @@ import torch
 from focusfl.algorithms import ALGORITHMS, make_algorithm
 from focusfl.engine import Resume, simulate
 from focusfl.engine.simulate import ENGINES, active_sets
-from focusfl.experiments import conformance as kit
-from focusfl.experiments.conformance import PROCESSES, SMALL_RIDGE, SMALL_RIDGE_SGD, WORKS, maker_of
+from focusfl.sweeps import conformance as kit
+from focusfl.sweeps.conformance import PROCESSES, SMALL_RIDGE, SMALL_RIDGE_SGD, WORKS, maker_of
 from focusfl.participation import make_participation
 from focusfl.problems import make_problem
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from focusfl.experiments import exactness
+from focusfl.reproduce import exactness
 from focusfl.runs.config import RunConfig
 from focusfl.runs.driver import build, execute
 

@@ -138,7 +138,7 @@ def test_the_documented_work_table_is_the_sweeps_output(work_sweep):
 
 
 def test_curves_past_the_palette_still_look_distinct(tmp_path, saved):
-    from focusfl.experiments.aggregate import Band
+    from focusfl.sweeps.aggregate import Band
     from focusfl.plots import plot_band_panels
 
     bands = {f"curve {k}": Band([0, 1, 2], [1.0, 0.5 / (k + 1), 0.1 / (k + 1)], [], [], 1, 0) for k in range(42)}
@@ -169,7 +169,7 @@ def test_a_plot_of_two_sweeps_lists_every_configuration_uncut(tmp_path, saved, w
 
 def test_training_figures_list_every_run_uncut_and_say_what_ran(tmp_path, saved):
     from focusfl.data.plots import plot_training_bands
-    from focusfl.experiments.reproduce_nn import ran_line
+    from focusfl.reproduce.reproduce_nn import ran_line
 
     rows = [{"round": 0.0, "test_accuracy": 0.1, "test_loss": 2.3}, {"round": 5.0, "test_accuracy": 0.8,
                                                                         "test_loss": 0.6, "train_loss": 0.7}]
@@ -185,7 +185,7 @@ def test_training_figures_list_every_run_uncut_and_say_what_ran(tmp_path, saved)
 
 
 def test_ridge_figure_legend_lists_every_algorithm_uncut(tmp_path, saved):
-    from focusfl.experiments import reproduce_ridge
+    from focusfl.reproduce import reproduce_ridge
 
     panels, _ = reproduce_ridge.run_figure4(rounds=3, setting="notebook")
     reproduce_ridge.plot_figures(panels, tmp_path, "notebook")
@@ -194,7 +194,7 @@ def test_ridge_figure_legend_lists_every_algorithm_uncut(tmp_path, saved):
 
 
 def test_the_suite_figure_lists_every_algorithm_uncut(tmp_path, saved):
-    from focusfl.experiments import suite_study
+    from focusfl.reproduce import suite_study
 
     curve = [(0, 1.0), (10, 1e-3), (20, 1e-9)]
     rows = [{"process": process, "algorithm": algorithm, "curve": curve}
@@ -233,7 +233,7 @@ def test_rasters_of_20_clients_label_whole_clients(module):
 
 
 def test_delay_bars_start_at_zero_and_carry_their_values(tmp_path, saved):
-    from focusfl.experiments.reproduce_delays import plot_delays
+    from focusfl.reproduce.reproduce_delays import plot_delays
 
     summary = [{"pattern": "Case 1: uniform", "tau_max_mean": 95.4, "tau_avg_mean": 48.42},
                {"pattern": "Case 3: cyclic", "tau_max_mean": 9.0, "tau_avg_mean": 8.98}]
@@ -249,7 +249,7 @@ def test_delay_bars_start_at_zero_and_carry_their_values(tmp_path, saved):
 
 
 def test_a_log_panel_labels_a_tick_above_its_highest_curve(tmp_path, saved):
-    from focusfl.experiments.aggregate import Band
+    from focusfl.sweeps.aggregate import Band
     from focusfl.plots import plot_band_panels, plot_panels
 
     # As in Figure 4's arbitrary panel: a curve climbs above 1 (here to 5) and others reach the

@@ -18,7 +18,7 @@ pytest.importorskip("transformers")
 from cli_harness import assert_one_line_error, run_cli  # noqa: E402
 from hf_fixtures import sst2_dataset, tiny_bert, tokenizer_folder  # noqa: E402
 
-from focusfl.experiments import reproduce_nn  # noqa: E402
+from focusfl.reproduce import reproduce_nn  # noqa: E402
 from focusfl.problems import make_problem  # noqa: E402
 
 

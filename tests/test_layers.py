@@ -214,11 +214,11 @@ LAZY_MODULES = {
     "flower/cli.py": None,
     "flower/local.py": {".tls", "focusfl"},  # .tls needs cryptography; the package path of a child's PATH
     "limits.py": {"resource"},  # Unix only
-    "experiments/executors.py": {"ctypes"},  # prctl, Linux only
+    "sweeps/executors.py": {"ctypes"},  # prctl, Linux only
     "runs/tensorboard.py": {"torch.utils.tensorboard"},  # needs the tensorboard extra
     # focusfl.work imports torch; a trace imported without --capacity never needs it, and
     # `focusfl participation import` then starts without torch (test_participation_import).
-    "participation/importing.py": {"..work.trace", "..work.capacity"},
+    "recordings/importing.py": {"..work.trace", "..work.capacity"},
 }
 
 

@@ -650,7 +650,7 @@ def test_mnist_demo_tunes_its_steps_on_validation_and_runs_seeds(tmp_path):
                  "tuning-bernoulli/grid.csv", "runs-bernoulli/experiment.toml"):
         assert (out / name).is_file()
     # table.md (the table docs/neural-networks.md shows) is made from the two CSVs as written.
-    from focusfl.experiments.reproduce_nn import MNIST_DEMO, docs_table
+    from focusfl.reproduce.reproduce_nn import MNIST_DEMO, docs_table
 
     assert (out / "table.md").read_text() == docs_table(summary, steps, MNIST_DEMO.scenarios)
     first = (out / "summary.csv").read_bytes()
@@ -660,7 +660,7 @@ def test_mnist_demo_tunes_its_steps_on_validation_and_runs_seeds(tmp_path):
 
 
 def test_a_diverged_run_is_named_as_diverged_never_as_an_accuracy():
-    from focusfl.experiments import reproduce_nn
+    from focusfl.reproduce import reproduce_nn
 
     good = [{"round": 0.0, "test_accuracy": 0.1, "test_loss": 2.3}, {"round": 50.0, "test_accuracy": 0.9, "test_loss": 0.3}]
     bad = [{"round": 0.0, "test_accuracy": 0.1, "test_loss": 2.3}, {"round": 50.0, "test_accuracy": 0.6, "test_loss": 1.0},
@@ -685,7 +685,7 @@ def write_cifar10(folder: Path, per_batch: int = 64) -> None:
 
 
 def test_paper_preset_runs_every_scenario_on_local_files(tmp_path):
-    from focusfl.experiments import reproduce_nn
+    from focusfl.reproduce import reproduce_nn
 
     write_cifar10(tmp_path / "cifar10" / "cifar-10-batches-py")
     paper = reproduce_nn.FOCUS_CIFAR10
@@ -705,7 +705,7 @@ def test_paper_preset_runs_every_scenario_on_local_files(tmp_path):
 
 
 def test_presets_skip_unregistered_algorithms(monkeypatch):
-    from focusfl.experiments import reproduce_nn
+    from focusfl.reproduce import reproduce_nn
 
     # A build without mifa, seen by reproduce_nn alone: the registry itself is never touched (a
     # delitem restored by monkeypatch would put mifa back at the end and reorder every listing).
@@ -721,7 +721,7 @@ def test_presets_skip_unregistered_algorithms(monkeypatch):
 def test_sg_focus_is_the_authors_client_server_loop_in_float64(monkeypatch):
     """focusfl's SG-FOCUS against a re-creation of the FOCUS authors' FedASLClient/FedASLServer
     loop: the same masks, float64, full-batch gradients, a small CNN; equal to 1e-10."""
-    from focusfl.experiments.authors_loop import compare, comparison_config
+    from focusfl.reproduce.authors_loop import compare, comparison_config
 
     fixture = Path(__file__).resolve().parent / "fixtures" / "mnist1500.npz"
     # 3 rounds: more participations than clients, so some client comes back with its memory (grad_prev).
@@ -729,7 +729,7 @@ def test_sg_focus_is_the_authors_client_server_loop_in_float64(monkeypatch):
     assert result.participants > 4 and result.rounds == 3
     assert result.max_relative_gap < 1e-10
     # The check can fail: an authors' loop that forgets grad_prev (plain local SGD sums) differs.
-    from focusfl.experiments import authors_loop
+    from focusfl.reproduce import authors_loop
 
     step = authors_loop.AuthorsServer.train_one_step
     monkeypatch.setattr(authors_loop.AuthorsServer, "train_one_step",
@@ -739,7 +739,7 @@ def test_sg_focus_is_the_authors_client_server_loop_in_float64(monkeypatch):
 
 
 def test_focus_cifar10_runs_the_authors_participation_forms_and_prints_their_accuracies(tmp_path, capsys):
-    from focusfl.experiments import reproduce_nn
+    from focusfl.reproduce import reproduce_nn
 
     # Their "markov" chain has equal rows: i.i.d. Bernoulli(0.2); a chain with memory is not reduced.
     assert reproduce_nn.authors_markov_rate() == 0.2 and reproduce_nn.authors_markov_rate(((0.9, 0.1), (0.2, 0.8))) is None

@@ -21,7 +21,7 @@ from torch import nn
 
 from cli_harness import assert_one_line_error, run_cli, run_main
 from focusfl.cli import main
-from focusfl.experiments import reproduce_nn
+from focusfl.reproduce import reproduce_nn
 from focusfl.participation import make_participation
 from focusfl.problems.models import make_model, prepare_for_clients
 

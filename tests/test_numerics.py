@@ -152,7 +152,7 @@ def test_a_sweep_that_varies_or_misnames_numerics_is_one_line(tmp_path, extra, s
 def test_the_library_refuses_a_sweep_outside_the_environment_it_asks_for(tmp_path):
     from focusfl.device import numerics
     from focusfl.errors import NumericsError
-    from focusfl.experiments.sweep import load_experiment, run_sweep
+    from focusfl.sweeps.sweep import load_experiment, run_sweep
 
     if numerics()["mode"] == "portable":
         pytest.skip("this test process computes in the portable environment")

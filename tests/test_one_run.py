@@ -146,9 +146,9 @@ def test_run_sweep_tune_preset_and_federation_resolve_the_same_settings_alike(tm
     """The same settings through each command's record and the one builder: the same resolved
     record (config.json's run keys) and run key, for a convex problem and a neural network."""
     from focusfl.cli import _run_config
-    from focusfl.experiments import reproduce_nn
-    from focusfl.experiments.cli import setup_from_args
-    from focusfl.experiments.sweep import expand, make_experiment
+    from focusfl.reproduce import reproduce_nn
+    from focusfl.reproduce.cli import setup_from_args
+    from focusfl.sweeps.sweep import expand, make_experiment
     from focusfl.runs.config import RunConfig, config_from_json
     from focusfl.runs.driver import build
 
@@ -190,7 +190,7 @@ def test_run_sweep_tune_preset_and_federation_resolve_the_same_settings_alike(tm
 def test_threads_are_part_of_the_run_key_and_one_thread_keeps_the_old_keys():
     """Two threads change an nn run's bytes (reductions split differently), so they are another
     run: a sweep rerun with --threads 2 does not take the one-thread runs for its own."""
-    from focusfl.experiments.sweep import expand, make_experiment
+    from focusfl.sweeps.sweep import expand, make_experiment
 
     experiment = make_experiment(algorithms=["focus"], problems=[RIDGE], rounds=3)
     one, two = expand(experiment, threads=1), expand(experiment, threads=2)
@@ -226,7 +226,7 @@ def test_a_sweep_that_restarts_a_run_says_so(tmp_path):
 def test_plot_draws_runs_of_different_experiments_as_different_curves(tmp_path, first, second, telling):
     """Two run folders that differ only in a problem parameter, or only in per-client rates, are
     two configurations with two labels, not two seeds of one (their records say so)."""
-    from focusfl.experiments.aggregate import curve_labels, iter_groups, read_folders
+    from focusfl.sweeps.aggregate import curve_labels, iter_groups, read_folders
 
     key = "problem" if first.startswith("ridge") else "participation"
     base = {"problem": RIDGE, "participation": "bernoulli"}

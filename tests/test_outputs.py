@@ -15,7 +15,7 @@ import pytest
 
 from cli_harness import assert_one_line_error, cli_env, run_cli, run_main, snapshot
 from focusfl.errors import ConfigError
-from focusfl.experiments.cache import ResultCache
+from focusfl.sweeps.cache import ResultCache
 from focusfl.io.atomic import read_csv
 from focusfl.io.folders import MARKER, check_target, open_output, output_folder
 

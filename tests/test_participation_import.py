@@ -20,8 +20,8 @@ from cli_harness import assert_one_line_error, cli_env, run_cli, run_cli_togethe
 from focusfl.cli import main
 from focusfl.errors import DataError
 from focusfl.participation import make_participation, summarize
-from focusfl.participation import importing
-from focusfl.participation.importing import ImportOptions, import_trace, trace_text
+from focusfl.recordings import importing
+from focusfl.recordings.importing import ImportOptions, import_trace, trace_text
 from focusfl.participation.trace import TAG, load_trace
 
 # Client 0: available 10..30 and 50..90 of every 100 s; client 1 always; client 7 only 1..5 of
@@ -332,7 +332,7 @@ def test_import_starts_without_torch(files):
         proc = run_cli(*argv, cwd=files, env=env)
         assert proc.returncode == 0, proc.stderr[-2000:]
         modules = imported_modules(proc.stderr)
-        assert "focusfl.participation.importing" in modules, argv
+        assert "focusfl.recordings.importing" in modules, argv
         assert "torch" not in modules and "focusfl.work" not in modules, argv
     assert np.array_equal(load_trace(files / "trace.csv"), MATRIX.T.astype(bool))
     # `focusfl --version` builds no command's parser

@@ -42,11 +42,12 @@ import pytest
 from cli_harness import assert_one_line_error, cli_env, focusfl_command, run_cli, run_cli_together, run_main
 from focusfl.cli import main
 from focusfl.errors import DataError
-from focusfl.participation import importing, make_participation, summarize
-from focusfl.participation.importing import CapacityOptions, ImportOptions, import_trace
+from focusfl.recordings import importing
+from focusfl.participation import make_participation, summarize
+from focusfl.recordings.importing import CapacityOptions, ImportOptions, import_trace
 from focusfl.participation.trace import load_trace
 from focusfl.work import make_work
-from focusfl.work.capacity import deadline_steps
+from focusfl.recordings.capacity import deadline_steps
 
 COUNTRIES = ["Ireland", "Germany", "Great Britain", "France", "Sweden", "Finland", "Belgium"]
 HOURS = [f"2022-01-01 {h:02d}:00:00" for h in range(24)] + [f"2022-01-02 {h:02d}:00:00" for h in range(6)]

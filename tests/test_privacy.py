@@ -659,7 +659,7 @@ def test_bad_floors_on_local_noise_are_one_line(tmp_path):
 
 # -- the study ----------------------------------------------------------------------------------
 def test_calibrated_sigma_spends_the_budget_on_the_most_spending_client():
-    from focusfl.experiments.privacy_study import calibrated_sigma
+    from focusfl.reproduce.privacy_study import calibrated_sigma
     from focusfl.privacy.accounting import Accountant
 
     problem = _problem()
@@ -673,7 +673,7 @@ def test_calibrated_sigma_spends_the_budget_on_the_most_spending_client():
 
 
 def test_the_privacy_study_section_judges_its_claim_from_its_runs():
-    from focusfl.experiments.privacy_study import AUDIT_SETTINGS, AUDIT_WITHIN, EXACT_UNDER_DP, privacy_section
+    from focusfl.reproduce.privacy_study import AUDIT_SETTINGS, AUDIT_WITHIN, EXACT_UNDER_DP, privacy_section
 
     section = privacy_section(quick=True)
     assert [c.where for c in section.claims][:2] == ["local DP", "audit, full, central DP, public schedule"]
@@ -690,8 +690,8 @@ def test_the_privacy_study_section_judges_its_claim_from_its_runs():
 def test_the_studys_runs_in_batches_are_the_runs_alone(monkeypatch):
     """The study's runs go through the batches of runs (the report's --batch-runs): the same rows
     as one at a time, and auto really stacks several runs."""
-    from focusfl.experiments import sweep
-    from focusfl.experiments.privacy_study import QUICK_PRIVACY, study_rows
+    from focusfl.sweeps import sweep
+    from focusfl.reproduce.privacy_study import QUICK_PRIVACY, study_rows
 
     sizes = dataclasses.replace(QUICK_PRIVACY, rounds=12, seeds=1)
     groups, execute_batch = [], sweep.execute_batch
@@ -708,9 +708,9 @@ def test_the_mnist_half_of_the_study_runs_end_to_end_on_digits(monkeypatch):
     above runs it)."""
     from pathlib import Path
 
-    from focusfl.experiments import privacy_study
-    from focusfl.experiments.privacy_study import (EXACT_UNDER_DP_ACCURACY, MNIST_ALGORITHMS, claim_values,
-                                                   mnist_sizes, study_rows)
+    from focusfl.reproduce import privacy_study
+    from focusfl.reproduce.privacy_study import (EXACT_UNDER_DP_ACCURACY, MNIST_ALGORITHMS, claim_values,
+                                                 mnist_sizes, study_rows)
 
     digits = Path(__file__).resolve().parent / "fixtures" / "mnist1500.npz"
     sizes = mnist_sizes(str(digits), quick=True)
@@ -734,7 +734,7 @@ def test_the_mnist_half_of_the_study_runs_end_to_end_on_digits(monkeypatch):
 
 def _ridge_stub(sizes):
     """Rows of a ridge study where every run ended at error 1 (the ridge half's shape, no runs)."""
-    from focusfl.experiments.privacy_study import PROCESSES
+    from focusfl.reproduce.privacy_study import PROCESSES
 
     return [{"mode": mode, "participation": p, "budget": budget, "algorithm": a, "seed": 0, "sigma": None,
              "clip": None, "final": 1.0, "epsilon_max": math.inf}
@@ -884,7 +884,7 @@ def test_every_rows_verdict_holds_and_a_halved_accountant_flips_it(monkeypatch):
     the epsilon: every row is flagged but the secret uniform one (where the attack is loose), and
     every audited bound is within twice what it reported (the true accountant's epsilon), so the
     true accountant holds on every row."""
-    from focusfl.experiments.privacy_study import AUDIT_SETTINGS, audit_claims, audit_rows
+    from focusfl.reproduce.privacy_study import AUDIT_SETTINGS, audit_claims, audit_rows
     from focusfl.privacy.accounting import Accountant, epsilon_of, one_round_rdp
 
     epsilons = Accountant.epsilons

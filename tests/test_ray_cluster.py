@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from cli_harness import assert_one_line_error, run_cli
-from focusfl.experiments.sweep import expand, load_experiment, run_sweep
+from focusfl.sweeps.sweep import expand, load_experiment, run_sweep
 
 ray = pytest.importorskip("ray", reason="Ray is an optional extra (pip install 'focusfl[ray]')")
 pytestmark = pytest.mark.xdist_group("ray")  # with test_sweep's Ray tests: one Ray at a time
@@ -44,7 +44,7 @@ def cluster():
     """A head without CPUs (it schedules only) and one worker node declaring 4 CPUs and 1 GPU."""
     from ray.cluster_utils import Cluster
 
-    from focusfl.experiments.executors import ray_runtime_env
+    from focusfl.sweeps.executors import ray_runtime_env
 
     made = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "num_gpus": 0, "include_dashboard": False})
     try:
@@ -61,7 +61,7 @@ def test_tasks_are_placed_by_their_gpu_request(cluster, tmp_path):
     """Five runs at 0.25 GPU (and 0.5 CPU) on a node of 4 CPUs and 1 GPU: each task gets the GPU
     Ray assigned as its CUDA_VISIBLE_DEVICES, with a quarter of it, and at most four run at once
     (their CPUs alone would let eight): the fifth waits for one to end."""
-    from focusfl.experiments.executors import RayExecutor, RunTask
+    from focusfl.sweeps.executors import RayExecutor, RunTask
 
     experiment = load_experiment(write(tmp_path, f'algorithms = ["focus"]\nproblems = ["{SMALL}"]\n'
                                                  'seeds = 5\nrounds = 30\n'))
@@ -103,8 +103,8 @@ def test_batched_tasks_give_the_same_files_as_one_run_per_task(cluster, tmp_path
 def test_a_batch_shipped_back_from_a_node_without_the_folder_is_the_same_runs(tmp_path):
     """Where the sweep folder is not visible, a task steps its batch in a temporary folder and
     returns the files; published by the driver, they are the runs a batch in place writes."""
-    from focusfl.experiments.executors import BatchTask, RunTask, _shipped, publish_shipped
-    from focusfl.experiments.sweep import expand
+    from focusfl.sweeps.executors import BatchTask, RunTask, _shipped, publish_shipped
+    from focusfl.sweeps.sweep import expand
 
     experiment = load_experiment(write(tmp_path, f'algorithms = ["focus"]\nproblems = ["{SMALL}"]\n'
                                                  'seeds = 3\nrounds = 10\n'))
@@ -205,7 +205,7 @@ BAD = [
 ])
 def test_bad_resource_requests_from_the_library_are_one_line(given, message):
     from focusfl.errors import ConfigError
-    from focusfl.experiments.executors import make_executor
+    from focusfl.sweeps.executors import make_executor
 
     with pytest.raises(ConfigError, match=message):
         make_executor("ray", **given)
@@ -237,7 +237,7 @@ def test_bad_resource_options_are_one_line_through_the_entry_point(tmp_path, arg
 ])
 def test_runs_on_a_gpu_need_a_gpu_request_and_the_gpu_ray_assigns(device, gpus, message):
     from focusfl.errors import ConfigError
-    from focusfl.experiments.executors import make_executor
+    from focusfl.sweeps.executors import make_executor
 
     executor = make_executor("ray", gpus_per_task=gpus)
     with pytest.raises(ConfigError, match=message):
@@ -416,7 +416,7 @@ def test_ctrl_c_stops_a_ray_sweep_as_it_stops_a_sweep_on_one_machine(tmp_path, s
 
 def _snapshot_of_a_stopped_run(tmp_path: Path) -> dict:
     """folder_snapshot of a run's partial folder after its checkpoint of round 4 (of 8)."""
-    from focusfl.experiments.executors import folder_snapshot
+    from focusfl.sweeps.executors import folder_snapshot
     from focusfl.runs.config import RunConfig
     from focusfl.runs.folder import run_to_folder
 
@@ -434,7 +434,7 @@ def _snapshot_of_a_stopped_run(tmp_path: Path) -> dict:
 def test_a_shipped_checkpoint_resumes_to_the_bytes_of_the_run_alone(tmp_path):
     """A checkpoint taken as bytes (folder_snapshot), checked and installed in another folder,
     resumes there to the files of the run that was never stopped."""
-    from focusfl.experiments.executors import checked_files, install_checkpoint
+    from focusfl.sweeps.executors import checked_files, install_checkpoint
     from focusfl.runs.folder import resume_folder, run_state
 
     snapshot = _snapshot_of_a_stopped_run(tmp_path)
@@ -459,7 +459,7 @@ def test_a_shipped_checkpoint_resumes_to_the_bytes_of_the_run_alone(tmp_path):
 ])
 def test_a_shipped_checkpoint_that_does_not_check_out_is_one_line_and_never_used(tmp_path, damage, message):
     from focusfl.errors import DataError
-    from focusfl.experiments.executors import RunTask, _shipped, checked_files
+    from focusfl.sweeps.executors import RunTask, _shipped, checked_files
 
     snapshot = _snapshot_of_a_stopped_run(tmp_path)
     damage(snapshot)
@@ -479,7 +479,7 @@ def test_a_shipped_checkpoint_that_does_not_check_out_is_one_line_and_never_used
 
 @pytest.mark.parametrize("value,ships", [("", False), ("0", False), ("1", True)])
 def test_a_node_ships_its_runs_back_where_it_does_not_see_the_folder_or_is_told_to(tmp_path, monkeypatch, value, ships):
-    from focusfl.experiments.executors import sees_sweep_folder
+    from focusfl.sweeps.executors import sees_sweep_folder
     from focusfl.io.folders import MARKER
 
     monkeypatch.setenv("FOCUSFL_SHIP_RUNS", value)
@@ -491,7 +491,7 @@ def test_a_node_ships_its_runs_back_where_it_does_not_see_the_folder_or_is_told_
 @pytest.mark.parametrize("value", ["yes", "2", " 1"])
 def test_a_bad_ship_runs_value_is_one_line(tmp_path, monkeypatch, value):
     from focusfl.errors import ConfigError
-    from focusfl.experiments.executors import sees_sweep_folder
+    from focusfl.sweeps.executors import sees_sweep_folder
 
     monkeypatch.setenv("FOCUSFL_SHIP_RUNS", value)
     with pytest.raises(ConfigError, match=f"FOCUSFL_SHIP_RUNS must be 0 or 1 on node .*, got {value!r}"):

@@ -11,7 +11,7 @@ from focusfl.algorithms import make_algorithm
 from focusfl.cli import main
 from focusfl.engine import simulate
 from focusfl.engine.divergence import BlowUpDetector, blew_up
-from focusfl.experiments import studies
+from focusfl.reproduce import studies
 from focusfl.io.atomic import read_csv
 from focusfl.plots import coinciding_groups
 from focusfl.runs.config import RunConfig
@@ -170,7 +170,7 @@ def test_fedsum_reductions_hold_to_rounding_error():
 
 # -- ridge settings and figures -------------------------------------------------------------------
 def test_notebook_setting_runs_the_notebook_variants(tmp_path):
-    from focusfl.experiments import reproduce_ridge
+    from focusfl.reproduce import reproduce_ridge
 
     panels, summary = reproduce_ridge.run_figure4(rounds=3, setting="notebook",
                                                   algorithms=["focus", "mifa:notebook=true"])
@@ -210,7 +210,7 @@ def test_algorithms_table_stays_aligned(capsys):
 
 
 def test_report_quick_writes_every_verdict(tmp_path, capsys):
-    from focusfl.experiments import nn_study, reproduce_report
+    from focusfl.reproduce import nn_study, reproduce_report
 
     sizes = reproduce_report.QUICK
     images = tmp_path
@@ -228,8 +228,8 @@ def test_report_header_leaves_out_every_sections_neural_network_time():
     """"Y of them without the neural-network part" subtracts what each section measured of its own
     neural networks (the privacy study's MNIST half as well as the nn study), not one section
     picked by its title."""
-    from focusfl.experiments.reproduce_report import build_report
-    from focusfl.experiments.verdicts import Section
+    from focusfl.reproduce.reproduce_report import build_report
+    from focusfl.reproduce.verdicts import Section
 
     sections = [Section("Ridge", seconds=600.0), Section("Privacy: both halves", seconds=900.0, nn_seconds=540.0),
                 Section("SG-FOCUS against FedAvg (the nn study)", seconds=1800.0, nn_seconds=1800.0)]
@@ -292,7 +292,7 @@ def test_nn_study_and_report_commands_run_as_a_user_types_them(tmp_path, monkeyp
     first = (study / "summary.csv").read_bytes()
     # In this process: what is checked is the reuse and summary.csv, so the rerun keeps the first
     # run's figures instead of drawing them again (most of its time after the authors' loop).
-    from focusfl.experiments import reproduce_nn
+    from focusfl.reproduce import reproduce_nn
 
     monkeypatch.setattr(reproduce_nn, "plot_training_bands", lambda *args, **kwargs: None)
     monkeypatch.setattr(reproduce_nn, "plot_label_histograms", lambda *args, **kwargs: None)
@@ -383,8 +383,9 @@ def test_the_convex_sections_say_the_same_in_batches_and_one_run_at_a_time(tmp_p
     together in every section (so that a section that silently ran one at a time fails here)."""
     import dataclasses
 
-    from focusfl.experiments import baselines_study, reproduce_report, suite_study, sweep
-    from focusfl.experiments.verdicts import claims_rows
+    from focusfl.reproduce import baselines_study, reproduce_report, suite_study
+    from focusfl.sweeps import sweep
+    from focusfl.reproduce.verdicts import claims_rows
 
     # The figures are tested above; here they would cost most of the time (the ridge section's ten).
     monkeypatch.setattr(reproduce_report, "plot_figures", lambda *args: None)

@@ -1,9 +1,9 @@
 """`focusfl reproduce delays` (FedSUM delay metrics) and the communication figure of
 `focusfl reproduce ridge`."""
 from focusfl.cli import main
-from focusfl.experiments import reproduce_ridge
+from focusfl.reproduce import reproduce_ridge
 from focusfl.io.atomic import read_csv
-from focusfl.experiments.reproduce_delays import measure, pattern_specs, summarize_rows
+from focusfl.reproduce.reproduce_delays import measure, pattern_specs, summarize_rows
 
 
 def test_patterns_keep_their_rates_for_any_population():

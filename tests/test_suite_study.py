@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import math
 
-from focusfl.experiments import suite_study
-from focusfl.experiments.suite_study import (
+from focusfl.reproduce import suite_study
+from focusfl.reproduce.suite_study import (
     ALGORITHMS, CYCLIC, EXACT, FEDSTALE_ENDS, PLATEAU, PROCESSES, Verdict, between_ends_verdict, claims,
     exact_everywhere_verdict, faster_verdict, lower_plateau_verdict, plateau_everywhere_verdict,
 )
-from focusfl.experiments.tune import TuneSearch, lr_grid, setup as tune_setup, tune
+from focusfl.sweeps.tune import TuneSearch, lr_grid, setup as tune_setup, tune
 from focusfl.io.atomic import read_csv
 
 

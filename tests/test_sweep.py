@@ -14,7 +14,7 @@ from focusfl.algorithms import ALGORITHMS, make_algorithm
 from focusfl.errors import ConfigError
 from focusfl.spec import format_spec
 from focusfl.io.atomic import read_csv
-from focusfl.experiments.sweep import count_runs, expand, load_experiment, parse_experiment, run_key, run_sweep
+from focusfl.sweeps.sweep import count_runs, expand, load_experiment, parse_experiment, run_key, run_sweep
 
 # Tests that start or look for a Ray cluster run one after another on one xdist worker
 # (--dist loadgroup): one test's local cluster must not be found by another's --address auto.
@@ -165,7 +165,7 @@ LEFT_AT_DEFAULT = {"deterministic"}
 def test_a_sweep_names_every_run_field_that_changes_a_runs_bytes():
     """A new run field that changes bytes fails here until the experiment file takes it or the
     sweep leaves it at the default (dp was once a run option a sweep file could not say)."""
-    from focusfl.experiments.sweep import TOP_KEYS, plan
+    from focusfl.sweeps.sweep import TOP_KEYS, plan
     from focusfl.runs.config import _KEYED, field_defaults
 
     assert {SWEEP_KEY_OF.get(name, name) for name in _KEYED} - SET_BY_THE_COMMAND - LEFT_AT_DEFAULT <= set(TOP_KEYS)
@@ -243,7 +243,7 @@ def test_a_sigkilled_sweep_skips_finished_runs_and_ends_as_an_uninterrupted_one(
 @RAY
 def test_ray_on_a_local_two_cpu_cluster_writes_the_same_results(reference, tmp_path):
     ray = pytest.importorskip("ray", reason="Ray is an optional extra (pip install 'focusfl[ray]')")
-    from focusfl.experiments.executors import ray_runtime_env
+    from focusfl.sweeps.executors import ray_runtime_env
 
     ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
              runtime_env=ray_runtime_env())
@@ -258,7 +258,7 @@ def test_ray_on_a_local_two_cpu_cluster_writes_the_same_results(reference, tmp_p
 
 
 def test_a_run_shipped_back_from_a_node_without_the_folder_is_the_same_run(reference, tmp_path):
-    from focusfl.experiments.executors import RunTask, publish_shipped, run_task
+    from focusfl.sweeps.executors import RunTask, publish_shipped, run_task
 
     run = expand(load_experiment(write(tmp_path, GRID)))[7]
     task = RunTask(key=run.key, config=dict(run.config.__dict__), out=str(tmp_path / "runs" / run.key), ship=True)
@@ -269,7 +269,7 @@ def test_a_run_shipped_back_from_a_node_without_the_folder_is_the_same_run(refer
 
 
 def test_failures_are_collected_not_fatal(tmp_path, monkeypatch):
-    from focusfl.experiments import executors
+    from focusfl.sweeps import executors
 
     real = executors.run_task
 
@@ -317,7 +317,7 @@ def test_plot_overlays_a_sweep_and_runs_grouping_seeds(reference, tmp_path):
 def test_tune_over_seeds_ranks_step_sizes_by_their_mean_and_reports_the_spread(tmp_path):
     import math
 
-    from focusfl.experiments.tune import ranking_key
+    from focusfl.sweeps.tune import ranking_key
 
     out = tmp_path / "tune"
     argv = ["tune", "--algorithm", "fedavg", "--problem", SMALL, "--participation", "bernoulli", "--rounds", "30",
@@ -462,7 +462,7 @@ def test_ray_address_where_nothing_listens_is_one_line_within_seconds(tmp_path):
 
 def test_plot_labels_spell_booleans_as_specs_do(tmp_path):
     from focusfl.cli import main
-    from focusfl.experiments.aggregate import read_folders
+    from focusfl.sweeps.aggregate import read_folders
 
     for name, participation in (("a", "bernoulli:redraw=true"), ("b", "bernoulli:redraw=false")):
         assert main(["run", "--algorithm", "focus", "--problem", SMALL, "--participation", participation,
@@ -475,7 +475,7 @@ def test_plot_labels_spell_booleans_as_specs_do(tmp_path):
 def test_plot_labels_a_run_by_the_hyperparameters_it_changed(tmp_path):
     # `focusfl plot` of MIFA and the notebook's MIFA once drew two curves both labelled "mifa".
     from focusfl.cli import main
-    from focusfl.experiments.aggregate import read_folders
+    from focusfl.sweeps.aggregate import read_folders
 
     for name, algorithm in (("a", "mifa:notebook=true"), ("b", "mifa")):
         assert main(["run", "--algorithm", algorithm, "--problem", "ridge:dim=3,clients=4,samples=5", "--rounds", "5",
@@ -486,7 +486,7 @@ def test_plot_labels_a_run_by_the_hyperparameters_it_changed(tmp_path):
 
 def test_plot_panels_say_what_the_participation_was():
     # Panels were titled "markov" (rho dropped) and "bernoulli:redraw=False".
-    from focusfl.experiments.aggregate import _participation_label
+    from focusfl.sweeps.aggregate import _participation_label
 
     assert _participation_label({"name": "markov", "p": [0.1, 0.2], "rho": [0.8, 0.8]}) == "markov:rho=0.8"
     assert _participation_label({"name": "bernoulli", "p": [0.1, 0.2], "redraw": False}) == "bernoulli:redraw=false"
@@ -509,7 +509,7 @@ def test_a_worker_that_ignores_sigterm_is_killed_after_the_grace():
     grace, instead of keeping the sweep (and whoever reads its output) waiting for ever."""
     import multiprocessing as mp
 
-    from focusfl.experiments.executors import _stop_workers
+    from focusfl.sweeps.executors import _stop_workers
 
     context = mp.get_context("spawn")
     ready = context.Event()
@@ -536,7 +536,7 @@ def test_a_worker_whose_run_took_the_first_sigterm_is_stopped_by_another_not_kil
     the SIGKILL (-9) at the end of the grace."""
     import multiprocessing as mp
 
-    from focusfl.experiments.executors import STOP_GRACE_SECONDS, _stop_workers
+    from focusfl.sweeps.executors import STOP_GRACE_SECONDS, _stop_workers
 
     ready = mp.get_context("spawn").Event()
     worker = mp.get_context("spawn").Process(target=_worker_whose_run_takes_the_first_sigterm, args=(ready,))
@@ -554,7 +554,7 @@ def test_what_ends_a_sweep_ends_it_also_from_a_ray_task(cause):
 
     from focusfl.algorithms.importing import ChangedCode
     from focusfl.errors import DiskFullError
-    from focusfl.experiments.executors import RayExecutor
+    from focusfl.sweeps.executors import RayExecutor
 
     raised = ChangedCode("algorithm code a.py has changed") if cause == "changed code" else DiskFullError("disk full")
 

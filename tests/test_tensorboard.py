@@ -75,7 +75,7 @@ def _raw_steps(log_dir: Path, tag: str) -> list[int]:
 def test_run_logs_every_metric_of_every_evaluated_round_and_its_config_as_hparams(tmp_path, capsys):
     _needs_tensorboard()
     from focusfl.runs.config import config_from_json
-    from focusfl.experiments.sweep import run_key
+    from focusfl.sweeps.sweep import run_key
 
     out, tb = tmp_path / "runs" / "focus", tmp_path / "tb"
     assert main([*RUN, "--rounds", "30", "--eval-every", "4", "--out", str(out), "--tensorboard", str(tb)]) == 0
@@ -201,7 +201,7 @@ def test_a_sigkilled_and_resumed_run_logs_each_step_once_with_the_values_of_metr
 
 def test_a_sweep_logs_each_run_once_with_its_axes_as_hparams(tmp_path):
     _needs_tensorboard()
-    from focusfl.experiments.sweep import load_experiment, log_name, run_sweep
+    from focusfl.sweeps.sweep import load_experiment, log_name, run_sweep
 
     path = tmp_path / "experiment.toml"
     path.write_text(f'algorithms = ["focus", "fedavg"]\nproblems = ["{SMALL}"]\nparticipation = "bernoulli"\n'

@@ -8,8 +8,8 @@ from cli_harness import assert_one_line_error, run_cli, run_main, snapshot
 from focusfl.cli import main
 from focusfl.errors import ConfigError
 from focusfl.io.atomic import read_csv
-from focusfl.experiments import tune
-from focusfl.experiments.tune import expand_algorithms, lr_grid, pick_best
+from focusfl.sweeps import tune
+from focusfl.sweeps.tune import expand_algorithms, lr_grid, pick_best
 
 SMALL = "ridge:dim=5,clients=4,samples=10"
 
@@ -190,7 +190,7 @@ LEFT_AT_DEFAULT = {"engine", "deterministic"}
 def test_the_tune_record_names_every_run_field_that_changes_a_trials_bytes():
     """A new run field that changes bytes fails here until tune records it or leaves it at the
     default (its trials were run under a dp its config.json did not name)."""
-    from focusfl.experiments.sweep import make_experiment, plan
+    from focusfl.sweeps.sweep import make_experiment, plan
     from focusfl.runs.config import _KEYED, field_defaults
 
     assert set(_KEYED) - PER_TRIAL - LEFT_AT_DEFAULT <= set(tune.SETUP_KEYS)
@@ -325,7 +325,7 @@ TINY_RIDGE = "ridge:dim=5,clients=4,samples=10"
 
 def _group_sizes(monkeypatch) -> list[int]:
     """The size of every batch sweep.compute_configs steps from now on (appended as they run)."""
-    from focusfl.experiments import sweep
+    from focusfl.sweeps import sweep
 
     sizes: list[int] = []
     execute_batch = sweep.execute_batch

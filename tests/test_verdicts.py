@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from focusfl.experiments import (baselines_study, nn_study, privacy_study, reproduce_report,  # noqa: F401 (they register
-                                 suite_study)  # their criteria)
-from focusfl.experiments.verdicts import (ANOTHER_AXIS, CRITERIA, INCONCLUSIVE, INCONCLUSIVE_QUICK, NOT_REPRODUCED,
-                                          OUTCOMES, REPRODUCED, Claim, Criterion, Verdict, ahead, show)
+from focusfl.reproduce import (baselines_study, nn_study, privacy_study, reproduce_report,  # noqa: F401 (they register
+                               suite_study)  # their criteria)
+from focusfl.reproduce.verdicts import (ANOTHER_AXIS, CRITERIA, INCONCLUSIVE, INCONCLUSIVE_QUICK, NOT_REPRODUCED,
+                                        OUTCOMES, REPRODUCED, Claim, Criterion, Verdict, ahead, show)
 
 INF = math.inf
 R, N, A, I = REPRODUCED, NOT_REPRODUCED, ANOTHER_AXIS, INCONCLUSIVE

@@ -240,7 +240,7 @@ def _run_config(args, RunConfig, config_from_json):
 
 # -- reproduce -----------------------------------------------------------------------------------
 def _add_reproduce(sub) -> None:
-    from .experiments.cli import add_preset_arguments, preset_command, presets
+    from .reproduce.cli import add_preset_arguments, preset_command, presets
 
     p = sub.add_parser("reproduce", help="reproduce a figure of the papers")
     chosen = p.add_subparsers(dest="preset", metavar="PRESET", required=True)
@@ -282,7 +282,7 @@ class _SpecOrSubcommand(argparse._SubParsersAction):
 
 
 def _add_participation_import(commands) -> None:
-    from .participation.importing import ABSENT, ASSIGNMENTS, CONDITIONS, FORMATS, IDLE, INDEX_CHOICES, RULES, SEMANTICS
+    from .recordings.importing import ABSENT, ASSIGNMENTS, CONDITIONS, FORMATS, IDLE, INDEX_CHOICES, RULES, SEMANTICS
 
     p = commands.add_parser("import", help="convert a FedScale, FLASH or clients x rounds availability file into "
                             "a participation trace, with its statistics")
@@ -336,7 +336,7 @@ def _add_participation_import(commands) -> None:
 def _capacity_options(args):
     """The capacity file's options, or None; one line for an option given without --capacity."""
     from .errors import ConfigError
-    from .participation.importing import CapacityOptions
+    from .recordings.importing import CapacityOptions
 
     priced = {"--deadline": args.deadline, "--batch-size": args.batch_size, "--local-steps": args.local_steps,
               "--work-out": args.work_out}
@@ -349,7 +349,7 @@ def _capacity_options(args):
     missing = [name for name, value in priced.items() if value is None and name != "--work-out"]
     if missing:
         raise ConfigError(f"--capacity needs {', '.join(missing)} (the round it prices)")
-    from .work.capacity import check_round_prices
+    from .recordings.capacity import check_round_prices
 
     check_round_prices(args.deadline, args.batch_size, args.model_kbits, args.local_steps)
     return CapacityOptions(Path(args.capacity).expanduser(), args.deadline, args.batch_size, args.model_kbits,
@@ -359,8 +359,8 @@ def _capacity_options(args):
 def _cmd_participation_import(args) -> int:
     from .errors import ConfigError
     from .io.atomic import write_text
-    from .participation.importing import (ImportOptions, check_trace_size, import_trace, replay_spec, statistics_lines,
-                                          trace_text, work_trace_text)
+    from .recordings.importing import (ImportOptions, check_trace_size, import_trace, replay_spec, statistics_lines,
+                                       trace_text, work_trace_text)
     from .participation.trace import is_focusfl_trace
 
     out = Path(args.out) if args.out else None
@@ -577,7 +577,7 @@ def _add_check(sub) -> None:
 def _cmd_check(args) -> int:
     from .algorithms import make_algorithm
     from .algorithms.importing import algorithm_source
-    from .experiments.conformance import run_checks
+    from .sweeps.conformance import run_checks
 
     try:
         algorithm = make_algorithm(args.algorithm)  # bad input (a name, a key, the permission) ends here, exit 2
@@ -599,7 +599,7 @@ def _cmd_check(args) -> int:
 
 # -- tune ----------------------------------------------------------------------------------------
 def _add_tune(sub) -> None:
-    from .experiments.cli import add_tune_arguments, run_tune
+    from .reproduce.cli import add_tune_arguments, run_tune
 
     p = sub.add_parser("tune", help="grid-search the step size of one or more algorithms")
     add_tune_arguments(p)
@@ -658,7 +658,7 @@ def _add_sweep(sub) -> None:
 
 
 def _cmd_sweep(args) -> int:
-    from .experiments.sweep import counts_line, load_experiment, restart_note, run_sweep
+    from .sweeps.sweep import counts_line, load_experiment, restart_note, run_sweep
 
     experiment = load_experiment(args.experiment, work=args.work, dp=args.dp, numerics=args.numerics)
     out = Path(args.out or f"runs/{Path(args.experiment).stem}")
@@ -722,7 +722,7 @@ def _add_plot(sub) -> None:
 
 
 def _cmd_plot(args) -> int:
-    from .experiments.aggregate import iter_groups, write_plot
+    from .sweeps.aggregate import iter_groups, write_plot
 
     written, series = write_plot(args.folders, Path(args.out), x=args.x, metric=args.y, band=args.band,
                                  title=args.title)
@@ -734,7 +734,7 @@ def _cmd_plot(args) -> int:
 
 # -- bias and matrices (focusfl.matrix) ----------------------------------------------------------
 def _add_bias(sub) -> None:
-    from .experiments.matrix_commands import BiasOptions, add_bias_arguments, run_bias
+    from .matrix.cli import BiasOptions, add_bias_arguments, run_bias
     from .runs.cli import record_of
 
     p = sub.add_parser("bias", help="participation bias: q_i, delta_q^2, FedAvg's and FOCUS's limit points")
@@ -743,7 +743,7 @@ def _add_bias(sub) -> None:
 
 
 def _add_matrices(sub) -> None:
-    from .experiments.matrix_commands import MatricesOptions, add_matrices_arguments, run_matrices
+    from .matrix.cli import MatricesOptions, add_matrices_arguments, run_matrices
     from .runs.cli import record_of
 
     p = sub.add_parser("matrices", help="draw the paper's Figures 1-3: stochastic matrices and round patterns")

@@ -65,9 +65,9 @@ import numpy as np
 
 from ..errors import ConfigError, DataError
 from ..limits import check_allocation, human_bytes
-from .statistics import ParticipationStats, summarize
-from .trace import CSV_BYTES_PER_BYTE, MAX_CSV_BYTES, TAG, read_matrix
-from .trace import MAX_CSV_BYTES as MAX_MATRIX_CSV_BYTES  # what is read; MAX_CSV_BYTES: what is written
+from ..participation.statistics import ParticipationStats, summarize
+from ..participation.trace import CSV_BYTES_PER_BYTE, MAX_CSV_BYTES, TAG, read_matrix
+from ..participation.trace import MAX_CSV_BYTES as MAX_MATRIX_CSV_BYTES  # what is read; MAX_CSV_BYTES: what is written
 
 RULES = ("start", "whole")
 CONDITIONS = ("charging", "wifi", "idle")
@@ -570,7 +570,7 @@ def with_capacity(trace: ImportedTrace, clients: list[tuple[int, Any]], capacity
     """The trace with each column's local steps per round from FedScale's device capacity file
     (work/capacity.py); devices that cannot finish one step before the deadline never report
     (FedScale drops such stragglers), so their columns are emptied and they are named."""
-    from ..work.capacity import deadline_steps  # focusfl.work imports torch: only --capacity needs it
+    from .capacity import deadline_steps  # focusfl.work imports torch: only --capacity needs it
 
     speeds = read_capacity(capacity.path)
     # FedScale looks a client's speed up by key, (c % len) under its own assignment

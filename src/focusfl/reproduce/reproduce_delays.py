@@ -29,7 +29,7 @@ from ..errors import ConfigError
 from ..io.atomic import write_csv
 from ..io.folders import output_folder
 from ..participation import make_participation, summarize
-from .cache import ResultCache
+from ..sweeps.cache import ResultCache
 from .preset import Preset
 
 PATTERNS = {

@@ -52,9 +52,9 @@ from ..io.atomic import read_csv, write_text
 from ..metrics import first_below
 from ..plots import palette, plot_panels
 from ..runs.driver import build, execute
-from .aggregate import aggregate, plot_series, read_folders
+from ..sweeps.aggregate import aggregate, plot_series, read_folders
 from .preset import Preset, cached_run
-from .sweep import check_size, compute_runs, counts_line, expand, parse_experiment, restart_note, run_sweep
+from ..sweeps.sweep import check_size, compute_runs, counts_line, expand, parse_experiment, restart_note, run_sweep
 
 # Panel titles of the figures run_figure4 draws (reproduce report), by participation SPEC. The
 # sampling weights of the arbitrary scenario are called w_i here: q_i means E[1{i in S}/|S|]
@@ -77,7 +77,7 @@ NOTEBOOK_AXIS = {"scaffold": 2.0, "proxskip": 2.0, "proxskip:partial=plain": 2.0
 
 def preset_text(setting: str) -> str:
     """The experiment file of a setting, as shipped with focusfl."""
-    return resources.files("focusfl.experiments").joinpath("presets").joinpath(PRESET_FILES[setting]).read_text(encoding="utf-8")
+    return resources.files("focusfl.reproduce").joinpath("presets").joinpath(PRESET_FILES[setting]).read_text(encoding="utf-8")
 
 
 @lru_cache(maxsize=None)

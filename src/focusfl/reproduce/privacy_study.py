@@ -40,7 +40,7 @@ from ..privacy.mechanism import vector_fields
 from ..runs.config import RunConfig
 from ..runs.driver import build
 from ..words import counted
-from .sweep import compute_configs
+from ..sweeps.sweep import compute_configs
 from .verdicts import Claim, Criterion, Section, ahead, all_of
 
 ALGORITHMS = ("focus", "sg_focus", "scaffold", "fedavg", "fedau")

@@ -16,10 +16,10 @@ from ..argtypes import positive_float, positive_int
 from ..errors import ConfigError, DivergenceError
 from ..io.atomic import write_json
 from ..io.folders import output_folder
-from ..matrix import bias
-from ..matrix.bias import DEFAULT_BIAS_PROBLEM, FEDAVG_STEP, FOCUS_STEP, MIN_ROUNDS, WARMUP_EFOLDS
-from ..matrix.pictures import figure1_panels, render_all, render_work, work_panels
-from ..matrix.stochastic import active_nodes
+from . import bias
+from .bias import DEFAULT_BIAS_PROBLEM, FEDAVG_STEP, FOCUS_STEP, MIN_ROUNDS, WARMUP_EFOLDS
+from .pictures import figure1_panels, render_all, render_work, work_panels
+from .stochastic import active_nodes
 from ..participation import make_participation
 from ..problems import make_problem
 from ..work import make_work, step_law

@@ -59,10 +59,10 @@ from ..runs.config import DTYPES, RunConfig, WithRun
 from ..runs.driver import resolve_device
 from ..runs.folder import METRICS, read_config
 from ..spec import format_spec, parse_spec
-from .layout import RUNS
+from ..sweeps.layout import RUNS
 from .preset import Preset
-from .sweep import make_experiment, restart_note, run_sweep
-from .tune import choice_columns, choose, grid_rows, is_diverged, search_steps, split_algorithms, with_validation
+from ..sweeps.sweep import make_experiment, restart_note, run_sweep
+from ..sweeps.tune import choice_columns, choose, grid_rows, is_diverged, search_steps, split_algorithms, with_validation
 
 
 @dataclass(frozen=True)

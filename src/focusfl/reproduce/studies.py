@@ -41,8 +41,8 @@ from ..metrics import first_below  # noqa: F401 (a study's rows are read with it
 from ..participation import make_participation, summarize
 from ..problems import make_problem
 from ..work import make_work, step_law
-from .tune import StepChoice, Trial, TuneSetup, lr_grid, pick_best, run_trials, search_steps, trial_evaluator
-from .tune import setup as tune_setup
+from ..sweeps.tune import StepChoice, Trial, TuneSetup, lr_grid, pick_best, run_trials, search_steps, trial_evaluator
+from ..sweeps.tune import setup as tune_setup
 
 # The exactness table's problem: small enough for hundreds of runs in seconds.
 SMALL_RIDGE = "ridge:dim=10,clients=8,samples=20"

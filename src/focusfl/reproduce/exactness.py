@@ -26,7 +26,7 @@ from typing import Sequence
 
 import torch
 
-from .tune import Trial, TuneSetup, lr_grid, pick_best, run_trial, run_trials, search_steps, setup, trial_evaluator
+from ..sweeps.tune import Trial, TuneSetup, lr_grid, pick_best, run_trial, run_trials, search_steps, setup, trial_evaluator
 
 PROBLEMS = {
     "ridge": "ridge:dim=10,clients=8,samples=20",

@@ -25,7 +25,7 @@ import math
 from .studies import TARGET, over_seeds, tuned_steps
 from . import suite_study
 from .suite_study import GRID, PROBLEM, RATES, SuiteSizes
-from .tune import setup as tune_setup
+from ..sweeps.tune import setup as tune_setup
 from .verdicts import MIN_SEEDS, Claim, Criterion, Section, ahead, finite
 
 WANG_JI = "Wang and Ji, NeurIPS 2022"

@@ -10,8 +10,8 @@ import argparse
 from ..argtypes import BATCH_RUNS_HELP, batch_runs_value
 from ..runs.cli import add_algorithm_import_option, add_run_options, record_of, run_config_of
 from .preset import Preset
-from .reproduce import load_presets
-from .tune import DEFAULT_TARGET, DEFAULT_VALIDATION, RUN_OPTIONS, TUNE_DEFAULTS, TuneSearch, TuneSetup, make_setup, tune
+from .registry import load_presets
+from ..sweeps.tune import DEFAULT_TARGET, DEFAULT_VALIDATION, RUN_OPTIONS, TUNE_DEFAULTS, TuneSearch, TuneSetup, make_setup, tune
 
 
 # -- tune ----------------------------------------------------------------------------------------

@@ -29,12 +29,12 @@ import numpy as np
 
 from ..errors import FocusflError
 from ..io.atomic import open_atomic, write_text
-from ..participation.importing import ImportOptions, import_trace, statistics_lines, trace_text
+from ..recordings.importing import ImportOptions, import_trace, statistics_lines, trace_text
 from ..plots import legend_below, palette, pyplot
 from ..words import counted
 from .studies import TARGET, tuned_steps, with_curve
-from .tune import TuneSetup, lr_grid
-from .tune import setup as tune_setup
+from ..sweeps.tune import TuneSetup, lr_grid
+from ..sweeps.tune import setup as tune_setup
 from .verdicts import FOCUS, Criterion, Verdict
 
 PROBLEM = "ridge:dim=10,clients=8,samples=20"
