@@ -20,7 +20,7 @@ from cli_harness import assert_one_line_error, cli_env, run_cli, run_cli_togethe
 from focusfl.cli import main
 from focusfl.errors import DataError
 from focusfl.participation import make_participation, summarize
-from focusfl.recordings import importing
+from focusfl.recordings import importing, parsing
 from focusfl.recordings.importing import ImportOptions, import_trace, trace_text
 from focusfl.participation.trace import TAG, load_trace
 
@@ -283,11 +283,11 @@ def test_plain_pickles_of_every_protocol_are_read(tmp_path, protocol):
 
 def test_inputs_are_size_checked_before_they_are_read(files, monkeypatch):
     for cap, fmt, name in (("MAX_PICKLE_BYTES", "fedscale", "behave.pkl"), ("MAX_JSON_BYTES", "flash", "states.json")):
-        monkeypatch.setattr(importing, cap, 16)
+        monkeypatch.setattr(parsing, cap, 16)
         with pytest.raises(DataError, match="more than the 16 B"):
             imported(fmt, files / name, round_seconds=10)
         monkeypatch.undo()
-    monkeypatch.setattr(importing, "check_allocation", _refuse)
+    monkeypatch.setattr(parsing, "check_allocation", _refuse)
     with pytest.raises(DataError, match="refused"):
         imported("fedscale", files / "behave.pkl", round_seconds=10)
 
@@ -305,15 +305,15 @@ def test_a_trace_too_large_to_read_back_is_refused_before_writing(files, capsys,
 
 def test_a_round_that_crosses_the_end_of_the_recording_continues_at_its_start():
     # Spells 80..100 and 0..20 of a 100 s recording: the round [90, 120] is [90, 100] then [0, 20].
-    starts, ends = importing.merged([(80, 100), (0, 10), (10, 20)])  # touching spells are joined
+    starts, ends = parsing.merged([(80, 100), (0, 10), (10, 20)])  # touching spells are joined
     assert starts.tolist() == [0, 80] and ends.tolist() == [20, 100]
-    device = importing.Availability(starts, ends, origin=0.0, span=100.0)
-    whole = importing.availability_mask([device], 30.0, 4, "whole")[:, 0]
-    start = importing.availability_mask([device], 30.0, 4, "start")[:, 0]
+    device = parsing.Availability(starts, ends, origin=0.0, span=100.0)
+    whole = parsing.availability_mask([device], 30.0, 4, "whole")[:, 0]
+    start = parsing.availability_mask([device], 30.0, 4, "start")[:, 0]
     assert whole.tolist() == [False, False, False, True] and start.tolist() == [True, False, False, True]
     # A round longer than the recording is whole only if the device is always available.
-    always = importing.Availability(np.array([0.0]), np.array([100.0]), origin=0.0, span=100.0)
-    assert importing.availability_mask([device, always], 250.0, 2, "whole").tolist() == [[False, True]] * 2
+    always = parsing.Availability(np.array([0.0]), np.array([100.0]), origin=0.0, span=100.0)
+    assert parsing.availability_mask([device, always], 250.0, 2, "whole").tolist() == [[False, True]] * 2
 
 
 def imported_modules(stderr: str) -> set[str]:
@@ -324,7 +324,7 @@ def imported_modules(stderr: str) -> set[str]:
 
 def test_import_starts_without_torch(files):
     """`participation import` reads and writes traces with numpy alone: the command typed builds
-    its own parser only (cli.build_parser), and focusfl.work (torch) is reached with --capacity
+    its own parser only (cli.build_parser), and focusfl.work (torch) is reached with --work-out
     only. Imports are read from the process itself, through the entry point as a user types it."""
     env = cli_env(PYTHONPROFILEIMPORTTIME="1")  # python -X importtime
     for argv in (["participation", "import", "--help"],

@@ -42,7 +42,7 @@ import pytest
 from cli_harness import assert_one_line_error, cli_env, focusfl_command, run_cli, run_cli_together, run_main
 from focusfl.cli import main
 from focusfl.errors import DataError
-from focusfl.recordings import importing
+from focusfl.recordings import capacity as capacity_file, matrix as matrix_files, parsing
 from focusfl.participation import make_participation, summarize
 from focusfl.recordings.importing import CapacityOptions, ImportOptions, import_trace
 from focusfl.participation.trace import load_trace
@@ -678,22 +678,22 @@ def test_new_inputs_are_size_checked_before_they_are_read(tmp_path, monkeypatch)
     (tmp_path / "behave.pkl").write_bytes(pickle.dumps(BEHAVE))
     (tmp_path / "capacity.pkl").write_bytes(pickle.dumps(CAPACITY))
     (tmp_path / "m.csv").write_text(",a\nx,1\n")
-    monkeypatch.setattr(importing, "MAX_JSON_BYTES", 8)
+    monkeypatch.setattr(parsing, "MAX_JSON_BYTES", 8)
     with pytest.raises(DataError, match="more than the 8 B"):
         import_trace("ready", tmp_path / "ready.json", ImportOptions(round_seconds=5))
-    monkeypatch.setattr(importing, "MAX_MATRIX_CSV_BYTES", 4)
+    monkeypatch.setattr(matrix_files, "MAX_MATRIX_CSV_BYTES", 4)
     with pytest.raises(DataError, match="more than the 4 B"):
         import_trace("matrix", tmp_path / "m.csv", ImportOptions())
     monkeypatch.undo()
     capacity = CapacityOptions(tmp_path / "capacity.pkl", 10.0, 4, 0.0, 5)
     calls = []
-    real = importing.read_plain_pickle
+    real = capacity_file.read_plain_pickle
 
     def spy(path, what):
         calls.append(what)
         return real(path, what)
 
-    monkeypatch.setattr(importing, "read_plain_pickle", spy)
+    monkeypatch.setattr(capacity_file, "read_plain_pickle", spy)
     import_trace("fedscale", tmp_path / "behave.pkl", ImportOptions(round_seconds=10), capacity)
     assert any("device capacity" in what for what in calls)  # the safe, size-checked unpickler
 
