@@ -90,7 +90,7 @@ def test_run_sweep_tune_and_federation_fill_the_same_problem_defaults(problem):
         {k: expected[k] for k in ("lr", "local_steps", "rounds", "schedule")}
     assert DEFAULTS["dtype"] is None and DEFAULTS["eval_every"] is None  # the problem's, in expand
     tune_args = build_parser().parse_args(["tune", "--algorithm", "focus", "--problem", problem])
-    from focusfl.reproduce.cli import setup_from_args
+    from focusfl.sweeps.cli import setup_from_args
 
     setup = setup_from_args(tune_args)
     assert (setup.dtype, setup.eval_every) == (expected["dtype"], expected["eval_every"])

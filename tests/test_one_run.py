@@ -147,7 +147,7 @@ def test_run_sweep_tune_preset_and_federation_resolve_the_same_settings_alike(tm
     record (config.json's run keys) and run key, for a convex problem and a neural network."""
     from focusfl.cli import _run_config
     from focusfl.reproduce import reproduce_nn
-    from focusfl.reproduce.cli import setup_from_args
+    from focusfl.sweeps.cli import setup_from_args
     from focusfl.sweeps.sweep import expand, make_experiment
     from focusfl.runs.config import RunConfig, config_from_json
     from focusfl.runs.driver import build

@@ -599,7 +599,7 @@ def _cmd_check(args) -> int:
 
 # -- tune ----------------------------------------------------------------------------------------
 def _add_tune(sub) -> None:
-    from .reproduce.cli import add_tune_arguments, run_tune
+    from .sweeps.cli import add_tune_arguments, run_tune
 
     p = sub.add_parser("tune", help="grid-search the step size of one or more algorithms")
     add_tune_arguments(p)
