@@ -3,17 +3,19 @@
 Every import of every module under src/focusfl is read with ``ast`` (at module level and inside
 functions: a lazy import is still a dependency) and resolved to the file it loads. Importing a
 package (``from ..participation import make_participation``) loads its ``__init__.py``;
-``from . import bias`` loads ``bias.py`` when such a module exists. The layers, bottom-up:
+``from . import bias`` loads ``bias.py`` when such a module exists. The rooms, bottom-up (a room
+imports itself and the rooms listed before it, never one after; docs/architecture.md):
 
     base         errors spec limits rng argtypes threads signals device words __init__ (the version)
     io/          atomic writes, marked folders, figures: imports errors and the version only
-    core         algorithms/ engine/ problems/ participation/ work/ matrix/ data/ plots.py: pure
+    core         metrics.py plots.py data/ problems/ algorithms/ engine/ privacy/ participation/
+                 work/ matrix/, in this order: pure computation and drawing
+    recordings/  other projects' recordings parsed into availability and work traces
     runs/        the run's configuration, folder format, driver, checkpoints, TensorBoard
-    experiments/ sweeps, executors, aggregation, tune, presets, studies, the report
+    sweeps/      grids of runs, tune, executors, aggregation, the result cache, the conformance kit
+    reproduce/   the papers' claims: presets, studies, the report and its verdicts
     flower/      the Flower adapter
-    cli          every module named cli (focusfl/cli.py, the federation command's flower/cli.py)
-
-A module imports its own layer or the ones below it.
+    cli          every module named cli (focusfl/cli.py, flower/cli.py, runs/cli.py, ...)
 """
 from __future__ import annotations
 
@@ -23,11 +25,17 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "focusfl"
 
-LAYERS = ("base", "io", "core", "runs", "experiments", "flower", "cli")
-BASE = {"__init__", "errors", "spec", "limits", "rng", "argtypes", "threads", "signals", "device", "words"}
-CORE = {"algorithms", "engine", "problems", "participation", "work", "matrix", "data", "plots", "metrics", "privacy"}
+BASE = ("__init__", "errors", "spec", "limits", "rng", "argtypes", "threads", "signals", "device", "words")
+CORE = ("metrics", "plots", "data", "problems", "algorithms", "engine", "privacy", "participation", "work", "matrix")
+# Bottom-up: a room imports itself and the rooms before it. A base module is one room with the rest of base.
+ROOMS = ("base", "io", *CORE, "recordings", "runs", "sweeps", "reproduce", "flower", "cli")
+# The layers of the rooms (the core's rooms are pure: no options, no folders of their own).
+LAYERS = {"base": "base", "io": "io", **{name: "core" for name in CORE}, "recordings": "recordings", "runs": "runs",
+          "sweeps": "sweeps", "reproduce": "reproduce", "flower": "flower", "cli": "cli"}
 # io/ sits below the rest of base too: it may name focusfl's errors and version, nothing else.
 IO_MAY_IMPORT = {"focusfl", "focusfl.errors"}
+# No room holds more than this share of the package's lines (a room that grows past it is two).
+MAX_ROOM_SHARE = 0.20
 
 
 def module_name(path: Path) -> str:
@@ -48,18 +56,21 @@ def is_package(name: str) -> bool:
     return SRC.joinpath(*name.split(".")).is_dir()
 
 
-def layer(name: str) -> str:
+def room(name: str) -> str:
+    """The room of module ``name``: its top-level package, base for a base module, cli for a cli module."""
     parts = name.split(".")
     if parts[-1] == "cli":
         return "cli"
     top = parts[1] if len(parts) > 1 else "__init__"
     if top in BASE:
         return "base"
-    if top in CORE:
-        return "core"
-    if top in ("io", "runs", "experiments", "flower"):
+    if top in ROOMS:
         return top
-    raise AssertionError(f"{name} is in no layer: add it to tests/test_layers.py and docs/architecture.md")
+    raise AssertionError(f"{name} is in no room: add it to tests/test_layers.py and docs/architecture.md")
+
+
+def layer(name: str) -> str:
+    return LAYERS[room(name)]
 
 
 def _absolute(path: Path, node: ast.ImportFrom) -> str:
@@ -151,13 +162,22 @@ def _cycle_within(graph: dict[str, dict[str, int]], component: set[str]) -> list
 def upward_arrows(graph: dict[str, dict[str, int]]) -> list[str]:
     wrong = []
     for source, targets in sorted(graph.items()):
-        level = LAYERS.index(layer(source))
+        level = ROOMS.index(room(source))
         for target, line in sorted(targets.items()):
-            if layer(source) == "io" and layer(target) != "io" and target not in IO_MAY_IMPORT:
+            if room(source) == "io" and room(target) != "io" and target not in IO_MAY_IMPORT:
                 wrong.append(f"{source}:{line} (io) imports {target}: io imports only errors and the version")
-            elif LAYERS.index(layer(target)) > level:
-                wrong.append(f"{source}:{line} ({layer(source)}) imports {target} ({layer(target)})")
+            elif ROOMS.index(room(target)) > level:
+                wrong.append(f"{source}:{line} ({room(source)}) imports {target} ({room(target)})")
     return wrong
+
+
+def room_lines() -> dict[str, int]:
+    """Lines of the package's modules, by room."""
+    lines: dict[str, int] = {}
+    for path in PACKAGE.rglob("*.py"):
+        name = room(module_name(path))
+        lines[name] = lines.get(name, 0) + len(path.read_text().splitlines())
+    return lines
 
 
 def _where(graph: dict[str, dict[str, int]], cycle: list[str]) -> str:
@@ -170,9 +190,17 @@ def test_no_import_cycle_between_files():
     assert not found, "import cycles:\n" + "\n".join(_where(graph, cycle) for cycle in found)
 
 
-def test_no_module_imports_a_layer_above_its_own():
+def test_no_module_imports_a_room_above_its_own():
     wrong = upward_arrows(import_graph())
-    assert not wrong, "upward imports (a layer imports only itself and the layers below):\n" + "\n".join(wrong)
+    assert not wrong, "upward imports (a room imports only itself and the rooms below):\n" + "\n".join(wrong)
+
+
+def test_no_room_holds_more_than_a_fifth_of_the_package():
+    lines = room_lines()
+    total = sum(lines.values())
+    crowded = {name: f"{count / total:.1%}" for name, count in lines.items() if count > MAX_ROOM_SHARE * total}
+    assert not crowded, f"rooms above {MAX_ROOM_SHARE:.0%} of the package's {total:,} lines: {crowded}"
+    assert set(lines) == set(ROOMS)  # every room holds modules, and every module is in a room
 
 
 def test_the_checker_resolves_imports_as_python_does():
@@ -183,8 +211,10 @@ def test_the_checker_resolves_imports_as_python_does():
     assert "focusfl.engine.simulate" in graph["focusfl.matrix.bias"]
     assert "focusfl.errors" in graph["focusfl.cli"]
     # In-function imports count: the CLI loads its command modules lazily.
-    assert any(target.startswith("focusfl.experiments") for target in graph["focusfl.cli"])
-    assert layer("focusfl.flower.cli") == "cli" and layer("focusfl.io") == "io" and layer("focusfl") == "base"
+    assert any(target.startswith("focusfl.sweeps") for target in graph["focusfl.cli"])
+    assert room("focusfl.flower.cli") == "cli" and room("focusfl.io") == "io" and room("focusfl") == "base"
+    assert room("focusfl.matrix.cli") == "cli" and room("focusfl.recordings.fedscale") == "recordings"
+    assert layer("focusfl.participation.trace") == "core" and layer("focusfl.reproduce.studies") == "reproduce"
 
 
 def test_the_checker_finds_a_cycle_and_an_upward_arrow():
@@ -195,7 +225,19 @@ def test_the_checker_finds_a_cycle_and_an_upward_arrow():
                             "focusfl.io.outputs": {"focusfl.spec": 3, "focusfl.errors": 4},
                             "focusfl.runs.folder": {"focusfl.io.outputs": 5}})
     assert arrows == ["focusfl.io.outputs:3 (io) imports focusfl.spec: io imports only errors and the version",
-                      "focusfl.matrix.bias:7 (core) imports focusfl.runs.config (runs)"]
+                      "focusfl.matrix.bias:7 (matrix) imports focusfl.runs.config (runs)"]
+    # Inside the core too: participation sits below work, so it never imports it.
+    assert upward_arrows({"focusfl.participation.trace": {"focusfl.work.capacity": 9}}) == [
+        "focusfl.participation.trace:9 (participation) imports focusfl.work.capacity (work)"]
+    assert upward_arrows({"focusfl.reproduce.studies": {"focusfl.sweeps.tune": 1}}) == []
+    assert upward_arrows({"focusfl.sweeps.tune": {"focusfl.reproduce.verdicts": 2}}) == [
+        "focusfl.sweeps.tune:2 (sweeps) imports focusfl.reproduce.verdicts (reproduce)"]
+
+
+def test_the_size_check_counts_every_line_of_every_room():
+    lines = room_lines()
+    assert sum(lines.values()) == sum(len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py"))
+    assert lines["cli"] >= len((PACKAGE / "cli.py").read_text().splitlines())  # cli.py and every */cli.py
 
 
 # -- imports at module top ------------------------------------------------------------------------
@@ -216,9 +258,9 @@ LAZY_MODULES = {
     "limits.py": {"resource"},  # Unix only
     "sweeps/executors.py": {"ctypes"},  # prctl, Linux only
     "runs/tensorboard.py": {"torch.utils.tensorboard"},  # needs the tensorboard extra
-    # focusfl.work imports torch; a trace imported without --capacity never needs it, and
+    # focusfl.work imports torch; a trace imported without --work-out never needs it, and
     # `focusfl participation import` then starts without torch (test_participation_import).
-    "recordings/importing.py": {"..work.trace", "..work.capacity"},
+    "recordings/importing.py": {"..work.trace"},
 }
 
 
@@ -257,5 +299,5 @@ def test_imports_sit_at_module_top_unless_a_reason_is_listed():
 
 def test_the_import_check_finds_an_import_inside_a_function():
     assert not lazy_allowed("engine/loop.py", "..algorithms")
-    assert lazy_allowed("engine/loop.py", "matplotlib.pyplot") and lazy_allowed("cli.py", ".experiments.sweep")
+    assert lazy_allowed("engine/loop.py", "matplotlib.pyplot") and lazy_allowed("cli.py", ".sweeps.sweep")
     assert not lazy_allowed("limits.py", "torch")
