@@ -14,6 +14,7 @@ imports itself and the rooms listed before it, never one after; docs/architectur
     runs/        the run's configuration, folder format, driver, checkpoints, TensorBoard
     sweeps/      grids of runs, tune, executors, aggregation, the result cache, the conformance kit
     reproduce/   the papers' claims: presets, studies, the report and its verdicts
+    experiments/ the old paths of sweeps/ and reproduce/ modules, imported as the moved modules
     flower/      the Flower adapter
     cli          every module named cli (focusfl/cli.py, flower/cli.py, runs/cli.py, ...)
 """
@@ -28,10 +29,10 @@ PACKAGE = SRC / "focusfl"
 BASE = ("__init__", "errors", "spec", "limits", "rng", "argtypes", "threads", "signals", "device", "words")
 CORE = ("metrics", "plots", "data", "problems", "algorithms", "engine", "privacy", "participation", "work", "matrix")
 # Bottom-up: a room imports itself and the rooms before it. A base module is one room with the rest of base.
-ROOMS = ("base", "io", *CORE, "recordings", "runs", "sweeps", "reproduce", "flower", "cli")
+ROOMS = ("base", "io", *CORE, "recordings", "runs", "sweeps", "reproduce", "experiments", "flower", "cli")
 # The layers of the rooms (the core's rooms are pure: no options, no folders of their own).
 LAYERS = {"base": "base", "io": "io", **{name: "core" for name in CORE}, "recordings": "recordings", "runs": "runs",
-          "sweeps": "sweeps", "reproduce": "reproduce", "flower": "flower", "cli": "cli"}
+          "sweeps": "sweeps", "reproduce": "reproduce", "experiments": "experiments", "flower": "flower", "cli": "cli"}
 # io/ sits below the rest of base too: it may name focusfl's errors and version, nothing else.
 IO_MAY_IMPORT = {"focusfl", "focusfl.errors"}
 # No room holds more than this share of the package's lines (a room that grows past it is two).
