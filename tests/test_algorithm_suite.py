@@ -1,6 +1,6 @@
 """The common suite: every registered algorithm, same checks.
 
-Each check is the conformance kit's (focusfl.experiments.conformance, what `focusfl check` runs on
+Each check is the conformance kit's (focusfl.sweeps.conformance, what `focusfl check` runs on
 any algorithm): construction and the record round trip, convergence on easy problems under full
 participation, empty rounds, the step-size factor of schedules, the steps a round asks for,
 the server step's independence of the message order, a declared tracking invariant, float32,

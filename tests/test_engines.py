@@ -3,7 +3,7 @@
 Both engines run the same algorithm object on the same draws; the vectorized one batches all
 active clients, the reference one calls the client round once per client. They must agree to
 rounding error in float64, including rounds with no participant and clients that stay away.
-The comparisons are the conformance kit's (focusfl.experiments.conformance: `focusfl check`).
+The comparisons are the conformance kit's (focusfl.sweeps.conformance: `focusfl check`).
 """
 import os
 import subprocess

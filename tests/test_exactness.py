@@ -1,6 +1,6 @@
 """The exactness table (docs/algorithms.md), asserted cell by cell.
 
-Every cell of focusfl.experiments.exactness.TABLE is rerun with its tuned constant step size:
+Every cell of focusfl.reproduce.exactness.TABLE is rerun with its tuned constant step size:
 a cell marked exact must reach rel_error <= 1e-10 within the round budget and stay there; a
 plateau cell must stay above a tenth of its recorded plateau over the whole second half of
 the run (outside SLOW the smallest recorded plateau, 1.4e-5, is five orders of magnitude above

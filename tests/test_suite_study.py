@@ -1,4 +1,4 @@
-"""The report section "The suite under one roof" (experiments/suite_study.py): its verdicts are
+"""The report section "The suite under one roof" (reproduce/suite_study.py): its verdicts are
 computed from the numbers and flip when fed the opposite ones; its tuning is `focusfl tune`'s
 rule over seeds; its imported trace is a FedScale-format file through the import command's code.
 (`focusfl reproduce report --quick`, which runs the section, is tests/test_report.py's.)"""

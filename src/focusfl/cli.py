@@ -617,7 +617,7 @@ def _add_sweep(sub) -> None:
     p.add_argument("--batch-runs", type=batch_runs_value, default="auto", metavar="auto|K", help=BATCH_RUNS_HELP)
     from .runs.cli import add_algorithm_import_option, add_run_options
 
-    # The run fields come from the experiment file (experiments/sweep.py's DEFAULTS); threads is
+    # The run fields come from the experiment file (sweeps/sweep.py's DEFAULTS); threads is
     # how each worker computes, recorded in every run's config.json.
     add_run_options(p, ("threads", "work", "dp", "numerics"), defaults={"work": None, "dp": None, "numerics": None},
                     helps={

@@ -298,7 +298,7 @@ def plot_band_panels(
     families: dict[str, str] | None = None,
 ) -> None:
     """One panel per scenario, one curve per configuration: ``panels[scenario][label]`` is a
-    band (``xs``, ``center``, ``lo``, ``hi``, ``seeds``, ``diverged``: experiments/aggregate.py).
+    band (``xs``, ``center``, ``lo``, ``hi``, ``seeds``, ``diverged``: sweeps/aggregate.py).
     ``families[label]`` (the algorithm) gives configurations of one algorithm shades of one hue.
 
     Each configuration keeps its colour and marker in every panel; curves that coincide (on the

@@ -4,7 +4,7 @@ Formats: ``.npy`` (any 2-D numeric or bool array) or ``.csv`` (comma separated; 
 with ``#`` are comments, a first line that is not numeric is taken as a header and skipped;
 blank lines are ignored). When more rounds are asked for than were recorded, the trace wraps
 around: round r replays row ``r mod T``. ``focusfl participation import`` writes this format
-from FedScale, FLASH and clients x rounds availability files (participation/importing.py), with
+from FedScale, FLASH and clients x rounds availability files (recordings/importing.py), with
 a first comment line that marks the file as focusfl's (:data:`TAG`).
 
 A trace is an untrusted file: an .npy header is read and checked (shape, dtype, the bytes the

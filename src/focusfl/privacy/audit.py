@@ -35,7 +35,7 @@ Two forms turn scores into a lower bound on epsilon:
 The verdict is a stated criterion: the audited lower bound never exceeds the accounted epsilon
 (the largest of the canaries'); a bound above it flags the accountant (an epsilon too small for
 the mechanism), as tests/test_privacy.py shows for a halved accountant on every row of the
-report's table (experiments/privacy_study.py).
+report's table (reproduce/privacy_study.py).
 """
 from __future__ import annotations
 

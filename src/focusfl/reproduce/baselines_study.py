@@ -16,7 +16,7 @@ Three papers behind the registry's baselines claim something about participation
 Each algorithm's step is tuned on seed 0 by the search rule of ``focusfl tune`` (the grid of the
 suite study, extended past an end until interior), then run on every seed at that step
 (the participation's draws differ). Verdicts are criteria over the per-seed numbers
-(experiments/verdicts.py): a difference counts only when the spreads over >= 3 seeds separate.
+(reproduce/verdicts.py): a difference counts only when the spreads over >= 3 seeds separate.
 """
 from __future__ import annotations
 

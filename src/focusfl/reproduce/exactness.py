@@ -12,8 +12,8 @@ for the algorithms that never do within ``ROUNDS`` rounds, the level they platea
 smallest error of the second half of the run).
 
 The tuning is done once, offline, and its result is stored in ``TABLE`` below:
-    python -m focusfl.experiments.exactness --tune     # grid search, prints a new TABLE
-    python -m focusfl.experiments.exactness            # reruns TABLE, prints the docs table
+    python -m focusfl.reproduce.exactness --tune     # grid search, prints a new TABLE
+    python -m focusfl.reproduce.exactness            # reruns TABLE, prints the docs table
 
 tests/test_exactness.py reruns every cell with the stored step size and asserts its outcome
 with margins, so a regression in any algorithm changes a test.
@@ -64,7 +64,7 @@ SEED = 0
 
 # (algorithm, problem, process) -> (tuned lr, outcome). An int outcome is the first evaluated
 # round with rel_error <= TARGET; a float is the plateau level (min rel_error, second half).
-# Written by `python -m focusfl.experiments.exactness --tune`.
+# Written by `python -m focusfl.reproduce.exactness --tune`.
 TABLE: dict[tuple[str, str, str], tuple[float, int | float]] = {
     ('focus', 'ridge', 'bernoulli'): (0.00215443, 110),
     ('sg_focus', 'ridge', 'bernoulli'): (0.00215443, 110),

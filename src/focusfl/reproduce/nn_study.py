@@ -12,7 +12,7 @@ The study (``reproduce report --data DIGITS.npz``, or alone as ``focusfl reprodu
    ``rounds`` rounds on ``seeds`` seeds; test accuracy is read at every horizon. These are the
    runs of the mnist-demo preset's machinery (reproduce_nn: tune_steps, run_final), one store
    folder per α, so a rerun skips finished runs.
-2. **The authors' loop.** :mod:`focusfl.experiments.authors_loop` runs SG-FOCUS as the authors'
+2. **The authors' loop.** :mod:`focusfl.reproduce.authors_loop` runs SG-FOCUS as the authors'
    FedASL client/server classes do (a re-creation written by us) beside focusfl's, float64,
    full-batch gradients, a small CNN: their largest gap.
 3. **What drives the gap** at the paper's α (Figure 9's 0.05): SG-FOCUS and FedAvg re-tuned and
@@ -25,7 +25,7 @@ The study (``reproduce report --data DIGITS.npz``, or alone as ``focusfl reprodu
    records its tracking error ‖y − N ∇F(x)‖ / ‖N ∇F(x)‖ (y tracks Σ_i ∇f_i) and the clients'
    mean staleness.
 
-Every finding is judged by a criterion (focusfl/experiments/verdicts.py) over the measured
+Every finding is judged by a criterion (focusfl/reproduce/verdicts.py) over the measured
 numbers, with ≥ 3 seeds and separated spreads for any "different".
 """
 from __future__ import annotations

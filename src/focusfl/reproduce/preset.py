@@ -20,7 +20,7 @@ class Preset:
     dataclass; a field named ``run`` is a RunConfig made of the run options ``run_fields``, with
     ``run_defaults`` over the fields' own); ``add_arguments(parser)`` declares the preset's own
     options (each named as a field of ``options``); ``run(record)`` does the work and returns the
-    exit status. The command line (experiments/cli.py) turns the parsed options into the record:
+    exit status. The command line (reproduce/cli.py) turns the parsed options into the record:
     the preset never sees argparse's values."""
 
     name: str

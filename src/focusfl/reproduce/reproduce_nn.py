@@ -327,11 +327,11 @@ def _sweep(name: str, algorithms: list[dict], run: RunConfig, participation: str
 def tune_steps(setup: Setup, run: RunConfig, algorithms: list[str], args: PresetOptions, folder: Path) -> list[dict]:
     """Each algorithm's step per scenario, chosen on the clients' validation share (never the
     test set): the preset's step times ``setup.factors``, extended past an end by the search rule
-    of ``focusfl tune`` (:func:`focusfl.experiments.tune.search_steps`) until the chosen step is
+    of ``focusfl tune`` (:func:`focusfl.sweeps.tune.search_steps`) until the chosen step is
     interior or bounded by a diverged step; ``--tune-rounds`` rounds, ``--seeds`` seeds, ranked by
     the mean validation loss over the last third of the evaluations (a step whose runs diverge, or
     oscillate at the end, loses), one grid point below the edge of stability
-    (:func:`focusfl.experiments.tune.pick_stable`). One row per (scenario, algorithm) with the
+    (:func:`focusfl.sweeps.tune.pick_stable`). One row per (scenario, algorithm) with the
     chosen step, its neighbours, the reason and every grid point's score."""
     tuned = run.replace(problem=with_validation(run.problem, args.validation))
     seeds = list(range(run.seed, run.seed + (args.tune_seeds or args.seeds)))

@@ -9,7 +9,7 @@ is this report:
     cp runs/report/report.md docs/reproductions.md
     cp runs/report/images/reproductions/*.png docs/images/reproductions/
 
-Every claim declares a criterion over named measured numbers (focusfl/experiments/verdicts.py)
+Every claim declares a criterion over named measured numbers (focusfl/reproduce/verdicts.py)
 and its verdict is computed from them: **reproduced**, **reproduced on another axis** (the claim
 holds measured differently, e.g. per float instead of per round), **not reproduced**, or
 **inconclusive** (the measurement cannot separate: too few seeds, overlapping spreads, a run
@@ -870,7 +870,7 @@ def _plot_work_curves(rows: list[dict], path: Path, rounds: int) -> None:
 
 
 def suite_section(sizes: Sizes, images: Path) -> Section:
-    """The suite under one roof (experiments/suite_study.py owns its runs and criteria): each claim
+    """The suite under one roof (reproduce/suite_study.py owns its runs and criteria): each claim
     judged here by its criterion over the numbers the study measured."""
     part = suite_report_section(quick=sizes.quick, images=images, batch_runs=sizes.batch_runs)
     claims = [Claim(c["paper"], c["where"], c["claim"], c["ran"], c["number"],
@@ -880,7 +880,7 @@ def suite_section(sizes: Sizes, images: Path) -> Section:
 
 
 def baselines_section(sizes: Sizes) -> Section:
-    """The baselines' own claims about participation (experiments/baselines_study.py owns runs and criteria)."""
+    """The baselines' own claims about participation (reproduce/baselines_study.py owns runs and criteria)."""
     return baselines_study.baselines_section(baselines_study.QUICK if sizes.quick else baselines_study.FULL,
                                              quick=sizes.quick, batch_runs=sizes.batch_runs)
 

@@ -11,7 +11,7 @@ on the step-size grid ``GRID`` by the rule of ``focusfl tune`` with several seed
 ranked by the mean round at which its runs reach rel. error 1e-8 if every seed's does, else by
 its mean final error (:func:`mean_over_seeds`); each run is a :class:`RunConfig` built and
 executed by runs/driver.py, the trials of every cell in batches of runs
-(:func:`focusfl.experiments.tune.run_trials`).
+(:func:`focusfl.sweeps.tune.run_trials`).
 
 Verdicts are pure functions of named numbers, each returning the outcome with the criterion
 it applied; :func:`claims` states them beside the numbers. A comparison whose tuned step sits at
@@ -92,7 +92,7 @@ def synthetic_fedscale(clients: int = CLIENTS, seed: int = 0) -> dict:
 
 def import_synthetic_trace(folder: Path, rounds: int) -> tuple[str, list[str]]:
     """Write the synthetic FedScale pickle into ``folder``, import it with the command's code
-    (participation/importing.py) and write the trace: returns the participation SPEC and the
+    (recordings/importing.py) and write the trace: returns the participation SPEC and the
     statistics lines the import prints."""
     folder.mkdir(parents=True, exist_ok=True)
     source = folder / "fedscale_behaviour.pkl"
@@ -156,7 +156,7 @@ def run_study(sizes: SuiteSizes, processes: dict[str, str], algorithms: Sequence
 
 
 # -- verdicts ---------------------------------------------------------------------------------------
-# Each claim's criterion over named numbers (experiments/verdicts.py): the report judges the claim
+# Each claim's criterion over named numbers (reproduce/verdicts.py): the report judges the claim
 # with it, and the functions below give the verdict of raw cells (what claims() reads).
 # A miss (a run that did not reach 1e-8) decides only in a run of the study's full length: the
 # quick study's 150 rounds cannot tell slow from never.
@@ -337,7 +337,7 @@ def claims(rows: list[dict], budget: int = DECISIVE_ROUNDS) -> list[dict]:
 
 def _claim(paper: str, where: str, claim: str, ran: str, number: str, verdict: Verdict, reason: str = "") -> dict:
     """A claim's fields; ``criterion`` (its name) and ``values`` let the report judge it again with
-    its own sizes (experiments/reproduce_report.py suite_section)."""
+    its own sizes (reproduce/reproduce_report.py suite_section)."""
     return {"paper": paper, "where": where, "claim": claim, "ran": ran, "number": number,
             "verdict": verdict.outcome, "reason": f"{verdict.criterion}" + (f"; {reason}" if reason else ""),
             "criterion": verdict.name, "values": verdict.values, "note": reason}

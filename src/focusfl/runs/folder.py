@@ -201,7 +201,7 @@ class _Checkpointer:
                  on_save: Callable[[Checkpoint], None] | None = None) -> None:
         self.built, self.path, self.metrics, self.every = built, work / CHECKPOINT, metrics, every
         self.logger = logger  # a TensorBoard log: flushed first, so it has every row the checkpoint keeps
-        self.on_save = on_save  # told of each checkpoint once it is on disk (a Ray task ships it: experiments/executors.py)
+        self.on_save = on_save  # told of each checkpoint once it is on disk (a Ray task ships it: sweeps/executors.py)
         self.saved_at = time.monotonic()
         self.last_round: int | None = None
 

@@ -18,7 +18,7 @@ best one per algorithm:
 Diverged runs count as +inf. Only the (local) step size ``lr`` is searched; other
 hyperparameters (server_lr, local_steps, ...) are fixed by the algorithm SPEC and the options.
 
-The command runs the grid x ``--seeds`` as a sweep (experiments/sweep.py): every trial is a run
+The command runs the grid x ``--seeds`` as a sweep (sweeps/sweep.py): every trial is a run
 folder under ``OUT/runs/`` (the sweep's experiment.toml beside them), ``--workers`` runs them in
 parallel, and the same command again skips finished trials. With several seeds a step size is
 ranked by its mean over the seeds: the mean round at which it reaches the target (only if every
