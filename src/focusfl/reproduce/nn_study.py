@@ -524,7 +524,7 @@ def section_markdown(section: Section, sizes: StudySizes) -> str:
     lines = [f"# {section.title}" + (" (quick: toy sizes, not findings)" if sizes.quick else ""), ""]
     if sizes.quick:
         lines += ["**A quick run** (`--quick`): toy sizes to test the command; its verdicts are inconclusive.", ""]
-    lines += ["Written by `focusfl reproduce nn-study` (`focusfl/experiments/nn_study.py`); `focusfl reproduce "
+    lines += ["Written by `focusfl reproduce nn-study` (`focusfl/reproduce/nn_study.py`); `focusfl reproduce "
               "report --data ...` has it as one of its sections.", "", *claims_table([section]), ""]
     for paragraph in section.text:
         lines += [paragraph, ""]
