@@ -301,30 +301,39 @@ def _shipped_checkpoint_written(out: Path, thread: threading.Thread, result: dic
     assert not list((out / "runs").glob(".*partial/checkpoint.pt"))  # the node writes nothing in the folder
 
 
-def test_a_node_lost_mid_sweep_without_the_folder_resumes_from_its_shipped_checkpoint(cluster, tmp_path):
-    """Nodes that do not see the sweep folder run their runs in a temporary folder and hand each
-    checkpoint to the sweep's tracker on the driver's node; the node running a run dies half way;
-    Ray runs the task again on another such node, which resumes from the latest checkpoint (its
-    files checked), and the tables are a sweep's that lost no node."""
-    grid = f'algorithms = ["focus"]\nproblems = ["{SMALL}"]\nseeds = 2\nrounds = 1000\nlocal_steps = 2\n'
+def _lose_a_shipping_node(cluster, tmp_path, seeds: int, retries: int, replace_it: bool):
+    """A sweep of ``seeds`` FOCUS runs on a node that ships its runs, that node removed once the
+    tracker holds a checkpoint (and, with ``replace_it``, another such node added). Returns the
+    experiment, the sweep's folder, a sweep's folder that lost no node, what the sweep returned and
+    the replacement node."""
+    grid = f'algorithms = ["focus"]\nproblems = ["{SMALL}"]\nseeds = {seeds}\nrounds = 1000\nlocal_steps = 2\n'
     experiment = load_experiment(write(tmp_path, grid))
     quiet = tmp_path / "quiet"
     assert not run_sweep(experiment, quiet, threads=1, batch_runs=1).failed
     doomed = cluster.add_node(num_cpus=1, num_gpus=2, env_vars=SHIPPING)
     cluster.wait_for_nodes()
     out, result, known = tmp_path / "lost", {}, frozenset(ship_folders())
-    thread = _sweep_in_thread(experiment, out, result, retries=2)
+    thread = _sweep_in_thread(experiment, out, result, retries=retries)
     replacement = None
     try:
         _shipped_checkpoint_written(out, thread, result, known)
         cluster.remove_node(doomed, allow_graceful=False)
-        replacement = cluster.add_node(num_cpus=1, num_gpus=2, env_vars=SHIPPING)
+        if replace_it:
+            replacement = cluster.add_node(num_cpus=1, num_gpus=2, env_vars=SHIPPING)
         thread.join(300)
     finally:
         thread.join()
         remove_left_behind(known)
     assert "error" not in result, result
-    report = result["report"]
+    return experiment, out, quiet, result["report"], replacement
+
+
+def test_a_node_lost_mid_sweep_without_the_folder_resumes_from_its_shipped_checkpoint(cluster, tmp_path):
+    """Nodes that do not see the sweep folder run their runs in a temporary folder and hand each
+    checkpoint to the sweep's tracker on the driver's node; the node running a run dies half way;
+    Ray runs the task again on another such node, which resumes from the latest checkpoint (its
+    files checked), and the tables are a sweep's that lost no node."""
+    _, out, quiet, report, replacement = _lose_a_shipping_node(cluster, tmp_path, seeds=2, retries=2, replace_it=True)
     assert report.ran == 2 and not report.failed and not report.restarted
     for name in ("results.csv", "summary.csv"):
         assert (out / name).read_bytes() == (quiet / name).read_bytes()
@@ -339,24 +348,9 @@ def test_a_shipped_run_whose_retries_are_spent_keeps_its_checkpoint_for_the_same
     """With no retries, a run lost with its node fails; the driver puts the latest checkpoint the
     tracker holds into the sweep folder (a partial run folder, as a killed run leaves it), and the
     same command hands it to a node without the folder, which resumes from it."""
-    grid = f'algorithms = ["focus"]\nproblems = ["{SMALL}"]\nseeds = 1\nrounds = 1000\nlocal_steps = 2\n'
-    experiment = load_experiment(write(tmp_path, grid))
-    quiet = tmp_path / "quiet"
-    assert not run_sweep(experiment, quiet, threads=1, batch_runs=1).failed
-    doomed = cluster.add_node(num_cpus=1, num_gpus=2, env_vars=SHIPPING)
-    cluster.wait_for_nodes()
-    out, result, known = tmp_path / "lost", {}, frozenset(ship_folders())
-    thread = _sweep_in_thread(experiment, out, result, retries=0)
-    replacement = None
-    try:
-        _shipped_checkpoint_written(out, thread, result, known)
-        cluster.remove_node(doomed, allow_graceful=False)
-        thread.join(300)
-    finally:
-        thread.join()
-        remove_left_behind(known)
-    assert "error" not in result, result
-    assert len(result["report"].failed) == 1
+    experiment, out, quiet, report, _ = _lose_a_shipping_node(cluster, tmp_path, seeds=1, retries=0,
+                                                              replace_it=False)
+    assert len(report.failed) == 1
     kept = list((out / "runs").glob(".*.focusfl-partial/checkpoint.pt"))
     assert len(kept) == 1
     replacement = cluster.add_node(num_cpus=1, num_gpus=2, env_vars=SHIPPING)
