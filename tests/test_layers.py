@@ -8,8 +8,8 @@ imports itself and the rooms listed before it, never one after; docs/architectur
 
     base         errors spec limits rng argtypes threads signals device words __init__ (the version)
     io/          atomic writes, marked folders, figures: imports errors and the version only
-    core         metrics.py plots.py data/ problems/ algorithms/ engine/ privacy/ participation/
-                 work/ matrix/, in this order: pure computation and drawing
+    core         metrics.py plots.py data/ problems/ algorithms/ engine/ participation/ work/
+                 privacy/ matrix/, in this order: pure computation and drawing
     recordings/  other projects' recordings parsed into availability and work traces
     runs/        the run's configuration, folder format, driver, checkpoints, TensorBoard
     sweeps/      grids of runs, tune, executors, aggregation, the result cache, the conformance kit
@@ -27,7 +27,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "focusfl"
 
 BASE = ("__init__", "errors", "spec", "limits", "rng", "argtypes", "threads", "signals", "device", "words")
-CORE = ("metrics", "plots", "data", "problems", "algorithms", "engine", "privacy", "participation", "work", "matrix")
+CORE = ("metrics", "plots", "data", "problems", "algorithms", "engine", "participation", "work", "privacy", "matrix")
 # Bottom-up: a room imports itself and the rooms before it. A base module is one room with the rest of base.
 ROOMS = ("base", "io", *CORE, "recordings", "runs", "sweeps", "reproduce", "experiments", "flower", "cli")
 # The layers of the rooms (the core's rooms are pure: no options, no folders of their own).
