@@ -19,7 +19,7 @@ def _python(code: str) -> subprocess.CompletedProcess:
 
 def test_an_old_path_imports_the_moved_module_and_names_it():
     proc = _python(
-        "from focusfl.reproduce.privacy_study import privacy_section\n"
+        "from focusfl.experiments.privacy_study import privacy_section\n"
         "from focusfl.experiments import sweep\n"
         "import focusfl.reproduce.privacy_study as study, focusfl.sweeps.sweep as moved\n"
         "assert privacy_section is study.privacy_section and sweep is moved\n"
@@ -28,9 +28,9 @@ def test_an_old_path_imports_the_moved_module_and_names_it():
     assert proc.returncode == 0, proc.stderr
     warned = [line for line in proc.stderr.splitlines() if "FutureWarning" in line]
     assert warned == [
-        "<string>:1: FutureWarning: focusfl.reproduce.privacy_study moved to focusfl.reproduce.privacy_study: "
+        "<string>:1: FutureWarning: focusfl.experiments.privacy_study moved to focusfl.reproduce.privacy_study: "
         "import it from there",
-        "<string>:2: FutureWarning: focusfl.sweeps.sweep moved to focusfl.sweeps.sweep: import it from there"]
+        "<string>:2: FutureWarning: focusfl.experiments.sweep moved to focusfl.sweeps.sweep: import it from there"]
 
 
 def test_every_old_module_has_a_home_and_an_unknown_one_fails_as_usual():

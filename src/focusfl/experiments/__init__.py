@@ -6,7 +6,7 @@
   the report and its verdicts);
 - ``focusfl.matrix.cli``: the ``bias`` and ``matrices`` commands (was ``matrix_commands``).
 
-Code written against the old paths keeps working: ``from focusfl.sweeps.sweep import
+Code written against the old paths keeps working: ``from focusfl.experiments.sweep import
 make_experiment`` imports ``focusfl.sweeps.sweep`` itself (the same module object, not a copy, so a
 registry or a cache inside it is shared) and warns once, naming the new path. Nothing in focusfl
 imports this package; it goes when the old paths have had a release to move.
