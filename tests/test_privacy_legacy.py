@@ -54,6 +54,9 @@ def _assert_the_uninterrupted_run(resumed: Path) -> None:
     assert [sorted(r) for r in got] == [sorted(r) for r in want]
     for row, expected in zip(got, want, strict=True):
         for key, value in expected.items():
+            if value == "" or row[key] == "":  # a column left empty on this row (not evaluated)
+                assert row[key] == value, (row["round"], key)
+                continue
             assert float(row[key]) == pytest.approx(float(value), rel=1e-9, abs=1e-12), (row["round"], key)
 
 
