@@ -635,7 +635,7 @@ def _add_sweep(sub) -> None:
     add_algorithm_import_option(p, "the experiment file's algorithms")
     p.add_argument("--executor", choices=["local", "ray"], default="local",
                    help="local: this machine; ray: tasks on a Ray cluster (pip install '.[ray]' in a clone)")
-    p.add_argument("--address", help="with --executor ray: the cluster's address (default: start a local Ray)")
+    p.add_argument("--address", help="with --executor ray: the cluster's address (default: a Ray already running on this machine, else a new local one; RAY_ADDRESS=local: always a new one)")
     p.add_argument("--gpus-per-task", type=positive_float, metavar="G",
                    help="with --executor ray: GPUs each task asks Ray for (0.25: four tasks share a GPU; above 1 a "
                    "whole number); Ray places the task on a GPU it assigns, where runs on device 'cuda' compute "
