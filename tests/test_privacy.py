@@ -833,7 +833,9 @@ def test_the_audits_bad_inputs_are_one_line_through_the_entry_point():
              (("audit", "--dp", "clip=1,noise=1,mode=local,delta=1e-5,secret_schedule=true"),
               "secret_schedule needs mode=central"),
              (("audit", "--dp", "clip=1,noise=1,mode=central"), "needs noise > 0 and delta"),
-             (("audit", "--dp", "none"), "nothing to audit")]
+             (("audit", "--dp", "none"), "nothing to audit"),
+             ((*common, "--runs", str(10**11)), "runs x 25 canaries would need"),  # refused before drawing
+             ((*common, "--canaries", "200000", "--clients", "200000"), "clients x 200,001 coordinates would need")]
     for args, contains in cases:  # focusfl's main as the console script calls it (the test above runs that)
         assert_one_line_error(run_main(*args), 2, contains)
 

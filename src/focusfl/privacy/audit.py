@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
+from ..limits import check_allocation
 from ..participation import PARTICIPATION, make_participation
 from ..rng import hash_bits
 from ..spec import parse_spec
@@ -119,6 +120,15 @@ def check_audit(canaries: int, clients: int, rounds: int) -> None:
         raise ConfigError(f"audit: --rounds must be a positive integer, got {rounds!r}")
 
 
+def check_audit_memory(canaries: int, clients: int, runs: int) -> None:
+    """A one-line ConfigError, before anything is drawn, where the audit would not fit in memory:
+    a round holds a few [clients, canaries + 1] float64 tables (the rows, their noise, the
+    messages), and the pooled runs keep each canary's score and coin."""
+    check_allocation(3 * clients * (canaries + 1) * 8, f"audit: a round of {clients:,} clients x "
+                     f"{canaries + 1:,} coordinates", error=ConfigError)
+    check_allocation(2 * runs * canaries * 17, f"audit: {runs:,} runs x {canaries:,} canaries", error=ConfigError)
+
+
 def check_setting(dp: DPConfig, participation: Any, clients: int, seed: int) -> Any:
     """The process built as the run would build it (a one-line ConfigError where the audit cannot
     take it under ``dp``)."""
@@ -150,6 +160,7 @@ def run_audit(dp: DPConfig, *, canaries: int | None = None, clients: int | None 
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
         raise ConfigError(f"audit: --runs must be a positive integer, got {runs!r}")
     check_setting(dp, participation, clients, seed)
+    check_audit_memory(canaries, clients, runs)
     observed = [observe(dp, participation, canaries, clients, rounds, seed + k) for k in range(runs)]
     accounted = max(o.accounted for o in observed)
     scores = np.concatenate([o.scores for o in observed])
