@@ -44,6 +44,9 @@ def test_every_bad_option_is_one_line_before_anything_starts(tmp_path):
         "timeout nan": (["--timeout", "nan"], "--timeout"),
         "timeout -5": (["--timeout", "-5"], "--timeout"),
         "timeout inf": (["--timeout", "inf"], "--timeout"),
+        "min-nodes -1": (["--min-nodes", "-1"], "--min-nodes"),
+        "min-nodes 1.5": (["--min-nodes", "1.5"], "--min-nodes"),
+        "min-nodes beyond the clients": (["--min-nodes", "3"], "min_nodes is 3, but the problem has 2 clients"),
         "out a file": (["--out", str(tmp_path / "a-file")], "is not a folder"),
         "out root": (["--out", "/"], "root folder"),
         "out home": (["--out", str(Path.home())], "home folder"),
@@ -54,7 +57,7 @@ def test_every_bad_option_is_one_line_before_anything_starts(tmp_path):
     }
     # Two through the console script (one refused as it parses, one as it reads the trace); the
     # others in this process (run_main).
-    typed = ("timeout 0", "short work trace")
+    typed = ("timeout 0", "short work trace", "min-nodes beyond the clients")
     commands = {name: (*LOCAL, *args, "--workdir", str(workdir)) for name, (args, _) in cases.items()}
     procs = dict(zip(typed, run_cli_together([commands[name] for name in typed])))
     procs.update({name: run_main(*command) for name, command in commands.items() if name not in typed})

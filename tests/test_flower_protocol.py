@@ -5,6 +5,7 @@ bit in float64. No Ray, no processes."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -609,3 +610,69 @@ def test_a_node_refuses_a_run_record_with_a_bad_or_central_dp():
                        ({"clip": 1.0}, "noise is required"), ([1], "must be 'none'")):
         with pytest.raises(Malformed, match=reason):
             decode_run(encode_run(run._replace(dp=dp)))
+
+
+class _Arriving(FakeGrid):
+    """A FakeGrid whose nodes connect a few at a time, as Flower's simulation registers its
+    nodes while the ServerApp starts: one more node each time the node list is asked for."""
+
+    def __init__(self, *args, connected: int, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.connected = connected
+
+    def get_node_ids(self) -> list[int]:
+        live = super().get_node_ids()[:self.connected]
+        self.connected += 1
+        return live
+
+
+def _waiting_strategy(min_nodes: int, timeout: float = 30.0):
+    problem = make_problem(PROBLEM)
+    algorithm = make_algorithm("focus", local_steps=2)
+    algorithm = dataclasses.replace(algorithm, lr=algorithm.auto_lr(problem.smoothness(), problem.num_clients))
+    return AlgorithmStrategy(algorithm, problem, rounds=3, participation=None, seed=0, timeout=timeout,
+                             min_nodes=min_nodes), problem
+
+
+def test_min_nodes_waits_for_every_node_before_the_first_round(monkeypatch):
+    monkeypatch.setattr("focusfl.flower.strategy.NODE_POLL_SECONDS", 0.0)
+    strategy, problem = _waiting_strategy(min_nodes=6)
+    n = problem.num_clients
+    result = strategy.start(_Arriving(make_client_app(), range(n), connected=1))
+    assert result.mask[0].sum() == n and sum(result.counts.values()) == 0
+    # Without the wait, the first round runs with the few nodes connected by then.
+    strategy, _ = _waiting_strategy(min_nodes=0)
+    result = strategy.start(_Arriving(make_client_app(), range(n), connected=1))
+    assert 0 < result.mask[0].sum() < n
+
+
+def test_too_few_nodes_within_the_timeout_is_one_line():
+    from focusfl.errors import FederationError
+
+    strategy, problem = _waiting_strategy(min_nodes=6, timeout=0.3)
+    grid = FakeGrid(make_client_app(), range(problem.num_clients))
+    grid.nodes[next(iter(grid.nodes))].alive = False
+    with pytest.raises(FederationError, match=r"^5 of the 6 nodes min_nodes asks for connected within 0.3 s"):
+        strategy.start(grid)
+
+
+@pytest.mark.parametrize("min_nodes", [-1, True, 1.5, "2"])
+def test_a_min_nodes_that_is_not_a_count_is_refused(min_nodes):
+    from focusfl.errors import ConfigError
+    from focusfl.flower.server_app import FederationConfig
+
+    with pytest.raises(ConfigError, match="min_nodes must be a whole number >= 0"):
+        FederationConfig(algorithm="focus", min_nodes=min_nodes)
+    with pytest.raises(ConfigError, match="min_nodes must be a whole number >= 0"):
+        FederationConfig.from_json(json.dumps({"min_nodes": min_nodes}))
+
+
+def test_min_nodes_beyond_the_clients_is_refused_and_travels_in_the_run_config():
+    from focusfl.errors import ConfigError
+    from focusfl.flower.server_app import FederationConfig, build_strategy
+
+    config = FederationConfig(algorithm="focus", problem="ridge:clients=3,dim=4", min_nodes=3)
+    assert FederationConfig.from_json(config.to_json()).min_nodes == 3
+    assert build_strategy(config, log=lambda text: None)[0].min_nodes == 3
+    with pytest.raises(ConfigError, match="min_nodes is 4, but the problem has 3 clients"):
+        build_strategy(FederationConfig(algorithm="focus", problem="ridge:clients=3,dim=4", min_nodes=4))

@@ -1,5 +1,7 @@
 """Flower's simulation runtime (Ray) with 32 virtual SuperNodes: the real ServerApp and
-ClientApp, equal to the reference engine replaying the realized trace (float64, bit for bit)."""
+ClientApp, equal to the reference engine replaying the realized trace (float64, bit for bit).
+min_nodes=32: Flower registers the virtual nodes while the ServerApp starts (CI once found 16
+of 32 missing in the first round)."""
 from __future__ import annotations
 
 import os
@@ -23,7 +25,8 @@ def test_simulation_32_virtual_nodes_equals_reference(tmp_path, monkeypatch):
     monkeypatch.setenv("FLWR_TELEMETRY_ENABLED", "0")
     monkeypatch.setenv("FLWR_HOME", str(tmp_path / "flwr-home"))
     config = FederationConfig(algorithm="focus", problem="ridge:clients=32,dim=8,samples=20",
-                              participation="bernoulli", rounds=4, local_steps=2, timeout=300.0)
+                              participation="bernoulli", rounds=4, local_steps=2, timeout=300.0,
+                              min_nodes=32)  # the simulation registers its nodes while the ServerApp starts
     sink: dict = {}
     run_simulation(make_server_app(config, sink, log=lambda text: None), make_client_app(), num_supernodes=32,
                    backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},

@@ -38,3 +38,7 @@ class DiskFullError(FocusflError):
 
     def __reduce__(self):  # a worker process sends it back to the sweep (pickled)
         return type(self), (str(self), self.reason)
+
+
+class FederationError(FocusflError):
+    """A federation cannot go on as asked (too few nodes connected in time)."""

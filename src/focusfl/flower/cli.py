@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..argtypes import positive_float
+from ..argtypes import non_negative_int, positive_float
 from ..errors import ConfigError, DataError
 from ..runs.cli import add_algorithm_import_option, add_run_options, run_config_of
 from .defaults import FEDERATION_DEFAULTS
@@ -77,6 +77,9 @@ def _common(p) -> None:
         "participation": "'available' (every node that answers in time) or a participation SPEC (S_r requested)"})
     p.add_argument("--timeout", type=positive_float, default=60.0,
                    help="seconds a round waits for replies (a positive, finite number)")
+    p.add_argument("--min-nodes", type=non_negative_int, default=0, metavar="N",
+                   help="wait up to --timeout seconds for N nodes to connect before the first round, else stop "
+                        "with an error (default 0: start with the nodes connected)")
     p.add_argument("--out", help="run folder (metrics.csv, config.json, curve.png, trace.csv, ...)")
     add_algorithm_import_option(p, debug=False)  # the algorithm runs in the federation's processes
 
@@ -89,7 +92,8 @@ def _config(args):
     run = run_config_of(args, RUN_OPTIONS, problem=absolute_paths(args.problem))
     if args.algorithm is not None:
         run = run.replace(algorithm=absolute_algorithm(args.algorithm))
-    return FederationConfig(run, timeout=args.timeout, out=out, allow_algorithm_import=args.allow_algorithm_import)
+    return FederationConfig(run, timeout=args.timeout, out=out, allow_algorithm_import=args.allow_algorithm_import,
+                            min_nodes=args.min_nodes)
 
 
 def absolute_algorithm(spec):
@@ -186,7 +190,8 @@ def _local(args) -> int:
     # A token of its own: the interrupted run folder it may leave is told from an older one.
     given = _config(args)
     config = FederationConfig(given.run, timeout=given.timeout, out=given.out, token=uuid.uuid4().hex,
-                              audit=given.audit, allow_algorithm_import=given.allow_algorithm_import)
+                              audit=given.audit, allow_algorithm_import=given.allow_algorithm_import,
+                              min_nodes=given.min_nodes)
     _check_out(config.out)
     data_paths = _data_paths(args)  # before the problem is built (seconds for a text model)
     floors = _floors(args)

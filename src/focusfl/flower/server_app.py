@@ -60,7 +60,7 @@ RUN_CONFIG_KEY = "focusfl"
 # Its own knobs, with their defaults.
 # allow_algorithm_import: the user's permission, given to `federation local` or `federation app` with
 # --allow-algorithm-import, for the ServerApp to import the algorithm class the run names (their code).
-KNOBS = {"timeout": 30.0, "out": None, "token": None, "audit": True, "allow_algorithm_import": False}
+KNOBS = {"timeout": 30.0, "out": None, "token": None, "audit": True, "allow_algorithm_import": False, "min_nodes": 0}
 
 
 @dataclass(frozen=True, init=False)
@@ -68,8 +68,9 @@ class FederationConfig(WithRun):
     """A federation: a run (runs.config.RunConfig, its fields read through: ``config.rounds``)
     and its own knobs: ``timeout`` (seconds an exchange waits for replies), ``out`` (the run
     folder; None: results are only logged), ``token`` and ``audit`` (ask nodes for their
-    committed state at the end and check it). ``participation`` may also be "available": every
-    node that answers. Built as ``FederationConfig(run, timeout=...)`` or from the run's fields
+    committed state at the end and check it), ``min_nodes`` (nodes to wait for, up to
+    ``timeout`` seconds, before the first round; 0: start with those connected).
+    ``participation`` may also be "available": every node that answers. Built as ``FederationConfig(run, timeout=...)`` or from the run's fields
     themselves, ``FederationConfig(algorithm="focus", rounds=8, timeout=5.0)``, with
     FEDERATION_DEFAULTS over the record's own."""
 
@@ -79,18 +80,21 @@ class FederationConfig(WithRun):
     token: str | None
     audit: bool
     allow_algorithm_import: bool
+    min_nodes: int
 
     def __init__(self, run: RunConfig | None = None, *, timeout: float = KNOBS["timeout"], out: str | None = None,
                  token: str | None = None, audit: bool = True, allow_algorithm_import: bool = False,
-                 **run_fields: Any) -> None:
+                 min_nodes: int = 0, **run_fields: Any) -> None:
         if run is None:
             run = RunConfig(**{**FEDERATION_DEFAULTS, **run_fields})
         elif run_fields:
             raise ConfigError(f"a federation takes its run or its run's fields, not both ({sorted(run_fields)[0]!r})")
         if not isinstance(allow_algorithm_import, bool):
             raise ConfigError(f"allow_algorithm_import must be true or false, got {allow_algorithm_import!r}")
+        if isinstance(min_nodes, bool) or not isinstance(min_nodes, int) or min_nodes < 0:
+            raise ConfigError(f"min_nodes must be a whole number >= 0, got {min_nodes!r}")
         for name, value in (("run", run), ("timeout", timeout), ("out", out), ("token", token), ("audit", audit),
-                            ("allow_algorithm_import", allow_algorithm_import)):
+                            ("allow_algorithm_import", allow_algorithm_import), ("min_nodes", min_nodes)):
             object.__setattr__(self, name, value)
 
     @classmethod
@@ -107,12 +111,14 @@ class FederationConfig(WithRun):
 
     def to_json(self) -> str:
         return json.dumps({**self.run.to_dict(), "timeout": self.timeout, "out": self.out, "token": self.token,
-                           "audit": self.audit, "allow_algorithm_import": self.allow_algorithm_import}, sort_keys=True)
+                           "audit": self.audit, "allow_algorithm_import": self.allow_algorithm_import,
+                           "min_nodes": self.min_nodes}, sort_keys=True)
 
     def resolved(self) -> "FederationConfig":
         """With the problem's defaults for the fields left None (dtype, eval_every)."""
         return FederationConfig(self.run.with_problem_defaults(), timeout=self.timeout, out=self.out,
-                                token=self.token, audit=self.audit, allow_algorithm_import=self.allow_algorithm_import)
+                                token=self.token, audit=self.audit, allow_algorithm_import=self.allow_algorithm_import,
+                                min_nodes=self.min_nodes)
 
 
 def available(participation: str | dict) -> bool:
@@ -151,7 +157,7 @@ def build_strategy(config: FederationConfig, log=print) -> tuple[AlgorithmStrate
                                  participation=participation, work=built.work,
                                  seed=run.seed, dtype=built.config.dtype, schedule=run.schedule,
                                  eval_every=built.config.eval_every, timeout=config.timeout, token=config.token, log=log,
-                                 privacy=privacy)
+                                 privacy=privacy, min_nodes=config.min_nodes)
     return strategy, built
 
 

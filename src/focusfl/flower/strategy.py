@@ -60,6 +60,7 @@ from ..engine.round import Collected
 from ..engine.rows import evaluation_row
 from ..engine.simulate import schedule_of
 from ..engine.tree import concat_rows, gather_rows
+from ..errors import ConfigError, FederationError
 from .client_app import ERROR_CODE, has_finish
 from .codec import (CTX, MESSAGE, ROWS, RUN, SERVER, STATUS, Malformed, RunSpec, WireContext, decode_tree,
                     encode_ctx, encode_run, encode_tree, pack, unpack)
@@ -136,15 +137,20 @@ class AlgorithmStrategy(Strategy):
     ``participation``: a focusfl participation process (S_r requested), or None: every online
     node takes part. ``work``: a focusfl work process (tau_i,r asked of each client), or None
     (or fixed): every client is asked for local_steps. ``timeout``: seconds an exchange waits
-    for replies."""
+    for replies. ``min_nodes``: nodes connected before the first round, waited for up to
+    ``timeout`` seconds (Flower's simulation registers its nodes while the ServerApp starts:
+    without the wait, a round may find half of them missing)."""
 
     def __init__(self, algorithm: Algorithm, problem: Any, *, rounds: int, participation: Any = None,
                  work: Any = None,
                  seed: int = 0, dtype: str = "float64", schedule: str = "constant", eval_every: int = 1,
                  timeout: float = 30.0, token: str | None = None, on_row: Callable[[dict], None] | None = None,
                  on_round: Callable[["AlgorithmStrategy", RoundLog], None] | None = None,
-                 log: Callable[[str], None] | None = None, privacy: Any = None) -> None:
+                 log: Callable[[str], None] | None = None, privacy: Any = None, min_nodes: int = 0) -> None:
         n = problem.num_clients
+        if min_nodes > n:
+            raise ConfigError(f"min_nodes is {min_nodes}, but the problem has {n} clients (one node runs one client)")
+        self.min_nodes = min_nodes
         if participation is not None and participation.num_clients != n:
             raise ValueError(f"participation has {participation.num_clients} clients, problem has {n}")
         self.problem, self.rounds, self.seed, self.timeout = problem, rounds, seed, float(timeout)
@@ -236,6 +242,7 @@ class AlgorithmStrategy(Strategy):
             self.timeout = float(timeout)
         rounds = self.rounds if num_rounds is None else num_rounds
         self.summary()
+        self._await_nodes(grid)
         exchange = _Exchange(self, grid, rounds)
         rows: list[dict] = []  # as they come: a stop keeps those of the rounds done
 
@@ -273,6 +280,17 @@ class AlgorithmStrategy(Strategy):
         return FederationResult(rows, server, exchange.mask[:done], exchange.log, self.counts, sorted(self.lost),
                                 dict(self.node_client), work=exchange.work[:done], partial=self.partial,
                                 deadlines=dict(sorted(self.deadlines.items())), interrupted=signum)
+
+    def _await_nodes(self, grid: Grid) -> None:
+        """Until ``min_nodes`` nodes are connected, or FederationError after ``timeout`` seconds."""
+        deadline = time.monotonic() + self.timeout
+        while (connected := len(grid.get_node_ids())) < self.min_nodes:
+            if time.monotonic() >= deadline:
+                raise FederationError(f"{connected} of the {self.min_nodes} nodes min_nodes asks for connected "
+                                      f"within {self.timeout:g} s (the timeout); start more nodes, or lower min_nodes")
+            time.sleep(min(NODE_POLL_SECONDS, max(0.0, deadline - time.monotonic())))
+        if self.min_nodes:
+            self.log(f"{connected} nodes connected (min_nodes {self.min_nodes})")
 
     # -- the round ---------------------------------------------------------------------------
     def _discover(self, grid: Grid) -> None:
@@ -630,6 +648,7 @@ def _ttl(timeout: float) -> float:
 # and 1 s, doubling, before pulling a reply's objects again): FIRST_POLL seconds after a push or a
 # reply, doubling while nothing comes, up to POLL. Replies of a small model come within tens of
 # milliseconds; polling at the short pause all along would spend CPU the nodes need.
+NODE_POLL_SECONDS = 0.2  # how often the wait for min_nodes asks the SuperLink again
 FIRST_POLL = 0.005
 POLL = 0.1
 
