@@ -27,7 +27,13 @@ Runners (each in its own subprocess, with its own interpreter where the framewor
   ``T`` CPUs) and at its best: channels-last, one Ray actor per core with one thread each;
 - ``loop``: a plain per-client PyTorch loop (one module, clients in turn, channels-last);
 - ``floor``: only the forward and backward passes a round needs (one per client and local
-  step on 32 ready inputs, channels-last, one module): what any engine must at least do.
+  step on 32 ready inputs, channels-last, one module): what any engine must at least do; with
+  ``T`` threads, and (``floor-1thread``) with one.
+
+Before the last line, a ``limit`` line per setting where both floors ran: no engine's round can
+take less than the smaller of the ``T``-thread floor and the one-thread floor split perfectly
+over ``T`` cores, so the fastest peer's seconds over that bound is the most any engine could be
+faster than it on this machine.
 
 Seconds per round: every runner times each round from the end of the previous one (the
 framework's own per-round hook: focusfl's ``on_round``, pfl's ``after_central_iteration``,
@@ -427,7 +433,35 @@ def runner_table(threads: int) -> dict[str, tuple[str, dict, str]]:
         table["focusfl-1thread"] = ("focusfl", {"threads": 1}, "defaults, 1 thread (focusfl's run default)")
         table["pfl-1proc-cl"] = ("pfl", {"threads": t, "processes": 1, "channels_last": True},
                                  f"1 process, channels-last, {t} threads")
+        table["floor-1thread"] = ("floor", {"threads": 1}, "forward+backward passes only, channels-last, 1 thread")
     return table
+
+
+def limit(results: dict[str, list[dict]], threads: int) -> dict | None:
+    """The fastest round any engine could take on ``threads`` cores, from the floors measured in
+    the same passes: the bare passes with ``threads`` intra-op threads, or one thread's floor
+    split perfectly over the cores (clients side by side, as pfl's processes compute them);
+    and the most any engine could gain over the best peer measured. None without the floors."""
+    floors = {name: summary(results.get(name, [])) for name in ("floor", "floor-1thread")}
+    if not all(floors.values()):
+        return None
+    split = floors["floor-1thread"]["median"] / threads
+    bound = min(floors["floor"]["median"], split)
+    peers = {name: summary(results.get(name, [])) for name in ("pfl-best", "pfl", "flower-best", "flower")}
+    best = min((s["median"], name) for name, s in peers.items() if s) if any(peers.values()) else None
+    return {"bound": bound, "floor": floors["floor"]["median"], "split": split,
+            "peer": None if best is None else best[1], "peer_seconds": None if best is None else best[0],
+            "most": None if best is None else best[0] / bound}
+
+
+def limit_line(setting: str, found: dict, threads: int) -> str:
+    line = (f"limit ({setting}): no engine's round below {found['bound']:.3f} s on {threads} cores "
+            f"(floor {found['floor']:.3f} s with {threads} threads; one thread's floor / {threads} = "
+            f"{found['split']:.3f} s)")
+    if found["peer"] is not None:
+        line += (f"; the fastest peer, {found['peer']}, {found['peer_seconds']:.3f} s: no engine can be more than "
+                 f"{found['most']:.2f}x faster than it here")
+    return line
 
 
 WORKERS = {"focusfl": run_focusfl, "loop": run_loop, "floor": lambda a, c: run_loop(a, c, floor=True),
@@ -556,6 +590,10 @@ def main() -> None:
     if args.json:
         Path(args.json).write_text(json.dumps(every, indent=1))
     print(f"load after: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
+    for setting, results in every.items():
+        found = limit(results, args.threads)
+        if found is not None:
+            print(limit_line(setting, found, args.threads))
     verdicts = []
     for setting, results in every.items():
         ours = summary(results.get("focusfl", []))

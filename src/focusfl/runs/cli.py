@@ -66,6 +66,11 @@ _OPTIONS = {
                       "thread count changes float results at the rounding level, so it is part of the run, never "
                       "taken from the machine; more threads can speed up large neural networks on a quiet machine",
                       type=positive_int),
+    "client_workers": Option("threads that compute the active clients' chunks (the problem's client_chunk) side by "
+                             "side on a CPU, each with --threads intra-op threads; the results are the same bytes "
+                             "with any number (recorded in config.json, not part of the run's key); 2 on a 2-core "
+                             "machine ran the CIFAR CNN 1.65x faster than 1 (docs/performance.md)",
+                             type=positive_int, metavar="N"),
     "state_memory": Option("the most memory the clients' state table (FOCUS's last gradients, SCAFFOLD's control "
                            "variates: N rows) may take, e.g. 512MB or 4GiB; a larger table is memory-mapped in the "
                            "run folder (clients.bin) and only the active clients' rows are read and written each "

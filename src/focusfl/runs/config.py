@@ -79,6 +79,10 @@ class RunConfig:
     # Where the clients' state table lives (runs/store.py): in memory up to this size, beyond it
     # memory-mapped in the run folder. Results are the same bytes either way: not in the run key.
     state_memory: int | str = _field(DEFAULT_STATE_MEMORY, record="optional", key=False, identity=False)
+    # Worker threads computing the vectorized engine's chunks of clients side by side on a CPU
+    # (focusfl/threads.py): each chunk is computed as it is alone, so the bytes are the same with
+    # any number; recorded for the record's sake, never part of a key.
+    client_workers: int = _field(1, record="optional", key=False, identity=False)
     # Deterministic kernels (device.py), on every device; false opts out for speed on a GPU
     # (its runs can differ in bits from one process to the next). True, the default, is left out
     # of the key: runs recorded before the field computed on a CPU, where the kernels were those.
@@ -289,6 +293,7 @@ def check_config(config: RunConfig) -> None:
     integer("rounds", 1)
     integer("seed", 0)
     integer("threads", 1)
+    integer("client_workers", 1)
     if config.eval_every is not None:
         integer("eval_every", 1)
     if config.local_steps is not None:

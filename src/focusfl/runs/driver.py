@@ -33,7 +33,7 @@ from ..participation import make_participation
 from ..privacy import check_privacy, dp_nonce, epsilon_bound, parse_dp, run_privacy
 from ..problems import make_problem
 from ..spec import parse_spec
-from ..threads import fixed_threads
+from ..threads import client_workers, fixed_threads
 from ..work import make_work
 from .config import ASKED, DP_NONCE, DTYPES, RunConfig, as_requested, check_config, horizon_free_key, record, run_key, \
     state_budget
@@ -306,7 +306,8 @@ def execute(
             bar.set_postfix(progress_metrics(row), refresh=False)
 
     try:
-        with fixed_threads(cfg.threads), policy_applied(policy_of(cfg)):
+        with fixed_threads(cfg.threads), client_workers(cfg.client_workers, cfg.threads), \
+                policy_applied(policy_of(cfg)):
             return simulate(
                 built.algorithm,
                 built.problem,
