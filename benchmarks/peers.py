@@ -18,7 +18,8 @@ Runners (each in its own subprocess, with its own interpreter where the framewor
 
 - ``focusfl``: focusfl's vectorized engine (``simulate``) at its defaults with ``T`` torch
   threads, and with every layout (channels-last, NCHW), client chunk (the rule's, 1, all) and
-  thread count it offers;
+  thread count it offers, and (``focusfl-workers``) with ``T`` client workers of one thread
+  each, the active clients in ``T`` even chunks (``--client-workers``: the same bytes as one);
 - ``pfl``: pfl-research (``FederatedAveraging`` over a ``SimulatedBackend``) as its examples set
   it up (one process, NCHW, ``T`` threads) and at its best: channels-last, and its multi-process
   mode (``torchrun``, one process per core with one thread each);
@@ -181,10 +182,15 @@ def run_focusfl(args, config: dict) -> dict:
     from focusfl.algorithms import make_algorithm
     from focusfl.engine import simulate
     from focusfl.participation import make_participation
+    from focusfl.threads import client_workers
 
     torch.set_num_threads(config["threads"])
     clients, active = SETTINGS[args.setting]
-    problem = focusfl_problem(clients, config.get("layout", "auto"), config.get("client_chunk", "auto"))
+    workers = config.get("client_workers", 1)
+    chunk = config.get("client_chunk", "auto")
+    if chunk == "split":  # the active clients split evenly among the workers
+        chunk = -(-active // workers)
+    problem = focusfl_problem(clients, config.get("layout", "auto"), chunk)
     chunk, layout = problem.formulation()
     algorithm = make_algorithm("fedavg", lr=LR, local_steps=STEPS)
     spec = "full" if active == clients else f"uniform:m={active}"
@@ -192,8 +198,9 @@ def run_focusfl(args, config: dict) -> dict:
     stamps: list[float] = []
     total = args.warmup + args.rounds
     start = time.perf_counter()
-    result = simulate(algorithm, problem, participation, rounds=total, eval_every=total + 1, keep_rows=False,
-                      on_round=lambda _: stamps.append(time.perf_counter()))
+    with client_workers(workers, config["threads"]):
+        result = simulate(algorithm, problem, participation, rounds=total, eval_every=total + 1, keep_rows=False,
+                          on_round=lambda _: stamps.append(time.perf_counter()))
     stamps.insert(0, start)
     model, _, _, eval_x, eval_y = load_workload(Path(args.workload), clients, False)
     assign(result.state.server.x.float(), list(model.parameters()))
@@ -202,7 +209,8 @@ def run_focusfl(args, config: dict) -> dict:
     # Samples: every active client's local steps over minibatches of BATCH (its 500 samples > BATCH).
     return {"seconds": per_round(stamps, args.warmup), "samples_per_round": active * STEPS * BATCH,
             "final_loss": eval_loss(model, eval_x, eval_y), "version": f"focusfl {focusfl.__version__}",
-            "chose": f"client_chunk={chunk or 'all'}, layout={layout}"}
+            "chose": f"client_chunk={chunk or 'all'}, layout={layout}"
+                     + (f", client_workers={workers}" if workers > 1 else "")}
 
 
 # -- plain loop and floor ---------------------------------------------------------------------------
@@ -420,6 +428,8 @@ def runner_table(threads: int) -> dict[str, tuple[str, dict, str]]:
         "focusfl-nchw": ("focusfl", {"threads": t, "layout": "nchw"}, f"layout=nchw, {t} threads"),
         "focusfl-chunk1": ("focusfl", {"threads": t, "client_chunk": 1}, f"client_chunk=1, {t} threads"),
         "focusfl-all": ("focusfl", {"threads": t, "client_chunk": 0}, f"client_chunk=0 (all), {t} threads"),
+        "focusfl-workers": ("focusfl", {"threads": 1, "client_workers": t, "client_chunk": "split"},
+                            f"client_workers={t} x 1 thread, the active clients in {t} even chunks"),
         "pfl": ("pfl", {"threads": t, "processes": 1}, f"as in its examples: 1 process, NCHW, {t} threads"),
         "pfl-best": ("pfl", {"threads": 1, "processes": t, "channels_last": True},
                      f"torchrun {t} processes x 1 thread, channels-last"),

@@ -4,6 +4,7 @@ those of one worker whatever their number: through the library and the CLI as a 
 from __future__ import annotations
 
 import json
+import re
 import threading
 from pathlib import Path
 
@@ -78,3 +79,49 @@ def test_run_with_client_workers_as_a_user_types_it(tmp_path):
         assert_one_line_error(run_main(*base, "--client-workers", bad, "--out", str(tmp_path / "bad")), 2,
                               "--client-workers")
     assert not (tmp_path / "bad").exists()
+
+
+# -- a user's client round in a worker thread -------------------------------------------------------
+# ridge with 40 x 2,000 float64 samples a client: its cache budget makes chunks of one client.
+CHUNKED_RIDGE = ("--problem", "ridge:clients=4,samples=40,dim=2000")
+
+
+def test_an_error_in_a_workers_chunk_is_the_users_line(tmp_path):
+    from test_user_algorithm_faults import ERRORS, RAISING, _line_of, _one_line
+    from test_your_algorithm import FLAG, planted, write_algorithm
+
+    source = planted(*RAISING["client_round"])
+    write_algorithm(tmp_path, "my_prox.py", source)
+    line = _line_of(source, RAISING["client_round"][1])
+    proc = run_main("run", "--algorithm", "my_prox.py:MyProx", FLAG, *CHUNKED_RIDGE, "--rounds", "2",
+                    "--client-workers", "2", "--out", "runs/a", cwd=tmp_path)
+    _one_line(proc, re.escape(f"my_prox.py:{line} in client_round: {ERRORS['client_round']}"))
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="counts processes through /proc")
+def test_a_client_round_that_never_ends_in_a_worker_stops_on_the_second_sigterm(tmp_path):
+    import signal
+    import time
+
+    from cli_harness import popen_cli
+    from test_user_algorithm_faults import _wait_for
+    from test_your_algorithm import FLAG, planted, write_algorithm
+
+    hang = ("update = z - server.x",
+            "update = z - server.x\n        while ctx.round >= 2:  # a round that never ends\n            time.sleep(0.05)")
+    source = planted(*hang).replace("import torch\n", "import time\n\nimport torch\n", 1)
+    write_algorithm(tmp_path, "hang.py", source)
+    proc = popen_cli("run", "--algorithm", "hang.py:MyProx", FLAG, *CHUNKED_RIDGE, "--rounds", "5",
+                     "--checkpoint-every", "1", "--client-workers", "2", "--out", "runs/h", cwd=tmp_path)
+    checkpoint = lambda: any(tmp_path.glob("runs/.h.*/checkpoint.pt"))  # noqa: E731
+    assert _wait_for(lambda: checkpoint() or proc.poll() is not None, 240), "no checkpoint"
+    assert proc.poll() is None, proc.communicate()
+    time.sleep(0.5)  # the workers are inside the round that never ends
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(1.0)
+    assert proc.poll() is None  # the first asks for the end of the round, which never comes
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)  # the hanging worker threads do not hold the exit
+    assert proc.returncode == 143, stderr
+    assert "Traceback" not in stderr and len(stderr.strip().splitlines()) <= 2, stderr
+    assert checkpoint()

@@ -7,7 +7,9 @@ Flower node or server with one thread, as the reference replay of a federation d
 """
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import queue
+import threading
+from concurrent.futures import Future
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Iterator
@@ -38,27 +40,75 @@ def fixed_threads(threads: int = DEFAULT_THREADS) -> Iterator[None]:
 # worker whatever their number. Measured on 2 quiet cores (docs/performance.md): the CIFAR CNN's
 # round in 0.168 s with 2 workers of 1 thread against 0.278 s with 1, and 0.200 s with 1 worker
 # of 2 intra-op threads (at batch 32 the operations are too small for two threads to split).
-_POOL: ContextVar[ThreadPoolExecutor | None] = ContextVar("focusfl_client_workers", default=None)
+_POOL: ContextVar["ChunkPool | None"] = ContextVar("focusfl_client_workers", default=None)
+
+
+class ChunkPool:
+    """``workers`` daemon threads of ``threads`` intra-op threads each, computing a round's
+    chunks. Daemon threads, not concurrent.futures': a user's client round that never returns
+    must not keep the process from exiting once a signal has stopped the run (Python joins an
+    executor's threads at exit)."""
+
+    def __init__(self, workers: int, threads: int) -> None:
+        self.tasks: queue.SimpleQueue = queue.SimpleQueue()
+        self.threads = [threading.Thread(target=self._serve, args=(threads,), name=f"focusfl-clients-{k}", daemon=True)
+                        for k in range(workers)]
+        for thread in self.threads:
+            thread.start()
+
+    def _serve(self, threads: int) -> None:
+        torch.set_num_threads(threads)  # a new thread's OpenMP team is the process default's size
+        while (task := self.tasks.get()) is not None:
+            future, function, args = task
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(function(*args))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller, which raises it
+                future.set_exception(exc)
+
+    def map(self, function, *iterables) -> list:
+        """``[function(*args) for args in zip(*iterables)]``, computed by the workers, in order."""
+        futures = []
+        for args in zip(*iterables):
+            future: Future = Future()
+            self.tasks.put((future, function, args))
+            futures.append(future)
+        try:
+            return [future.result() for future in futures]
+        except BaseException:  # a chunk's error, or a signal's stop: the chunks not started are dropped
+            for future in futures:
+                future.cancel()
+            raise
+
+    def close(self, wait: bool) -> None:
+        for _ in self.threads:
+            self.tasks.put(None)
+        if wait:
+            for thread in self.threads:
+                thread.join()
 
 
 @contextmanager
 def client_workers(workers: int = 1, threads: int = DEFAULT_THREADS) -> Iterator[None]:
     """Inside the block, the vectorized engine's chunks of clients are computed by ``workers``
     threads of ``threads`` intra-op threads each (1: in the calling thread, as before). Only the
-    thread that enters the block uses them; the pool is shut down on leaving."""
+    thread that enters the block uses them. Left with an error (a signal's stop included), the
+    block does not wait for a chunk still computing."""
     if workers <= 1:
         yield
         return
-    pool = ThreadPoolExecutor(workers, thread_name_prefix="focusfl-clients",
-                              initializer=torch.set_num_threads, initargs=(threads,))
+    pool = ChunkPool(workers, threads)
     token = _POOL.set(pool)
+    failed = True
     try:
         yield
+        failed = False
     finally:
         _POOL.reset(token)
-        pool.shutdown(wait=True, cancel_futures=True)
+        pool.close(wait=not failed)
 
 
-def chunk_workers() -> ThreadPoolExecutor | None:
+def chunk_workers() -> "ChunkPool | None":
     """The pool of :func:`client_workers` this thread computes in, or None."""
     return _POOL.get()
