@@ -9,8 +9,10 @@ are taken (held by the test) starts on others.
 """
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -28,12 +30,18 @@ FEDERATION = ("federation", "local", "--nodes", "2", "--algorithm", "focus", "--
 
 
 def test_two_federations_at_once_both_finish(tmp_path):
+    """Also: the temporary folder a federation without --workdir makes is removed once it has
+    succeeded (the other one's --workdir stays)."""
     runs = [tmp_path / "a", tmp_path / "b"]
-    procs = run_cli_together([(*FEDERATION, "--out", str(out), "--workdir", str(out.with_suffix(".fed")))
-                              for out in runs], limit_gib=None, timeout=600)
+    procs = run_cli_together([(*FEDERATION, "--out", str(runs[0]), "--workdir", str(runs[0].with_suffix(".fed"))),
+                              (*FEDERATION, "--out", str(runs[1]))], limit_gib=None, timeout=600)
     for out, proc in zip(runs, procs):
         assert proc.returncode == 0, proc.stderr[-2000:] + proc.stdout[-2000:]
         assert (out / "metrics.csv").is_file()
+    temporary = re.search(r"logs in (\S+)/logs \(a temporary folder", procs[1].stdout)
+    assert temporary and "focusfl-federation-" in temporary[1], procs[1].stdout
+    assert not Path(temporary[1]).exists()
+    assert (runs[0].with_suffix(".fed") / "logs").is_dir()
     assert (runs[0] / "metrics.csv").read_bytes() == (runs[1] / "metrics.csv").read_bytes()
     assert (runs[0] / "model.pt").read_bytes() == (runs[1] / "model.pt").read_bytes()
 

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 import uuid
 from pathlib import Path
@@ -200,9 +201,11 @@ def _local(args) -> int:
     check_nodes(config, args.nodes)
     check_work_covers(strategy)
     check_tools()
+    temporary = args.workdir is None  # focusfl's own folder: removed once the federation has succeeded
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="focusfl-federation-"))
+    kept = " (a temporary folder, removed if the federation succeeds; --workdir keeps it)" if temporary else ""
     print(f"federation: {args.nodes} SuperNodes on 127.0.0.1{' with TLS' if args.tls else ''}"
-          f"{' and node authentication' if args.auth else ''}; logs in {workdir / 'logs'}", flush=True)
+          f"{' and node authentication' if args.auth else ''}; logs in {workdir / 'logs'}{kept}", flush=True)
     try:
         with signals_interrupt(), LocalFederation(workdir, args.nodes, tls=args.tls, auth=args.auth,
                                                   deadlines=deadlines, data_paths=data_paths, floors=floors,
@@ -214,6 +217,8 @@ def _local(args) -> int:
     if result.returncode != 0 or (config.out and not (Path(config.out) / "metrics.csv").is_file()):
         raise ConfigError(f"the federation failed{_server_app_reason(result.stdout)} (flwr run exit "
                           f"{result.returncode}); see {workdir / 'logs'}")
+    if temporary:  # nothing in it is needed once the run folder is written; a failure keeps it for its logs
+        shutil.rmtree(workdir, ignore_errors=True)
     if config.out:
         print(f"results in {config.out}")
     return 0
