@@ -39,6 +39,18 @@ def test_the_bytes_do_not_depend_on_the_number_of_workers(algorithm):
         assert alone.rows == side_by_side.rows
 
 
+def test_workers_start_as_the_chunks_need_them():
+    """No more threads than a round has chunks, however many workers are allowed."""
+    from focusfl.threads import ChunkPool
+
+    pool = ChunkPool(1024, 1)
+    try:
+        assert pool.map(lambda a, b: a + b, [1, 2, 3], [10, 20, 30]) == [11, 22, 33]
+        assert len(pool.threads) == 3
+    finally:
+        pool.close(wait=True)
+
+
 def test_the_chunks_are_computed_by_the_worker_threads(monkeypatch):
     """Not silently in the calling thread: the chunks' client rounds run in the pool's threads."""
     import focusfl.engine.vectorized as vectorized
@@ -78,6 +90,8 @@ def test_run_with_client_workers_as_a_user_types_it(tmp_path):
     for bad in ("0", "-2", "two"):
         assert_one_line_error(run_main(*base, "--client-workers", bad, "--out", str(tmp_path / "bad")), 2,
                               "--client-workers")
+    assert_one_line_error(run_main(*base, "--client-workers", "1000000", "--out", str(tmp_path / "bad")), 2,
+                          "client_workers must be at most 1024")
     assert not (tmp_path / "bad").exists()
 
 

@@ -40,6 +40,7 @@ def fixed_threads(threads: int = DEFAULT_THREADS) -> Iterator[None]:
 # worker whatever their number. Measured on 2 quiet cores (docs/performance.md): the CIFAR CNN's
 # round in 0.168 s with 2 workers of 1 thread against 0.278 s with 1, and 0.200 s with 1 worker
 # of 2 intra-op threads (at batch 32 the operations are too small for two threads to split).
+MAX_CLIENT_WORKERS = 1024  # more threads than any machine's cores: a typo, refused in one line (runs/config.py)
 _POOL: ContextVar["ChunkPool | None"] = ContextVar("focusfl_client_workers", default=None)
 
 
@@ -51,10 +52,15 @@ class ChunkPool:
 
     def __init__(self, workers: int, threads: int) -> None:
         self.tasks: queue.SimpleQueue = queue.SimpleQueue()
-        self.threads = [threading.Thread(target=self._serve, args=(threads,), name=f"focusfl-clients-{k}", daemon=True)
-                        for k in range(workers)]
-        for thread in self.threads:
+        self.workers, self.intra = workers, threads
+        self.threads: list[threading.Thread] = []  # started as a round's chunks need them, up to workers
+
+    def _grow(self, wanted: int) -> None:
+        while len(self.threads) < min(wanted, self.workers):
+            thread = threading.Thread(target=self._serve, args=(self.intra,), name=f"focusfl-clients-{len(self.threads)}",
+                                      daemon=True)
             thread.start()
+            self.threads.append(thread)
 
     def _serve(self, threads: int) -> None:
         torch.set_num_threads(threads)  # a new thread's OpenMP team is the process default's size
@@ -69,8 +75,10 @@ class ChunkPool:
 
     def map(self, function, *iterables) -> list:
         """``[function(*args) for args in zip(*iterables)]``, computed by the workers, in order."""
+        calls = list(zip(*iterables))
+        self._grow(len(calls))
         futures = []
-        for args in zip(*iterables):
+        for args in calls:
             future: Future = Future()
             self.tasks.put((future, function, args))
             futures.append(future)

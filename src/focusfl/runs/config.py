@@ -26,7 +26,7 @@ from ..limits import parse_size
 from ..privacy.config import NONE, parse_dp
 from ..problems import default_dtype
 from ..spec import parse_spec
-from ..threads import DEFAULT_THREADS
+from ..threads import DEFAULT_THREADS, MAX_CLIENT_WORKERS
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 NUMERICS = ("native", "portable")  # the numerical environments a run can ask for (device.numerics)
@@ -294,6 +294,9 @@ def check_config(config: RunConfig) -> None:
     integer("seed", 0)
     integer("threads", 1)
     integer("client_workers", 1)
+    if config.client_workers > MAX_CLIENT_WORKERS:
+        raise ConfigError(f"client_workers must be at most {MAX_CLIENT_WORKERS} (threads, one per core at most "
+                          f"pays), got {config.client_workers}")
     if config.eval_every is not None:
         integer("eval_every", 1)
     if config.local_steps is not None:
