@@ -388,7 +388,11 @@ def test_ctrl_c_stops_a_ray_sweep_as_it_stops_a_sweep_on_one_machine(tmp_path, s
                      env=env, start_new_session=True)
     deadline = time.monotonic() + 180
     while partial_checkpoints(ship_folders(known) if ship else [out / "runs"]) < 2:
-        assert time.monotonic() < deadline and proc.poll() is None, proc.poll()
+        if proc.poll() is not None or time.monotonic() >= deadline:  # say why (CI once saw exit 1 here)
+            proc.kill()
+            stdout, stderr = proc.communicate(timeout=60)
+            pytest.fail(f"the sweep ended ({proc.returncode}) or took 180 s before 2 checkpoints:\n"
+                        f"{stdout[-3000:]}\n{stderr[-3000:]}")
         time.sleep(0.05)
     assert partial_checkpoints([out / "runs"]) == (0 if ship else 2)  # shipped runs write nothing in the folder
     if signum == signal.SIGINT:
